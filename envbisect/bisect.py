@@ -1,0 +1,415 @@
+"""The bisection run: deltas -> units -> trials (via the pure Search) -> verdict -> end state.
+
+State is persisted after every trial (runs/RUN/): `run.json` (the question), `trials.jsonl` (the
+answers so far), `journal.json` (the original state of the hosts), `verdict.json` (the end).
+Because the search is a pure function of its observations, `--resume` replays the finished
+trials into a fresh Search and continues exactly where the run stopped.
+"""
+from __future__ import annotations
+
+import json
+import math
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .configuration import check_applicable, touched
+from .deltas import Delta, Diff, linked_units
+from .deployment import Deployment
+from .diagnose import PathReport, check_path
+from .errors import EnvbisectError, ExitStatus, RemoteError, UsageError
+from .journal import HostEditor, Journal
+from .playbook import Probe
+from .restart import co_restart
+from .search import Observation, Search, TrialRequest, Verdict
+from .store import write_private
+from .trials import Trial, TrialRunner, probe_repeatedly
+
+VERDICT_EXIT = {"culprit": ExitStatus.OK, "interaction": ExitStatus.OK, "not-config": ExitStatus.NOT_CONFIG,
+                "not-reproduced": ExitStatus.NOT_REPRODUCED, "inconclusive": ExitStatus.INCONCLUSIVE}
+
+
+@dataclass(frozen=True)
+class BisectOptions:
+    probe: str | None = None
+    only: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    link: tuple[str, ...] = ()
+    confidence: float = 0.95
+    max_trials: int | None = None
+    leave: str = "original"  # original | fixed
+    auto_link: bool = True  # same key, same change in several services -> one unit
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    run_id: str
+    verdict: Verdict
+    trials: tuple[Trial, ...]
+    state_left: str  # original | fixed | unknown
+    units: Mapping[str, tuple[str, ...]]
+    path_report: PathReport | None = None
+    drift_hint: tuple[str, ...] = ()
+    final_probe: Trial | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def culprit_deltas(self) -> tuple[str, ...]:
+        return tuple(d for u in self.verdict.culprits for d in self.units.get(u, (u,)))
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        return VERDICT_EXIT.get(self.verdict.kind, ExitStatus.INCONCLUSIVE)
+
+    def to_json(self) -> dict[str, Any]:
+        v = self.verdict
+        return {
+            "run": self.run_id, "verdict": v.kind, "culprits": list(self.culprit_deltas),
+            "culprit_units": list(v.culprits), "confidence": round(v.confidence, 4),
+            "suspects": [{"unit": u, "p": round(p, 4)} for u, p in v.suspects], "explanation": v.explanation,
+            "units": {u: list(ds) for u, ds in self.units.items()},
+            "trials": [t.to_json() for t in self.trials],
+            "restarts": len(self.trials),
+            "path": self.path_report.to_json() if self.path_report else None,
+            "drift_hint": list(self.drift_hint),
+            "final_probe": self.final_probe.to_json() if self.final_probe else None,
+            "state_left": self.state_left, "notes": list(self.notes),
+        }
+
+
+def select_deltas(diff: Diff, only: Sequence[str], exclude: Sequence[str]) -> list[Delta]:
+    ids = {d.id for d in diff.deltas}
+    for ref in [*only, *exclude]:
+        if ref not in ids:
+            raise UsageError(f"no delta {ref!r} (see `envbisect diff`; ids look like decode:SGLANG_X)")
+    chosen = [d for d in diff.deltas if (not only or d.id in only) and d.id not in exclude]
+    return chosen
+
+
+def make_units(deltas: Sequence[Delta], link: Iterable[str], auto_link: bool) -> tuple[dict[str, tuple[str, ...]], list[str]]:
+    """Bisection units. Same variable, same new value in several services: prefill and decode must
+    usually agree, so testing one side without the other would test a mismatch nobody deployed."""
+    keys = set(link)
+    notes = []
+    if auto_link:
+        by_key: dict[tuple[str | None, str, str | None], set[str]] = {}
+        for d in deltas:
+            if d.kind == "env":
+                by_key.setdefault((d.key, d.change, d.new), set()).add(d.service or "")
+        for (key, _c, _n), services in by_key.items():
+            if key and len(services) > 1 and key not in keys:
+                keys.add(key)
+                notes.append(f"{key} changed the same way in {', '.join(sorted(services))}: tested as one linked unit")
+    return linked_units(deltas, link_keys=keys), notes
+
+
+class BisectRun:
+    def __init__(self, dep: Deployment, opts: BisectOptions, *, on_event: Callable[[str, dict], None] | None = None):
+        self.dep, self.opts = dep, opts
+        self.on_event = on_event or (lambda _kind, _data: None)
+        self.playbook = dep.playbook
+        self.run_id = ""
+        self.run_dir = Path()
+        self.trials: list[Trial] = []
+
+    # --- setup ---------------------------------------------------------------------------------
+    def probe(self) -> Probe:
+        probes = self.playbook.probes
+        if not probes:
+            raise UsageError(f"{self.playbook.path}: no [probes.NAME] defined; bisect needs a pass/fail probe")
+        name = self.opts.probe or next(iter(probes))
+        if name not in probes:
+            raise UsageError(f"no probe {name!r} in {self.playbook.path} (known: {', '.join(probes)})")
+        return probes[name]
+
+    def plan(self, diff: Diff) -> dict[str, Any]:
+        deltas = select_deltas(diff, self.opts.only, self.opts.exclude)
+        units, notes = make_units(deltas, self.opts.link, self.opts.auto_link)
+        n = len(units)
+        lg = math.ceil(math.log2(n)) if n > 1 else 0
+        return {"deltas": [d.id for d in deltas], "units": {u: list(v) for u, v in units.items()}, "notes": notes,
+                "probe": self.probe().name,
+                "premise_checks": ["current configuration (all deltas) must fail",
+                                   "baseline configuration (no deltas) must pass"],
+                "expected_restarts": {"single culprit": lg + 2, "interacting pair": 2 * lg + 2},
+                "restart_order": list(self.playbook.restart.order),
+                "not_applicable": [d.id for d in deltas if not d.applicable]}
+
+    # --- persistence ---------------------------------------------------------------------------
+    def _save_run(self, diff: Diff, deltas: Sequence[Delta], units: Mapping[str, tuple[str, ...]], probe: Probe) -> None:
+        store = self.dep.store
+        doc = {
+            "format": 1, "run_id": self.run_id, "deployment": self.playbook.name, "playbook": str(self.playbook.path),
+            "created_at": time.time(), "probe": probe.name,
+            "options": {"only": list(self.opts.only), "exclude": list(self.opts.exclude), "link": list(self.opts.link),
+                        "confidence": self.opts.confidence, "max_trials": self.opts.max_trials, "leave": self.opts.leave,
+                        "auto_link": self.opts.auto_link},
+            "baseline": diff.baseline.id if diff.baseline else None, "current": diff.current.id,
+            "since": diff.since,
+            "deltas": [{**d.__dict__, "detail": list(d.detail)} for d in deltas],
+            "contents": {sha: store.put_blob(data) for sha, data in diff.contents.items()},
+            "units": {u: list(v) for u, v in units.items()},
+            "diff": diff.to_json(self.dep.masker),
+        }
+        write_private(self.run_dir / "run.json", json.dumps(doc, indent=1).encode())
+
+    def _append_trial(self, trial: Trial) -> None:
+        path = self.run_dir / "trials.jsonl"
+        existing = path.read_bytes() if path.exists() else b""
+        write_private(path, existing + json.dumps(trial.to_json()).encode() + b"\n")
+
+    # --- the run -------------------------------------------------------------------------------
+    def start(self, diff: Diff) -> BisectResult:
+        probe = self.probe()
+        deltas = select_deltas(diff, self.opts.only, self.opts.exclude)
+        check_applicable(deltas)
+        units, notes = make_units(deltas, self.opts.link, self.opts.auto_link)
+        self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        self.run_dir = self.dep.store.runs_dir / self.run_id
+        self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._save_run(diff, deltas, units, probe)
+        editor = HostEditor(self.playbook, self.dep.transports, self.run_dir, self.run_id)
+        editor.lock()
+        try:
+            files, repos = touched(deltas)
+            original = editor.begin(files, repos)
+            self._check_original_is_current(original, diff, deltas)
+        except BaseException:
+            editor.unlock()
+            raise
+        return self._loop(diff, deltas, dict(diff.contents), units, probe, editor, original, [], notes)
+
+    def resume(self, run_id: str | None) -> BisectResult:
+        store = self.dep.store
+        run_dir = _find_run_dir(store.runs_dir, run_id, self.playbook.name)
+        doc = json.loads((run_dir / "run.json").read_text())
+        self.run_id, self.run_dir = doc["run_id"], run_dir
+        if (run_dir / "verdict.json").exists():
+            raise UsageError(f"run {self.run_id} already finished (see `envbisect show {self.run_id}`)")
+        deltas = [Delta(**{**d, "detail": tuple(d.get("detail", ()))}) for d in doc["deltas"]]
+        contents = {sha: store.get_blob(ref) or b"" for sha, ref in doc["contents"].items()}
+        units = {u: tuple(v) for u, v in doc["units"].items()}
+        o = doc["options"]
+        self.opts = BisectOptions(probe=doc["probe"], only=tuple(o["only"]), exclude=tuple(o["exclude"]),
+                                  link=tuple(o["link"]), confidence=o["confidence"], max_trials=o["max_trials"],
+                                  leave=o["leave"], auto_link=o.get("auto_link", True))
+        probe = self.probe()
+        done = []
+        tpath = run_dir / "trials.jsonl"
+        if tpath.exists():
+            for line in tpath.read_text().splitlines():
+                if line.strip():
+                    done.append(_trial_from_json(json.loads(line)))
+        jpath = run_dir / "journal.json"
+        editor = HostEditor(self.playbook, self.dep.transports, run_dir, self.run_id)
+        editor.lock(force=False)
+        jdoc = json.loads(jpath.read_text()) if jpath.exists() else None
+        if jdoc and jdoc.get("state") == "active":
+            editor = HostEditor.resume_from(self.playbook, self.dep.transports, run_dir, Journal.from_json(jdoc))
+            original = editor.journal.original  # type: ignore[union-attr]
+        else:
+            files, repos = touched(deltas)
+            original = editor.begin(files, repos)
+        from .deltas import Diff as _Diff  # noqa: F401 - the diff is only needed for drift hints
+
+        diff_doc = doc.get("diff", {})
+        self.on_event("resumed", {"run": self.run_id, "trials_done": len(done)})
+        return self._loop(None, deltas, contents, units, probe, editor, original, done, [], diff_doc=diff_doc)
+
+    def _check_original_is_current(self, original, diff: Diff, deltas: Sequence[Delta]) -> None:  # noqa: ANN001
+        """The hosts must still be in the state the diff saw; otherwise the deltas are stale."""
+        for d in deltas:
+            if d.kind == "git":
+                r = original.repos.get((d.host, d.path))
+                if r and r.head != d.new:
+                    raise UsageError(f"{d.id}: HEAD is now {r.head[:10]}, the diff saw {str(d.new)[:10]}; re-run")
+                continue
+            f = original.files.get((d.host, d.path))
+            cur = diff.current.hosts[d.host].files.get(d.path)
+            if f is None or cur is None:
+                continue
+            import hashlib
+
+            now_sha = hashlib.sha256(f.content).hexdigest() if f.exists and f.content is not None else None
+            if now_sha != (cur.sha256 if cur.exists else None):
+                raise UsageError(f"{d.host}:{d.path} changed since the diff was taken; run the bisection again")
+
+    def _loop(self, diff: Diff | None, deltas: list[Delta], contents: dict[str, bytes],
+              units: Mapping[str, tuple[str, ...]], probe: Probe, editor: HostEditor, original,  # noqa: ANN001
+              done: list[Trial], notes: list[str], diff_doc: Mapping[str, Any] | None = None) -> BisectResult:
+        transports = self.dep.transports
+        runner = TrialRunner(self.playbook, transports, editor, original, deltas, contents, probe, units,
+                             on_step=lambda m: self.on_event("step", {"message": m}))
+        unit_ids = list(units)
+        search = Search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
+                        base_probes=probe.repeat)
+        self.trials = list(done)
+        for t in done:
+            search.observe(_observation(t))
+        stop = _install_signal_handlers()
+        state_left = "unknown"
+        verdict: Verdict | None = None
+        path_report = None
+        final = None
+        try:
+            while True:
+                nxt = search.next()
+                if isinstance(nxt, Verdict):
+                    verdict = nxt
+                    break
+                n = len(self.trials) + 1
+                self.on_event("trial-start", {"n": n, "purpose": nxt.purpose, "config": runner.delta_ids(sorted(nxt.config)),
+                                              "eta_s": self._eta(search), "units": len(unit_ids)})
+                trial = runner.run(n, sorted(nxt.config), nxt.probes, nxt.purpose)
+                self.trials.append(trial)
+                self._append_trial(trial)
+                self.on_event("trial-end", {"trial": trial})
+                if trial.aborted:
+                    raise UsageError(f"probe asked to abort the bisection: {trial.reason}")
+                search.observe(_observation(trial))
+            if verdict.kind == "not-config":
+                self.on_event("step", {"message": "checking the request path layer by layer"})
+                path_report = check_path(self.playbook, transports, probe)
+            if verdict.kind in ("culprit", "interaction") and self.opts.leave == "fixed":
+                culprits = {d for u in verdict.culprits for d in units[u]}
+                keep = [u for u in unit_ids if not set(units[u]) & culprits]
+                final = runner.run(len(self.trials) + 1, keep, probe.repeat,
+                                   "final: current minus the culprits must pass")
+                self._append_trial(final)
+                self.on_event("trial-end", {"trial": final})
+                if final.outcome == "pass":
+                    state_left = "fixed"
+                    editor.finish()
+                else:
+                    notes.append("current minus the culprits still fails: restored the original state instead")
+            if state_left != "fixed":
+                state_left = self._restore(editor)
+        except BaseException as exc:
+            # Ctrl-C, SIGTERM, lost connection, bug: the hosts go back to where they were.
+            self.on_event("interrupted", {"error": str(exc) or type(exc).__name__, "run": self.run_id})
+            try:
+                self._restore(editor)
+            except BaseException as e2:  # noqa: BLE001 - report, keep the journal for `envbisect restore`
+                self.on_event("restore-failed", {"error": str(e2)})
+            raise
+        finally:
+            stop()
+        drift_hint = ()
+        if verdict.kind == "not-reproduced":
+            drift_hint = tuple(_drift_hint(diff.to_json(self.dep.masker) if diff else diff_doc or {}))
+        result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, units, path_report, drift_hint,
+                              final, tuple(notes))
+        write_private(self.run_dir / "verdict.json", json.dumps(result.to_json(), indent=1).encode())
+        return result
+
+    def _restore(self, editor: HostEditor) -> str:
+        self.on_event("step", {"message": "restoring the original files and co-restarting"})
+        editor.restore()
+        rs = co_restart(self.playbook, self.dep.transports, on_step=lambda m: self.on_event("step", {"message": m}))
+        editor.finish()
+        editor.unlock()
+        if not rs.ok:
+            self.on_event("warning", {"message": f"restored files, but the co-restart failed: {rs.message}"})
+        return "original"
+
+    def _eta(self, search: Search) -> float | None:
+        resolved = [t for t in self.trials if t.restart_s > 0]
+        if not resolved:
+            return None
+        per = sum(t.restart_s + t.probe_s for t in resolved) / len(resolved)
+        remaining = getattr(search, "expected_remaining", None)
+        left = remaining() if callable(remaining) else max(1, math.ceil(math.log2(max(2, len(search.units)))))
+        return per * left
+
+
+def _observation(t: Trial) -> Observation:
+    if t.outcome == "unresolved":
+        return Observation(frozenset(t.units), passes=0, failed=False, unresolved=True)
+    return Observation(frozenset(t.units), passes=t.passes, failed=t.outcome in ("fail", "start-failure"))
+
+
+def _trial_from_json(d: Mapping[str, Any]) -> Trial:
+    from .probe import ProbeRun, RequestRecord
+
+    runs = tuple(ProbeRun(r["probe"], r["kind"], r["outcome"], r["reason"],
+                          tuple(RequestRecord(q["n"], q["ok"], q["status"], q["latency_s"], q.get("error"),
+                                              q.get("excerpt", "")) for q in r["requests"]),
+                          r["duration_s"], r.get("target", ""))
+                 for r in d["probe"]["runs"])
+    return Trial(d["n"], d["purpose"], tuple(d["units"]), tuple(d["config"]), d["outcome"], d["reason"], runs,
+                 d["restart_s"], d["probe_s"], d.get("restart_durations", {}), d.get("started_at", 0.0),
+                 d.get("log_tail", ""), d.get("aborted", False))
+
+
+def _drift_hint(diff_doc: Mapping[str, Any]) -> list[str]:
+    hints = []
+    for dr in diff_doc.get("drift", []):
+        hints.append(f"{dr['service']} (pid {dr['pid']}) was running with {dr['key']}={dr['process']} while its file "
+                     f"says {dr['file']}: it was not restarted after an edit, or restarted alone")
+    for s in diff_doc.get("unknown_processes", []):
+        hints.append(f"{s}: start environment unknown (overwritten by the program); cannot tell whether it was stale")
+    if not hints:
+        hints.append("no drift was recorded; the failure may have needed a co-restart, load, or time to appear")
+    return hints
+
+
+def _find_run_dir(runs_dir: Path, run_id: str | None, deployment: str) -> Path:
+    if run_id:
+        p = runs_dir / run_id
+        if not (p / "run.json").exists():
+            raise UsageError(f"no run {run_id!r} in {runs_dir}")
+        return p
+    cands = []
+    if runs_dir.exists():
+        for p in runs_dir.iterdir():
+            if (p / "run.json").exists() and not (p / "verdict.json").exists():
+                try:
+                    if json.loads((p / "run.json").read_text()).get("deployment") == deployment:
+                        cands.append(p)
+                except ValueError:
+                    continue
+    if not cands:
+        raise UsageError("no unfinished run to resume for this deployment")
+    return max(cands, key=lambda p: p.stat().st_mtime)
+
+
+def _install_signal_handlers() -> Callable[[], None]:
+    """SIGTERM behaves like Ctrl-C (KeyboardInterrupt), so both restore the hosts."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_term(signum, frame):  # noqa: ANN001
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    return lambda: signal.signal(signal.SIGTERM, old)
+
+
+def restore_deployment(dep: Deployment, *, on_event: Callable[[str, dict], None] | None = None) -> dict[str, Any]:
+    """`envbisect restore`: undo an interrupted or crashed run from its journal, then co-restart."""
+    from .journal import find_journal
+
+    ev = on_event or (lambda _k, _d: None)
+    journal = find_journal(dep.playbook, dep.transports, dep.store.runs_dir)
+    if journal is None:
+        return {"restored": False, "reason": "no active journal for this deployment: nothing to undo"}
+    run_dir = dep.store.runs_dir / journal.run_id
+    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    editor = HostEditor.resume_from(dep.playbook, dep.transports, run_dir, journal)
+    ev("step", {"message": f"restoring {len(journal.original.files)} file(s) and {len(journal.original.repos)} repo(s) "
+                           f"from run {journal.run_id}"})
+    editor.restore()
+    rs = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}))
+    editor.finish()
+    editor.lock(force=True)  # take over the crashed run's lock, then release it
+    editor.unlock()
+    return {"restored": True, "run": journal.run_id, "files": len(journal.original.files),
+            "repos": len(journal.original.repos), "co_restart_ok": rs.ok, "co_restart": rs.message or "ok"}
+
+
+__all__ = ["BisectRun", "BisectOptions", "BisectResult", "restore_deployment", "EnvbisectError", "RemoteError",
+           "field", "TrialRequest", "probe_repeatedly"]

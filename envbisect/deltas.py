@@ -1,0 +1,343 @@
+"""Deltas: what changed between a known-good baseline and now, as discrete, applicable units.
+
+Pure: takes snapshots (the current one carrying fallback material for TIME), returns a `Diff`.
+Every delta says where its old value came from (`baseline_source`), because "old value from a
+.bak file of unknown age" and "old value from a snapshot taken at 11:58" are different evidence.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping
+
+from .envfile import EnvFile, EnvFileError, parse_env
+from .masking import SecretMasker
+from .snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
+
+CHANGES = ("added", "removed", "changed")
+
+
+@dataclass(frozen=True)
+class Delta:
+    id: str  # stable and typable: "decode:SGLANG_X", "git:node1:/srv/src", "file:node1:/srv/conf/a.yaml"
+    kind: str  # env | git | file
+    host: str
+    service: str | None
+    path: str
+    key: str | None
+    change: str  # added | removed | changed
+    old: str | None  # env: value; git: commit; file: sha256 (None when absent or unknown)
+    new: str | None
+    baseline_source: str  # "snapshot:ID", "backup:PATH", "git:COMMIT", "reflog", "process:SERVICE", "mtime"
+    detail: tuple[str, ...] = ()  # commits in between, "old content unknown", duplicate keys...
+
+    @property
+    def applicable(self) -> bool:
+        """Can a trial put the old state back? Not when the old content is unknown."""
+        if self.kind == "file":
+            return self.change == "added" or self.old is not None
+        if self.kind == "git":
+            return self.old is not None and self.new is not None
+        return True
+
+    def to_json(self, masker: SecretMasker) -> dict[str, Any]:
+        old, new = self.old, self.new
+        if self.kind == "env":
+            old, new = masker.mask_value(self.key or "", old), masker.mask_value(self.key or "", new)
+        return {"id": self.id, "kind": self.kind, "host": self.host, "service": self.service, "path": self.path,
+                "key": self.key, "change": self.change, "old": old, "new": new,
+                "baseline_source": self.baseline_source, "detail": [masker.redact_text(d) for d in self.detail]}
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A running process whose start environment differs from its env file on disk."""
+
+    host: str
+    service: str
+    key: str
+    file_value: str | None
+    process_value: str | None
+    pid: int | None
+    started_at: float | None
+
+    def to_json(self, masker: SecretMasker) -> dict[str, Any]:
+        return {"host": self.host, "service": self.service, "key": self.key,
+                "file": masker.mask_value(self.key, self.file_value),
+                "process": masker.mask_value(self.key, self.process_value), "pid": self.pid,
+                "started_at": _iso(self.started_at)}
+
+
+@dataclass(frozen=True)
+class Diff:
+    since: float | None
+    baseline: Snapshot | None
+    current: Snapshot
+    deltas: tuple[Delta, ...]
+    drift: tuple[Drift, ...]
+    unknown_processes: tuple[str, ...] = ()  # services whose start environment could not be read
+    notes: tuple[str, ...] = ()
+    contents: Mapping[str, bytes] = field(default_factory=dict)  # sha256 -> bytes for file deltas (old and new)
+
+    def links(self) -> list[list[str]]:
+        """Env deltas of the same key in several services: these often must change together."""
+        by_key: dict[tuple[str, str, str | None], list[str]] = {}
+        for d in self.deltas:
+            if d.kind == "env":
+                by_key.setdefault((d.key or "", d.change, d.new), []).append(d.id)
+        return [ids for ids in by_key.values() if len(ids) > 1]
+
+    def to_json(self, masker: SecretMasker) -> dict[str, Any]:
+        b = self.baseline
+        return {
+            "since": _iso(self.since),
+            "baseline": ({"snapshot": b.id, "label": b.label, "taken_at": b.taken_at_iso} if b else
+                         {"snapshot": None, "sources": sorted({d.baseline_source.split(":")[0] for d in self.deltas})}),
+            "current": {"snapshot": self.current.id, "taken_at": self.current.taken_at_iso},
+            "deltas": [d.to_json(masker) for d in self.deltas],
+            "drift": [d.to_json(masker) for d in self.drift],
+            "links": self.links(),
+            "unknown_processes": list(self.unknown_processes),
+            "notes": [masker.redact_text(n) for n in self.notes],
+        }
+
+
+def _iso(t: float | None) -> str | None:
+    return None if t is None else datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _parse(content: bytes | None) -> EnvFile | None:
+    if content is None:
+        return None
+    try:
+        return parse_env(content.decode("utf-8", "surrogateescape"))
+    except EnvFileError:
+        return None
+
+
+@dataclass
+class _Old:
+    """The baseline state of one file: content (or known absence) and where it came from."""
+
+    source: str
+    content: bytes | None
+    absent: bool = False
+
+
+def _old_file(path: str, base_host: HostState | None, base_id: str | None, cur: HostState,
+              since: float | None) -> _Old | None:
+    if base_host is not None:
+        bf = base_host.files.get(path)
+        if bf is not None:
+            if bf.exists is False:
+                return _Old(f"snapshot:{base_id}", None, absent=True)
+            if bf.content is not None or bf.sha256:
+                return _Old(f"snapshot:{base_id}", bf.content)
+        elif _covered(path, base_host):
+            return _Old(f"snapshot:{base_id}", None, absent=True)
+    fb = cur.fallback
+    if fb is not None:
+        bk = fb.backups.get(path)
+        if bk is not None and bk.content is not None:
+            return _Old(f"backup:{bk.path}", bk.content)
+        g = fb.git.get(path)
+        if g is not None and g.get("commit"):
+            if g.get("absent"):
+                return _Old(f"git:{g['commit'][:12]}", None, absent=True)
+            if "content" in g:
+                return _Old(f"git:{g['commit'][:12]}", g["content"])
+    return None
+
+
+def _covered(path: str, host: HostState) -> bool:
+    """Was path inside something the baseline looked at (so its absence there is meaningful)?"""
+    return any(path in members for members in host.watched.values()) or path in host.env_files.values()
+
+
+def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float | None) -> Diff:
+    deltas: list[Delta] = []
+    drift: list[Drift] = []
+    notes: list[str] = []
+    unknown: list[str] = []
+    contents: dict[str, bytes] = {}
+    base_id = baseline.id if baseline else None
+    for hname, cur in current.hosts.items():
+        base = baseline.hosts.get(hname) if baseline else None
+        # --- env files, one per service ------------------------------------------------------
+        for service, path in cur.env_files.items():
+            f = cur.files.get(path) or FileState(path, exists=None)
+            if f.error or f.exists is None:
+                notes.append(f"{hname}:{path}: cannot read ({f.error or 'unknown'}); its deltas are unknown")
+                continue
+            new_env = _parse(f.content) if f.exists else EnvFile("", ())
+            if new_env is None:
+                notes.append(f"{hname}:{path}: not parseable as a serve-env file; compared as a whole file")
+                deltas.extend(_file_delta(hname, path, f, _old_file(path, base, base_id, cur, since), since, contents))
+                continue
+            for key, lines in new_env.duplicates().items():
+                notes.append(f"{service}: {key} is assigned {len(lines)} times in {path} (lines "
+                             f"{', '.join(map(str, lines))}); the last one wins")
+            old = _old_file(path, base, base_id, cur, since)
+            proc = cur.processes.get(service)
+            if old is not None:
+                old_env = EnvFile("", ()) if old.absent else _parse(old.content)
+                if old_env is None:
+                    notes.append(f"{service}: baseline of {path} ({old.source}) is not parseable")
+                    continue
+                deltas.extend(_env_deltas(hname, service, path, old_env.values(), new_env.values(), old.source))
+            elif proc is not None and proc.status == "ok" and since is not None and proc.started_at is not None \
+                    and proc.started_at <= since:
+                # The process started before TIME still carries the old environment.
+                deltas.extend(_env_deltas_from_process(hname, service, path, proc, new_env))
+            elif f.mtime is not None and since is not None and f.mtime > since:
+                deltas.append(Delta(f"{service}:*", "env", hname, service, path, None, "changed", None, None, "mtime",
+                                    (f"modified at {_iso(f.mtime)}, after {_iso(since)}; its old content is unknown "
+                                     "(no snapshot, backup, git history or older process)",)))
+            # --- drift: process environment vs file on disk ---------------------------------
+            if proc is not None:
+                if proc.status == "ok" and proc.environ is not None:
+                    old_keys = set()
+                    if old is not None and not old.absent:
+                        oe = _parse(old.content)
+                        old_keys = set(oe.values()) if oe else set()
+                    drift.extend(_drift(hname, service, proc, new_env, old_keys))
+                elif proc.status == "unknown":
+                    unknown.append(service)
+        # --- repos -------------------------------------------------------------------------
+        for rpath, repo in cur.repos.items():
+            if repo.error:
+                notes.append(f"{hname}:{rpath}: {repo.error}")
+                continue
+            d = _repo_delta(hname, rpath, repo, base.repos.get(rpath) if base else None, base_id)
+            if d:
+                deltas.append(d)
+        # --- watched files -----------------------------------------------------------------
+        env_paths = set(cur.env_files.values())
+        members = sorted({p for ms in cur.watched.values() for p in ms} - env_paths)
+        gone = set()
+        if base is not None:
+            gone = {p for ms in base.watched.values() for p in ms} - set(members) - env_paths
+        for path in members:
+            f = cur.files[path]
+            if f.error:
+                notes.append(f"{hname}:{path}: cannot read ({f.error})")
+            deltas.extend(_file_delta(hname, path, f, _old_file(path, base, base_id, cur, since), since, contents))
+        for path in sorted(gone):
+            bf = base.files.get(path) if base else None
+            if bf is None:
+                continue
+            if bf.content is not None:
+                contents[bf.sha256 or _sha(bf.content)] = bf.content
+            deltas.append(Delta(f"file:{hname}:{path}", "file", hname, None, path, None, "removed",
+                                bf.sha256, None, f"snapshot:{base_id}",
+                                () if bf.content is not None else ("old content too large to restore",)))
+    return Diff(since, baseline, current, tuple(deltas), tuple(drift), tuple(unknown), tuple(notes), contents)
+
+
+def _env_deltas(host: str, service: str, path: str, old: Mapping[str, str], new: Mapping[str, str],
+                source: str) -> list[Delta]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        o, n = old.get(key), new.get(key)
+        if o == n:
+            continue
+        change = "added" if o is None else "removed" if n is None else "changed"
+        out.append(Delta(f"{service}:{key}", "env", host, service, path, key, change, o, n, source))
+    return out
+
+
+def _env_deltas_from_process(host: str, service: str, path: str, proc: ProcessState,
+                             new_env: EnvFile) -> list[Delta]:
+    """Old values from the environment of a process started before TIME.
+
+    A process environment also holds everything inherited (PATH, HOME...), so only keys the file
+    sets, or that share a prefix family with them (SGLANG_, NCCL_...), can be told apart as removed.
+    """
+    env = dict(proc.environ or {})
+    resolved = new_env.resolved({k: v for k, v in env.items() if k not in new_env.values()})
+    families = {k.split("_", 1)[0] + "_" for k in resolved if "_" in k}
+    keys = set(resolved) | {k for k in env if any(k.startswith(f) for f in families)}
+    old = {k: env[k] for k in keys if k in env}
+    new = {k: resolved[k] for k in keys if k in resolved}
+    return _env_deltas(host, service, path, old, new, f"process:{service}")
+
+
+def _drift(host: str, service: str, proc: ProcessState, file_env: EnvFile, old_keys: set[str]) -> list[Drift]:
+    env = dict(proc.environ or {})
+    values = file_env.values()
+    resolved = file_env.resolved({k: v for k, v in env.items() if k not in values})
+    out = []
+    for key in sorted(resolved):
+        if env.get(key) != resolved[key]:
+            out.append(Drift(host, service, key, resolved[key], env.get(key), proc.pid, proc.started_at))
+    for key in sorted(old_keys - set(resolved)):
+        if key in env:  # removed from the file, still set in the running process
+            out.append(Drift(host, service, key, None, env[key], proc.pid, proc.started_at))
+    return out
+
+
+def _repo_delta(host: str, path: str, repo: RepoState, base: RepoState | None, base_id: str | None) -> Delta | None:
+    if base is not None and base.head:
+        old, source = base.head, f"snapshot:{base_id}"
+    elif repo.head_at_since:
+        old, source = repo.head_at_since, "reflog"
+    else:
+        return None
+    detail: list[str] = []
+    if repo.dirty:
+        detail.append(f"working tree has uncommitted changes: {', '.join(repo.dirty_files[:10])}")
+    if old == repo.head:
+        if not repo.dirty:
+            return None
+    detail.extend(f"+ {c}" for c in repo.commits_since)
+    detail.extend(f"- {c}" for c in repo.commits_rewound)
+    return Delta(f"git:{host}:{path}", "git", host, None, path, None, "changed", old, repo.head, source, tuple(detail))
+
+
+def _file_delta(host: str, path: str, f: FileState, old: _Old | None, since: float | None,
+                contents: dict[str, bytes]) -> list[Delta]:
+    did = f"file:{host}:{path}"
+    new_sha = f.sha256 if f.exists else None
+    if f.content is not None and new_sha:
+        contents[new_sha] = f.content
+    if old is None:
+        # No old content anywhere: like `find -newermt TIME`, still list what was modified after TIME.
+        if since is not None and f.exists and f.mtime is not None and f.mtime > since:
+            return [Delta(did, "file", host, None, path, None, "changed", None, new_sha, "mtime",
+                          (f"modified at {_iso(f.mtime)}, after {_iso(since)}; old content unknown",))]
+        return []
+    old_sha = None if old.absent else (_sha(old.content) if old.content is not None else None)
+    if old.content is not None and old_sha:
+        contents[old_sha] = old.content
+    if old.absent and not f.exists:
+        return []
+    if old.absent:
+        return [Delta(did, "file", host, None, path, None, "added", None, new_sha, old.source)]
+    if not f.exists:
+        return [Delta(did, "file", host, None, path, None, "removed", old_sha, None, old.source)]
+    if old_sha == new_sha:
+        return []
+    detail = () if old.content is not None else ("old content unknown",)
+    return [Delta(did, "file", host, None, path, None, "changed", old_sha, new_sha, old.source, detail)]
+
+
+def linked_units(deltas: Iterable[Delta], links: Iterable[Iterable[str]] = (), link_keys: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
+    """Group deltas into bisection units: by default every delta alone, `--link KEY` pins all deltas of
+    that variable into one unit. Returns unit id -> delta ids."""
+    deltas = list(deltas)
+    keys = set(link_keys)
+    units: dict[str, tuple[str, ...]] = {}
+    grouped: dict[str, list[str]] = {}
+    for d in deltas:
+        if d.kind == "env" and d.key in keys:
+            grouped.setdefault(f"linked:{d.key}", []).append(d.id)
+        else:
+            units[d.id] = (d.id,)
+    for uid, ids in grouped.items():
+        units[uid] = tuple(ids)
+    return units

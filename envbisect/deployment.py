@@ -1,0 +1,131 @@
+"""The library entry point: a playbook bound to live connections and a local store.
+
+    from envbisect.deployment import Deployment
+    with Deployment.open("envbisect.toml") as dep:
+        diff = dep.diff(since="noon")
+        for d in diff.deltas: print(d.id, d.old, "->", d.new)
+
+The CLI is a thin layer over this object.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from .deltas import Diff, compute_diff
+from .errors import UsageError
+from .masking import SecretMasker
+from .playbook import Playbook, load_playbook
+from .snapshot import Snapshot, collect_host, for_each_host, take_snapshot, without_fallback
+from .store import Store
+from .timespec import TimeSpecError, host_now, parse_time
+from .transport import Transport, connect
+
+
+@dataclass(frozen=True)
+class ConnectOptions:
+    ssh_config: str | None = None
+    accept_new_host_key: bool = False
+    attempts: int = 3
+    backoff_s: float = 1.0
+
+
+class Deployment:
+    def __init__(self, playbook: Playbook, store: Store, options: ConnectOptions = ConnectOptions()):
+        self.playbook = playbook
+        self.store = store
+        self.options = options
+        self.masker = SecretMasker(playbook.secret_names, playbook.secret_values)
+        self._transports: dict[str, Transport] | None = None
+
+    @classmethod
+    def open(cls, playbook: str | Path = "envbisect.toml", store: str | Path = "snapshots",
+             options: ConnectOptions = ConnectOptions()) -> "Deployment":
+        return cls(load_playbook(playbook), Store(store), options)
+
+    # connections ------------------------------------------------------------------------------
+    @property
+    def transports(self) -> Mapping[str, Transport]:
+        if self._transports is None:
+            o = self.options
+            self._transports = for_each_host(
+                self.playbook, {h: None for h in self.playbook.hosts},  # type: ignore[misc]
+                lambda h, _: connect(self.playbook.hosts[h], ssh_config=o.ssh_config,
+                                     accept_new_host_key=o.accept_new_host_key, attempts=o.attempts, backoff_s=o.backoff_s),
+            )
+        return self._transports
+
+    def round_trips(self) -> dict[str, int]:
+        return {h: t.round_trips for h, t in (self._transports or {}).items()}
+
+    def close(self) -> None:
+        for t in (self._transports or {}).values():
+            with contextlib.suppress(Exception):
+                t.close()
+        self._transports = None
+
+    def __enter__(self) -> "Deployment":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # stage 1: snapshot ------------------------------------------------------------------------
+    def snapshot(self, label: str | None = None, *, save: bool = True) -> Snapshot:
+        snap = take_snapshot(self.playbook, self.transports, label=label)
+        if save:
+            self.store.save(snap)
+        return snap
+
+    def host_clocks(self) -> dict[str, float]:
+        """Each host's idea of now (one cheap round trip each), as epoch seconds."""
+        states = for_each_host(self.playbook, self.transports,
+                               lambda h, t: collect_host(self.playbook, h, t, clock_only=True))
+        return {h: s.clock_epoch for h, s in states.items()}
+
+    def resolve_since(self, spec: str) -> dict[str, float]:
+        """TIME per host, interpreted in each host's own timezone."""
+        states = for_each_host(self.playbook, self.transports,
+                               lambda h, t: collect_host(self.playbook, h, t, clock_only=True))
+        out = {}
+        for h, s in states.items():
+            try:
+                out[h] = parse_time(spec, host_now(s.clock_epoch, s.tz, s.utc_offset_s)).timestamp()
+            except TimeSpecError as e:
+                raise UsageError(str(e)) from None
+        return out
+
+    # stage 2: deltas --------------------------------------------------------------------------
+    def diff(self, since: str | None = None, against: str | None = None, *, save: bool = True) -> Diff:
+        if bool(since) == bool(against):
+            raise UsageError("give exactly one of --since TIME or --against LABEL|SNAPSHOT")
+        if against:
+            baseline = self.store.find(against)
+            if baseline.playbook != self.playbook.name:
+                raise UsageError(f"snapshot {baseline.id} belongs to deployment {baseline.playbook!r}, "
+                                 f"not {self.playbook.name!r}")
+            since_by_host = {h: baseline.taken_at for h in self.playbook.hosts}
+        else:
+            since_by_host = self.resolve_since(since or "")
+            # The baseline must predate TIME on every host (hosts may sit in different timezones).
+            baseline = self.store.newest_at_or_before(self.playbook.name, min(since_by_host.values()))
+        log_from = {}
+        if baseline:
+            for h, hs in baseline.hosts.items():
+                log_from[h] = {p: r.head for p, r in hs.repos.items() if r.head}
+        current = take_snapshot(self.playbook, self.transports, label="diff", since_by_host=since_by_host,
+                                log_from=log_from)
+        result = compute_diff(current, baseline, since=min(since_by_host.values()))
+        if save:
+            self.store.save(without_fallback(current))
+        return result
+
+
+def open_deployment(playbook: str | Path, store: str | Path, *, ssh_config: str | None = None,
+                    accept_new_host_key: bool = False) -> Deployment:
+    return Deployment.open(playbook, store, ConnectOptions(ssh_config, accept_new_host_key))
+
+
+__all__: Iterable[str] = ["Deployment", "ConnectOptions", "open_deployment"]

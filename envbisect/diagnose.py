@@ -1,0 +1,91 @@
+"""Layered path check: where along client -> router -> engines does the request break?
+
+This is what an on-call engineer does by hand after the configuration has been cleared (or
+before blaming it): each engine's health, then the same probe against the router directly, then
+through the configured client path. When the router passes and the client path fails, the answer
+is "not the config: look at the client, the proxy, connection reuse" - the incident's real fault.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+from .playbook import Playbook, Probe
+from .probe import PASS, ProbeRun, run_probe
+from .restart import health_ok
+from .transport import Transport
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str  # "health: prefill", "router", "client path"
+    target: str
+    ok: bool
+    reason: str
+    run: ProbeRun | None = None
+
+    def to_json(self) -> dict:
+        return {"layer": self.name, "target": self.target, "ok": self.ok, "reason": self.reason,
+                "probe": self.run.to_json() if self.run else None}
+
+
+@dataclass(frozen=True)
+class PathReport:
+    layers: tuple[Layer, ...]
+    broken_at: str | None
+    conclusion: str
+
+    def to_json(self) -> dict:
+        return {"layers": [l.to_json() for l in self.layers], "broken_at": self.broken_at, "conclusion": self.conclusion}
+
+
+def rebase(url: str, base: str) -> str:
+    """The path of `url` on the scheme://host:port of `base`."""
+    u, b = urlsplit(url), urlsplit(base)
+    return urlunsplit((b.scheme, b.netloc, u.path, u.query, ""))
+
+
+def entry_service(playbook: Playbook) -> str:
+    """The service clients talk to: the last one started (the router in a PD deployment)."""
+    return playbook.restart.order[-1]
+
+
+def check_path(playbook: Playbook, transports: Mapping[str, Transport], probe: Probe) -> PathReport:
+    layers: list[Layer] = []
+    for name in playbook.restart.order:
+        s = playbook.services[name]
+        ok, why = health_ok(transports[s.host], s.health)
+        layers.append(Layer(f"health: {name}", s.health, ok, why))
+    if probe.kind != "command" and probe.url:
+        entry = playbook.services[entry_service(playbook)]
+        router_probe = replace(probe, url=rebase(probe.url, entry.health), vantage=entry.host)
+        r = run_probe(router_probe, transports)
+        layers.append(Layer(f"router ({entry.name}) directly", router_probe.url or "", r.outcome == PASS, r.reason, r))
+        if rebase(probe.url, entry.health) != probe.url:
+            r = run_probe(probe, transports)
+            layers.append(Layer("probe target", probe.url, r.outcome == PASS, r.reason, r))
+        if playbook.client_url:
+            client_probe = replace(probe, url=rebase(probe.url, playbook.client_url))
+            if client_probe.url not in {l.target for l in layers}:
+                r = run_probe(client_probe, transports)
+                layers.append(Layer("client path", client_probe.url or "", r.outcome == PASS, r.reason, r))
+    else:
+        r = run_probe(probe, transports)
+        layers.append(Layer("probe command", probe.command or "", r.outcome == PASS, r.reason, r))
+    broken = next((l for l in layers if not l.ok), None)
+    return PathReport(tuple(layers), broken.name if broken else None, _conclude(layers, broken))
+
+
+def _conclude(layers: list[Layer], broken: Layer | None) -> str:
+    if broken is None:
+        return ("every layer passed this time: the failure is intermittent or depends on load or on the client's "
+                "own connections; re-run with more probe repeats")
+    if broken.name.startswith("health:"):
+        return f"{broken.name[8:]} is not healthy ({broken.reason}): look at that engine and its log first"
+    if broken.name.startswith("router"):
+        return ("the router fails even when called directly while every engine reports healthy: look at the "
+                "prefill->decode transfer and routing (per-worker health does not exercise the transfer)")
+    return (f"the router answers correctly but the {broken.name} fails ({broken.reason}): the fault is on the path "
+            "between the client and the router - the client, a proxy, connection reuse (keep-alive) - not in the "
+            "deployment's configuration")

@@ -1,0 +1,560 @@
+"""Parse, diff and surgically edit ``*.serve-env`` files.
+
+A serve-env file is a shell fragment that the start script *sources*, so the truth about what a
+process sees is whatever ``sh``/``bash`` would make of it.  This module therefore follows shell
+lexing rules (quotes, escapes, continuations, comments) instead of ``KEY=VALUE`` line splitting,
+and never executes anything: ``$(...)`` and backquotes are kept as literal text.
+
+Bisection flips one variable at a time on production hosts, so edits are byte-surgical: only the
+value word of one assignment is replaced, every other byte stays identical, new values are always
+written in a form that the shell cannot execute (`shell_quote`), and every edit is re-parsed and
+checked before it is returned.
+
+Supported: ``export K=V``, ``K=V``, leading blanks, comments, blank lines, single quotes, double
+quotes (``\\" \\\\ \\$ \\``` escapes), backslash escapes, backslash-newline continuations,
+``$NAME`` / ``${NAME}`` references (plus ``${NAME:-w}``-style defaults in `EnvFile.resolved`),
+``~`` at the start of a value or after ``:``.
+
+Deliberately *not* understood (see the individual docstrings): control flow (an assignment inside
+an ``if`` block counts as unconditional), ``declare``/``readonly``/``local`` (ignored like any
+other command), ``export K`` without ``=`` (ignored: it assigns nothing), here-documents, ``+=``,
+arrays, ``$'...'`` quoting and several assignments on one line (the last four raise
+`EnvFileError` rather than being silently misread).
+"""
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from .errors import UsageError
+
+__all__ = [
+    "EnvAssignment",
+    "EnvFile",
+    "EnvFileError",
+    "parse_env",
+    "shell_quote",
+]
+
+
+class EnvFileError(UsageError, ValueError):
+    """The file cannot be read the way the shell would read it, or an edit could not be made safely.
+
+    Raised instead of guessing, because a guessed value would make a bisection blame the wrong
+    variable.  `str(err)` is one line, ``line N: problem``; `lineno` is 1-based (0 when the
+    problem is not tied to a line).  It is a `UsageError` so the CLI reports it like other
+    bad-input errors, and a `ValueError` for callers that treat it as plain bad data.
+    """
+
+    def __init__(self, lineno: int, problem: str):
+        problem = " ".join(problem.split("\n"))
+        super().__init__(f"line {lineno}: {problem}" if lineno else problem)
+        self.lineno = lineno
+        self.problem = problem
+
+
+# Parts of a value as the lexer saw it, kept so that `resolved` knows which `$` were live:
+# ("lit", text) is literal (quoted, escaped, or never expanded by us such as $(...)),
+# ("ref", raw) is a parameter expansion like "$X" / "${X:-d}", ("tilde", "~") a tilde prefix.
+_Part = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class EnvAssignment:
+    """One ``[export] KEY=VALUE`` statement, with enough position data to rewrite it in place.
+
+    `start`/`end` cover the whole line(s) (leading blanks and a trailing comment included, the
+    final newline excluded) so that removing an assignment removes its lines; `value_start`/
+    `value_end` cover only the value word, which is all that `EnvFile.with_value` replaces.
+
+    `value` is the shell-unquoted text with references left as written, so ``'$HOME'``,
+    ``\\$HOME`` and ``$HOME`` all give ``"$HOME"``; `refs` (and `EnvFile.resolved`) tell them
+    apart.  References inside ``$(...)``/backquotes are not listed: that text is never run.
+    """
+
+    key: str
+    value: str
+    exported: bool
+    start: int
+    end: int
+    lineno: int
+    refs: tuple[str, ...]
+    value_start: int = -1
+    value_end: int = -1
+    parts: tuple[_Part, ...] = field(default=(), repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class EnvFile:
+    """A parsed serve-env file; the original `text` is kept so edits can preserve every byte."""
+
+    text: str
+    assignments: tuple[EnvAssignment, ...]
+
+    def values(self) -> dict[str, str]:
+        """Key -> literal value, last assignment winning, because that is what sourcing leaves."""
+        return {a.key: a.value for a in self.assignments}
+
+    def duplicates(self) -> dict[str, list[int]]:
+        """Keys assigned more than once -> their line numbers; an early copy is a common trap."""
+        lines: dict[str, list[int]] = {}
+        for a in self.assignments:
+            lines.setdefault(a.key, []).append(a.lineno)
+        return {k: v for k, v in lines.items() if len(v) > 1}
+
+    def get(self, key: str) -> EnvAssignment | None:
+        """The assignment that takes effect (the last one), or None if the file never sets key."""
+        for a in reversed(self.assignments):
+            if a.key == key:
+                return a
+        return None
+
+    def with_value(self, key: str, value: str) -> str:
+        """New file text with key set to value. If the key exists, rewrite ONLY the span of its last assignment (keep `export ` prefix if it had one, keep any trailing comment on that line), every other byte identical. Earlier duplicate assignments are left untouched (the last one wins anyway). If absent, append `export KEY=<quoted>` as a new line at the end (adding a newline first if the file does not end with one).
+
+        Only the value word is replaced, so a non-exported ``K=V`` stays non-exported (the start
+        script's ``set -a`` or a later ``export K`` is what exports it).  The value is written
+        with `shell_quote`, so sourcing can never execute it.  The result is re-parsed and
+        checked (new value read back, every other key unchanged) because these edits land on
+        production hosts; when a plain append would be swallowed by a dangling backslash
+        continuation a blank line is inserted first, and if no safe edit exists `EnvFileError`
+        is raised.  Raises `ValueError` for an invalid key or a value containing NUL.
+        """
+        _check_key(key)
+        quoted = shell_quote(value)
+        cur = self.get(key)
+        if cur is not None:
+            candidates = [self.text[: cur.value_start] + quoted + self.text[cur.value_end :]]
+        else:
+            sep = "" if not self.text or self.text.endswith("\n") else "\n"
+            line = f"export {key}={quoted}\n"
+            candidates = [self.text + sep + line, self.text + sep + "\n" + line]
+        for candidate in candidates:
+            if self._edit_keeps_others(candidate, key, value):
+                return candidate
+        where = cur.lineno if cur is not None else 0
+        raise EnvFileError(where, f"cannot set {key} without changing other assignments "
+                                  "(does the file end with a backslash?)")
+
+    def without(self, key: str) -> str:
+        """New text with every assignment of key removed (whole lines, including their newline); all other bytes identical.
+
+        Used to test "what if this variable were not set at all".  A trailing comment on a removed
+        line goes with it.  A removed last line that had no newline leaves the previous line's
+        newline in place.  The result is re-parsed and checked like `with_value`.
+        """
+        pieces: list[str] = []
+        pos = 0
+        for a in self.assignments:
+            if a.key != key:
+                continue
+            pieces.append(self.text[pos : a.start])
+            pos = a.end + 1 if a.end < len(self.text) else a.end
+        pieces.append(self.text[pos:])
+        new = "".join(pieces)
+        if not self._edit_keeps_others(new, key, None):
+            raise EnvFileError(0, f"cannot remove {key} without changing other assignments")
+        return new
+
+    def resolved(self, environ: Mapping[str, str] = {}) -> dict[str, str]:
+        """values with ${X}/$X expanded in file order the way `sh` sourcing would (earlier assignments, then environ, else empty); single-quoted parts are not expanded. Used to compare with a process's real environment.
+
+        Also handles ``${X:-w}``, ``${X-w}``, ``${X:+w}``, ``${X+w}``, ``${X:=w}``, ``${X=w}``
+        when ``w`` is a plain word (``$Y``/``${Y}`` inside it are expanded) and ``~``/``~/``
+        prefixes (from HOME).  Anything else that a shell would compute (``$(...)``, backquotes,
+        ``${#X}``, ``${X%pat}``, quoted default words, ``$1``) is kept as literal text, so the
+        result can differ from the real environment for such values.
+        """
+        scope: dict[str, str] = {}
+
+        def lookup(name: str) -> str | None:
+            if name in scope:
+                return scope[name]
+            return environ.get(name)
+
+        def assign(name: str, val: str) -> None:
+            scope[name] = val
+
+        out: dict[str, str] = {}
+        for a in self.assignments:
+            pieces = []
+            for kind, text in a.parts:
+                if kind == "lit":
+                    pieces.append(text)
+                elif kind == "tilde":
+                    home = lookup("HOME")
+                    pieces.append("~" if home is None else home)
+                else:
+                    pieces.append(_expand_ref(text, lookup, assign))
+            val = "".join(pieces)
+            scope[a.key] = val
+            out[a.key] = val
+        return out
+
+    def _edit_keeps_others(self, new_text: str, key: str, value: str | None) -> bool:
+        # A production edit must not change anything but `key`: re-parse and compare.
+        try:
+            new = parse_env(new_text)
+        except EnvFileError:
+            return False
+        old_vals = self.values()
+        new_vals = new.values()
+        if value is None:
+            if key in new_vals:
+                return False
+        elif new_vals.get(key) != value:
+            return False
+        old_vals.pop(key, None)
+        new_vals.pop(key, None)
+        return old_vals == new_vals
+
+
+def parse_env(text: str) -> EnvFile:
+    """Parse serve-env text as the shell would lex it; raise `EnvFileError` on anything ambiguous.
+
+    Non-assignment statements (``set -a``, ``echo``, ``export K``, ``declare -x K=V``...) are
+    skipped, but still lexed so that quotes spanning lines cannot hide or fake assignments and an
+    unterminated quote anywhere is an error.  Text is taken as-is: a ``\\r`` from CRLF files is
+    part of the value, exactly as for ``sh`` (read files with ``newline=""`` to keep bytes).
+    """
+    lx = _Lexer(text)
+    n = len(text)
+    out: list[EnvAssignment] = []
+    i = 0
+    while i < n:
+        m = _ASSIGN_RE.match(text, i)
+        if m is None:
+            i = lx.skip_statement(i) + 1
+            continue
+        key = m.group(2)
+        if m.group(3) == "+=":
+            lx.error(m.start(3), f"'+=' (append) for {key} is not supported")
+        vs = m.end()
+        ve, parts, refs = lx.lex_value(vs)
+        j = ve
+        while j < n and text[j] in " \t":
+            j += 1
+        if j < n and text[j] != "\n":
+            if text[j] == "#" and j > ve:
+                nl = text.find("\n", j)
+                j = n if nl < 0 else nl
+            else:
+                lx.error(j, f"unexpected {text[j]!r} after the value of {key} (only one "
+                            "assignment per line, optionally followed by a comment, is supported)")
+        out.append(EnvAssignment(
+            key=key,
+            value="".join(t for _, t in parts),
+            exported=m.group(1) is not None,
+            start=i,
+            end=j,
+            lineno=lx.lineno(i),
+            refs=tuple(dict.fromkeys(refs)),
+            value_start=vs,
+            value_end=ve,
+            parts=tuple(parts),
+        ))
+        i = j + 1
+    return EnvFile(text=text, assignments=tuple(out))
+
+
+_SAFE_RE = re.compile(r"[A-Za-z0-9_./:,+=@%^-]+\Z")
+
+
+def shell_quote(value: str) -> str:
+    """A word that ``sh``/``bash`` read back as exactly `value`, with nothing expanded or executed.
+
+    Bare when that is unambiguous (so common values like ``512`` or ``mlx5_0,mlx5_1`` stay
+    readable and diffs stay small), otherwise single-quoted, the one quoting form in which no
+    character is special; ``'`` is written as ``'\\''``.  NUL cannot be passed through a shell or
+    an environment, so it raises `ValueError` instead of being silently dropped.
+    """
+    if "\0" in value:
+        raise ValueError("a shell value cannot contain NUL")
+    if _SAFE_RE.match(value):
+        return value
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+# ---------------------------------------------------------------------------- internals
+
+_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ASSIGN_RE = re.compile(r"[ \t]*(?:(export)[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)(\+?=)")
+_WORD_END = frozenset(" \t\n;&|<>()")
+_BRACE_NAME_RE = re.compile(r"[#!]?([A-Za-z_][A-Za-z0-9_]*)")
+_BRACE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-+=])(.*))?\}\Z", re.S)
+_SIMPLE_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _check_key(key: str) -> None:
+    if not isinstance(key, str) or not _KEY_RE.match(key):
+        raise ValueError(f"not a valid variable name: {key!r}")
+
+
+def _expand_simple(word: str, lookup: Callable[[str], str | None]) -> str | None:
+    """Expand $Y/${Y} in a default word; None when it needs more than that (kept literal)."""
+    if any(c in word for c in "'\"\\`"):
+        return None
+    out = _SIMPLE_REF_RE.sub(lambda m: lookup(m.group(1) or m.group(2)) or "", word)
+    rest = _SIMPLE_REF_RE.sub("", word)
+    if "${" in rest or "$(" in rest:
+        return None
+    return out
+
+
+def _expand_ref(raw: str, lookup: Callable[[str], str | None],
+                assign: Callable[[str, str], None]) -> str:
+    if not raw.startswith("${"):
+        return lookup(raw[1:]) or ""
+    m = _BRACE_RE.match(raw)
+    if m is None:
+        return raw
+    name, op, word = m.groups()
+    val = lookup(name)
+    if op is None:
+        return val or ""
+    use_word = val is None or (op.startswith(":") and val == "")
+    if op.endswith("+"):
+        if use_word:
+            return ""
+        alt = _expand_simple(word, lookup)
+        return raw if alt is None else alt
+    if not use_word:
+        return val or ""
+    dflt = _expand_simple(word, lookup)
+    if dflt is None:
+        return raw
+    if op.endswith("="):
+        assign(name, dflt)
+    return dflt
+
+
+class _Lexer:
+    """Shell-lexing helpers over one text; every method takes and returns offsets."""
+
+    def __init__(self, text: str):
+        self.t = text
+        self.n = len(text)
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def lineno(self, off: int) -> int:
+        return bisect.bisect_right(self.line_starts, off)
+
+    def error(self, off: int, problem: str):
+        raise EnvFileError(self.lineno(off), problem)
+
+    # -- skipping constructs whose content we keep verbatim (or ignore) --------------------
+
+    def skip_sq(self, i: int) -> int:
+        j = self.t.find("'", i + 1)
+        if j < 0:
+            self.error(i, "unterminated single quote")
+        return j + 1
+
+    def skip_ansi(self, i: int) -> int:
+        t, j = self.t, i + 2
+        while j < self.n:
+            if t[j] == "\\":
+                j += 2
+            elif t[j] == "'":
+                return j + 1
+            else:
+                j += 1
+        self.error(i, "unterminated $'...' quote")
+
+    def skip_bt(self, i: int) -> int:
+        t, j = self.t, i + 1
+        while j < self.n:
+            if t[j] == "\\":
+                j += 2
+            elif t[j] == "`":
+                return j + 1
+            else:
+                j += 1
+        self.error(i, "unterminated backquote")
+
+    def skip_dq(self, i: int) -> int:
+        t, j = self.t, i + 1
+        while j < self.n:
+            c = t[j]
+            if c == "\\":
+                j += 2
+            elif c == '"':
+                return j + 1
+            elif c == "`":
+                j = self.skip_bt(j)
+            elif c == "$" and t.startswith(("$(", "${"), j):
+                j = self.skip_group(j)
+            else:
+                j += 1
+        self.error(i, "unterminated double quote")
+
+    def skip_group(self, i: int) -> int:
+        """Skip ``$(...)``, ``$((...))`` or ``${...}`` starting at i, honouring nested quotes."""
+        t = self.t
+        opener = t[i + 1]
+        closer = ")" if opener == "(" else "}"
+        depth, j = 1, i + 2
+        while j < self.n:
+            c = t[j]
+            if c == "\\":
+                j += 2
+            elif c == "'":
+                j = self.skip_sq(j)
+            elif c == '"':
+                j = self.skip_dq(j)
+            elif c == "`":
+                j = self.skip_bt(j)
+            elif c == "$" and t.startswith(("$(", "${"), j):
+                j = self.skip_group(j)
+            else:
+                if c == opener:
+                    depth += 1
+                elif c == closer:
+                    depth -= 1
+                    if depth == 0:
+                        return j + 1
+                j += 1
+        self.error(i, f"unterminated ${opener}")
+
+    def skip_statement(self, i: int) -> int:
+        """Offset of the newline ending the (ignored) statement starting at i, or len(text)."""
+        t, n = self.t, self.n
+        j, word_start = i, True
+        while j < n:
+            c = t[j]
+            if c == "\n":
+                return j
+            if c == "\\":
+                if j + 1 < n and t[j + 1] != "\n":
+                    word_start = False
+                j += 2
+                continue
+            if c == "#" and word_start:
+                nl = t.find("\n", j)
+                return n if nl < 0 else nl
+            if c == "'":
+                j = self.skip_sq(j)
+            elif c == '"':
+                j = self.skip_dq(j)
+            elif c == "`":
+                j = self.skip_bt(j)
+            elif c == "$" and t.startswith(("$(", "${"), j):
+                j = self.skip_group(j)
+            elif c == "$" and t.startswith("$'", j):
+                j = self.skip_ansi(j)
+            elif c == "<" and t.startswith("<<", j) and not t.startswith("<<<", j):
+                self.error(j, "here-documents are not supported")
+            else:
+                j += 1
+            word_start = c in " \t;&|()"
+        return n
+
+    # -- the value word of an assignment ---------------------------------------------------
+
+    def lex_value(self, i: int) -> tuple[int, list[_Part], list[str]]:
+        t, n = self.t, self.n
+        parts: list[_Part] = []
+        refs: list[str] = []
+
+        def lit(s: str) -> None:
+            if parts and parts[-1][0] == "lit":
+                parts[-1] = ("lit", parts[-1][1] + s)
+            else:
+                parts.append(("lit", s))
+
+        j = i
+        tilde_ok = True  # at the word start, or right after an unquoted ':'
+        while j < n:
+            c = t[j]
+            if c in _WORD_END:
+                break
+            nxt_tilde = False
+            if c == "\\":
+                if j + 1 >= n:
+                    lit("\\")  # bash keeps a backslash at end of file
+                    j += 1
+                elif t[j + 1] == "\n":
+                    j += 2
+                    nxt_tilde = tilde_ok  # a continuation does not end the prefix position
+                else:
+                    lit(t[j + 1])
+                    j += 2
+            elif c == "'":
+                k = self.skip_sq(j)
+                lit(t[j + 1 : k - 1])
+                j = k
+            elif c == '"':
+                j = self._lex_dq(j, lit, parts, refs)
+            elif c == "`":
+                k = self.skip_bt(j)
+                lit(t[j:k])
+                j = k
+            elif c == "$":
+                j = self._lex_dollar(j, False, lit, parts, refs)
+            elif c == "~" and tilde_ok and (j + 1 >= n or t[j + 1] in _WORD_END or t[j + 1] in "/:"):
+                parts.append(("tilde", "~"))
+                j += 1
+            else:
+                lit(c)
+                nxt_tilde = c == ":"
+                j += 1
+            tilde_ok = nxt_tilde
+        return j, parts, refs
+
+    def _lex_dq(self, i: int, lit, parts: list[_Part], refs: list[str]) -> int:
+        t, n = self.t, self.n
+        j = i + 1
+        while j < n:
+            c = t[j]
+            if c == '"':
+                return j + 1
+            if c == "\\":
+                if j + 1 >= n:
+                    break
+                d = t[j + 1]
+                if d == "\n":
+                    pass
+                elif d in '$`"\\':
+                    lit(d)
+                else:
+                    lit("\\" + d)
+                j += 2
+            elif c == "`":
+                k = self.skip_bt(j)
+                lit(t[j:k])
+                j = k
+            elif c == "$":
+                j = self._lex_dollar(j, True, lit, parts, refs)
+            else:
+                lit(c)
+                j += 1
+        self.error(i, "unterminated double quote")
+
+    def _lex_dollar(self, i: int, quoted: bool, lit, parts: list[_Part], refs: list[str]) -> int:
+        t = self.t
+        nxt = t[i + 1] if i + 1 < self.n else ""
+        if nxt == "{":
+            k = self.skip_group(i)
+            raw = t[i:k]
+            parts.append(("ref", raw))
+            m = _BRACE_NAME_RE.match(raw, 2)
+            if m:
+                refs.append(m.group(1))
+            refs.extend(a or b for a, b in _SIMPLE_REF_RE.findall(raw[2:-1]))
+            return k
+        if nxt == "(":
+            k = self.skip_group(i)
+            lit(t[i:k])  # command/arithmetic substitution: kept, never run
+            return k
+        m = _NAME_RE.match(t, i + 1)
+        if m:
+            parts.append(("ref", "$" + m.group()))
+            refs.append(m.group())
+            return m.end()
+        if not quoted and nxt in ("'", '"'):
+            self.error(i, f"${nxt}...{nxt} quoting is not supported")
+        lit("$")
+        return i + 1

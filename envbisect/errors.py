@@ -1,0 +1,58 @@
+"""One table of exit codes and the typed errors that map onto them.
+
+Everything below the CLI raises an `EnvbisectError` subclass; `cli.main` is the single place
+that turns them into a one-line message and an exit status (httpie's ExitStatus habit).
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitStatus(IntEnum):
+    OK = 0                 # diff: no deltas; bisect: verdict culprit/interaction
+    DELTAS = 1             # diff found deltas (like `diff(1)`)
+    USAGE = 2              # bad input: playbook, arguments, store
+    CONNECTION = 3         # host unreachable, auth failure, host-key refusal
+    NOT_CONFIG = 4         # bisect: the baseline fails too; the config is not the cause
+    NOT_REPRODUCED = 5     # bisect: the current config passes after a proper co-restart
+    INCONCLUSIVE = 6       # bisect: budget spent before the confidence threshold
+    INTERRUPTED = 130
+
+
+class EnvbisectError(Exception):
+    """A problem the user can act on; `str(err)` is the whole one-line message."""
+
+    exit_status: ExitStatus = ExitStatus.USAGE
+
+
+class UsageError(EnvbisectError):
+    exit_status = ExitStatus.USAGE
+
+
+class PlaybookError(UsageError):
+    def __init__(self, path: object, key: str | None, problem: str):
+        where = f"{path}: {key}: " if key else f"{path}: "
+        super().__init__(where + problem)
+        self.path, self.key, self.problem = path, key, problem
+
+
+class StoreError(UsageError):
+    pass
+
+
+class ConnectionFailed(EnvbisectError):
+    exit_status = ExitStatus.CONNECTION
+
+
+class HostKeyError(ConnectionFailed):
+    pass
+
+
+class RemoteError(EnvbisectError):
+    """A command on a host failed for reasons that are not the configuration under test."""
+
+    exit_status = ExitStatus.CONNECTION
+
+
+class LockHeld(UsageError):
+    pass

@@ -1,0 +1,340 @@
+"""Mask secrets in env diffs, logs and bundles without hiding real deltas.
+
+Pure, no I/O.  Two entry points:
+
+* :meth:`SecretMasker.mask_value` for one ``NAME=value`` (snapshot/diff output);
+* :meth:`SecretMasker.redact_text` for free text (logs, JSON, bundles).
+
+A masked value keeps a harmless hint (a well-known token prefix such as ``hf_``)
+and the first 8 hex digits of the value's SHA-256, so two snapshots can show
+"this secret changed" without showing it::
+
+    hf_••••(masked, sha256:1a2b3c4d)
+    ••••(masked, sha256:5e6f7a8b)
+
+The hash of a low-entropy secret (a short password) can be brute-forced from
+those 32 bits; that is the price of seeing that a masked value changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from fnmatch import fnmatchcase
+from typing import Iterable
+
+__all__ = ["MASK", "SecretMasker", "mask_hash"]
+
+MASK = "••••"
+
+# --------------------------------------------------------------------- names
+
+# A name is secret if one of its words (split on non-alphanumerics and camelCase
+# boundaries, upper-cased) is one of these.  Whole words only: TOKENS, AUTHOR,
+# PASSTHROUGH, KEY are not secret.
+_SECRET_WORDS = frozenset(
+    {
+        "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE",
+        "CREDENTIALS", "CREDENTIAL", "AUTH", "AUTHORIZATION", "APIKEY",
+    }
+)
+# ... or contains one of these adjacent pairs (KEY alone is not secret).
+_KEY_QUALIFIERS = frozenset({"API", "ACCESS", "PRIVATE", "SECRET"})
+_KEY_WORDS = frozenset({"KEY", "KEYS"})
+# PWD is a password only as part of a longer name (MYSQL_PWD, DB_PWD); PWD and
+# OLDPWD are working directories.  SSH_AUTH_SOCK is a socket path.
+_NEVER_SECRET = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK"})
+
+_CAMEL_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_SPLIT_RE = re.compile(r"[^A-Za-z0-9]+")
+
+
+def _words(name: str) -> list[str]:
+    out: list[str] = []
+    for part in _SPLIT_RE.split(name):
+        out.extend(w.upper() for w in _CAMEL_RE.split(part) if w)
+    return out
+
+
+# -------------------------------------------------------------- value shapes
+
+# Each pattern has a ``hint`` group: a public prefix that is safe to show.
+_SHAPES: tuple[re.Pattern[str], ...] = tuple(
+    re.compile(p, flags)
+    for p, flags in (
+        # PEM private key block; an unterminated one is masked through its body.
+        (
+            r"(?P<hint>-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----)"
+            r"(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY-----|(?:[A-Za-z0-9+/=\s]|\\[nr])*)",
+            re.DOTALL,
+        ),
+        (r"(?<![A-Za-z0-9])(?P<hint>hf_)[A-Za-z0-9]{20,}", 0),
+        (r"(?<![A-Za-z0-9_-])(?P<hint>sk-)[A-Za-z0-9_-]{20,}", 0),
+        (
+            r"(?<![A-Za-z0-9_])(?:(?P<hint>gh[pousr]_)[A-Za-z0-9]{20,}"
+            r"|(?P<hint2>github_pat_)[A-Za-z0-9_]{20,})",
+            0,
+        ),
+        (r"(?<![A-Za-z0-9])(?P<hint>AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Za-z])", 0),
+        (
+            r"(?<![A-Za-z0-9_-])(?P<hint>eyJ)[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}"
+            r"\.[A-Za-z0-9_-]*",
+            0,
+        ),
+        (r"(?<![A-Za-z0-9])(?P<hint>xox[abposr]-)[A-Za-z0-9-]{10,}", 0),
+        # "Bearer <token>" anywhere (the token only; "Bearer" is the hint-less context)
+        (r"(?<![A-Za-z0-9])(?i:bearer)[ \t]+(?P<value>[A-Za-z0-9._~+/-]{8,}=*)", 0),
+    )
+)
+
+
+def _shape_spans(text: str) -> Iterable[tuple[int, int]]:
+    for pat in _SHAPES:
+        for m in pat.finditer(text):
+            if "value" in pat.groupindex:
+                yield m.span("value")
+            else:
+                yield m.span()
+
+
+def _hint(value: str) -> str:
+    for pat in _SHAPES:
+        if "hint" not in pat.groupindex:
+            continue
+        m = pat.match(value)
+        if m:
+            return m.group("hint") or m.groupdict().get("hint2") or ""
+    return ""
+
+
+def mask_hash(value: str) -> str:
+    """First 8 hex digits of the SHA-256 of ``value`` (UTF-8; lone surrogates kept)."""
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+def _mask(value: str) -> str:
+    return f"{_hint(value)}{MASK}(masked, sha256:{mask_hash(value)})"
+
+
+# What _mask produces: never masked again, so redaction is idempotent and text
+# built from mask_value() output can safely go through redact_text().
+_ALREADY_MASKED_RE = re.compile(
+    r"(?:-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----|hf_|sk-|gh[pousr]_|github_pat_|AKIA|ASIA"
+    r"|eyJ|xox[abposr]-)?" + re.escape(MASK) + r"\(masked, sha256:[0-9a-f]{8}\)"
+)
+
+
+def _subtract(
+    spans: list[tuple[int, int, bool]], holes: list[tuple[int, int]], text: str
+) -> list[tuple[int, int, bool]]:
+    """Cut the ``holes`` out of ``spans``; drop pieces that are blank."""
+    out = []
+    for s, e, q in spans:
+        pieces = [(s, e)]
+        for hs, he in holes:
+            if he <= s or hs >= e:
+                continue
+            nxt = []
+            for ps, pe in pieces:
+                if hs > ps:
+                    nxt.append((ps, min(pe, hs)))
+                if he < pe:
+                    nxt.append((max(ps, he), pe))
+            pieces = nxt
+        out.extend((ps, pe, q) for ps, pe in pieces if text[ps:pe].strip())
+    return out
+
+
+# ---------------------------------------------------------- NAME/VALUE forms
+
+_NAME = r"(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)"
+_DQ = r'"(?P<dq>(?:[^"\\\n]|\\.)*)"'
+_SQ = r"'(?P<sq>[^'\n]*)'"
+
+# (name+separator regex, value regex matched right after it, kind)
+_KV_FORMS: tuple[tuple[re.Pattern[str], re.Pattern[str], str], ...] = (
+    # "NAME": "VALUE" / 'NAME': 'VALUE' / "NAME": 123  (JSON, Python repr)
+    (
+        re.compile(rf"(?P<q>[\"'])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=q)\s*:\s*"),
+        re.compile(
+            r'"(?P<dq>(?:[^"\\]|\\.)*)"'
+            r"|'(?P<sq>(?:[^'\\]|\\.)*)'"
+            r"|(?P<scalar>[^\s,}\]\"']+)"
+        ),
+        "json",
+    ),
+    # NAME=VALUE, export NAME="VALUE", --name=VALUE, name = value (ini)
+    (
+        re.compile(rf"(?<![A-Za-z0-9_.]){_NAME}[ \t]*=(?!=[ \t])[ \t]*"),
+        re.compile(rf"{_DQ}|{_SQ}|(?P<bare>[^\s\"']+)|[\"'](?P<rest>[^\r\n]+)"),
+        "assign",
+    ),
+    # NAME: VALUE (YAML, HTTP headers, log "key: value"); value runs to end of line
+    # (or to the end of an enclosing JSON string / a "\n" escape).
+    (
+        re.compile(rf"(?<![A-Za-z0-9_.\-]){_NAME}[ \t]*:(?![:/])[ \t]*"),
+        re.compile(
+            rf"{_DQ}|{_SQ}"
+            r"|(?P<line>[^\r\n]*?\S)"
+            r"(?=[ \t]*(?:[\r\n]|\Z|\"[ \t]*(?:[,}\]:\r\n]|\Z)|\\[nr]))"
+        ),
+        "colon",
+    ),
+    # --name VALUE / -name VALUE (command lines); VALUE must not look like a flag
+    (
+        re.compile(rf"(?<![A-Za-z0-9_.\-])--?{_NAME}[ \t]+"),
+        re.compile(rf"{_DQ}|{_SQ}|(?P<bare>[^\s\"'\-][^\s\"']*)"),
+        "flag",
+    ),
+)
+
+# NAME: VALUE inside a quoted string ('Authorization: Bearer x' on a curl line):
+# the value stops at the closing quote.
+_COLON_IN_QUOTES = {
+    "'": re.compile(r"(?P<line>[^\r\n']*[^\s'])"),
+    '"': re.compile(
+        r'(?P<line>(?:[^\r\n"\\]|\\(?![nr]).)*?\S)(?=[ \t]*(?:"|\\[nr]|[\r\n]|\Z))'
+    ),
+}
+
+# scheme://user:PASSWORD@host
+_URL_CRED_RE = re.compile(r"://[^/\s:@]*:(?P<pw>[^/\s@]+)@")
+
+_JSON_LITERALS = frozenset({"null", "true", "false"})
+
+
+class SecretMasker:
+    """Decides what is secret and masks it.
+
+    ``extra_names``: more secret variable names (case-insensitive; exact or
+    fnmatch globs such as ``*_PASS``).  ``extra_values``: literal strings to
+    redact wherever they appear (empty/blank ones are ignored).
+    """
+
+    def __init__(self, extra_names: Iterable[str] = (), extra_values: Iterable[str] = ()):
+        self._extra_names = tuple(n.strip().upper() for n in extra_names if n and n.strip())
+        vals = {v for v in extra_values if v and v.strip()}
+        self._extra_values = tuple(sorted(vals, key=len, reverse=True))
+        self._name_cache: dict[str, bool] = {}
+
+    # ------------------------------------------------------------ predicates
+
+    def is_secret_name(self, name: str) -> bool:
+        hit = self._name_cache.get(name)
+        if hit is None:
+            if len(self._name_cache) > 4096:
+                self._name_cache.clear()
+            hit = self._name_cache[name] = self._is_secret_name(name)
+        return hit
+
+    def _is_secret_name(self, name: str) -> bool:
+        up = name.strip().upper()
+        if not up:
+            return False
+        for pat in self._extra_names:
+            if up == pat or fnmatchcase(up, pat):
+                return True
+        if up in _NEVER_SECRET:
+            return False
+        words = _words(name.strip())
+        if any(w in _SECRET_WORDS for w in words):
+            return True
+        if "PWD" in words and len(words) > 1:
+            return True
+        return any(
+            a in _KEY_QUALIFIERS and b in _KEY_WORDS for a, b in zip(words, words[1:])
+        )
+
+    def is_secret_value(self, value: str) -> bool:
+        if not value:
+            return False
+        if any(v in value for v in self._extra_values):
+            return True
+        return any(pat.search(value) for pat in _SHAPES)
+
+    # --------------------------------------------------------------- masking
+
+    def mask_value(self, name: str, value: str | None) -> str | None:
+        """``value`` with secrets masked.
+
+        Secret name: the whole value is masked.  Otherwise only the secret parts
+        of the value are (``--port 1 --api-key sk-…`` keeps ``--port 1``), so a
+        value without secrets comes back unchanged.  ``None`` and ``""`` are
+        returned as is (an unset/empty secret reveals nothing).
+        """
+        if value is None or value == "" or _ALREADY_MASKED_RE.fullmatch(value):
+            return value
+        if self.is_secret_name(name):
+            return _mask(value)
+        return self.redact_text(value)
+
+    def redact_text(self, text: str) -> str:
+        """Mask every secret-shaped value, every extra value, the password of
+        ``scheme://user:pw@``, and the value of ``NAME=VALUE`` / ``"NAME": "VALUE"`` /
+        ``NAME: VALUE`` / ``--name VALUE`` where NAME is a secret name."""
+        if not text:
+            return text
+        spans: list[tuple[int, int, bool]] = []  # (start, end, needs JSON quotes)
+
+        for s, e in _shape_spans(text):
+            spans.append((s, e, False))
+        for v in self._extra_values:
+            i = text.find(v)
+            while i != -1:
+                spans.append((i, i + len(v), False))
+                i = text.find(v, i + len(v))
+        for m in _URL_CRED_RE.finditer(text):
+            spans.append((*m.span("pw"), False))
+        for name_re, value_re, kind in _KV_FORMS:
+            pos = 0
+            while True:
+                m = name_re.search(text, pos)
+                if m is None:
+                    break
+                if not self.is_secret_name(m.group("name")):
+                    pos = m.end("name")
+                    continue
+                if kind == "colon" and m.start() and text[m.start() - 1] in _COLON_IN_QUOTES:
+                    v = _COLON_IN_QUOTES[text[m.start() - 1]].match(text, m.end())
+                else:
+                    v = value_re.match(text, m.end())
+                if v is None:
+                    pos = m.end()
+                    continue
+                pos = max(v.end(), m.end() + 1)
+                group = next(g for g, val in v.groupdict().items() if val is not None)
+                s, e = v.span(group)
+                if s == e:
+                    continue
+                if group == "scalar":
+                    if v.group(group) in _JSON_LITERALS:
+                        continue
+                    spans.append((s, e, True))
+                else:
+                    spans.append((s, e, False))
+
+        if not spans:
+            return text
+        holes = [m.span() for m in _ALREADY_MASKED_RE.finditer(text)]
+        if holes:
+            spans = _subtract(spans, holes, text)
+        spans.sort()
+        merged: list[list] = []
+        for s, e, q in spans:
+            if s >= e:
+                continue
+            if merged and s < merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+                merged[-1][2] = merged[-1][2] or q
+            else:
+                merged.append([s, e, q])
+
+        out: list[str] = []
+        last = 0
+        for s, e, q in merged:
+            out.append(text[last:s])
+            masked = _mask(text[s:e])
+            out.append(f'"{masked}"' if q else masked)
+            last = e
+        out.append(text[last:])
+        return "".join(out)

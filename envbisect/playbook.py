@@ -1,0 +1,304 @@
+"""The playbook: one deployment described in TOML (see docs/playbook.md).
+
+Parsing is strict on purpose: a typo in a key of a file that drives restarts on a production
+cluster must be an error naming the file, the key and the problem, not a silently ignored line.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import PlaybookError
+
+LOCAL = "local"
+PROBE_KINDS = ("http", "multi_round", "concurrent", "command")
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    ssh: str  # alias of the OpenSSH config, "user@host:port", or "local"
+    python: str = "python3"
+
+    @property
+    def is_local(self) -> bool:
+        return self.ssh == LOCAL
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    host: str
+    env_file: str
+    start: str
+    stop: str
+    health: str
+    pid_file: str | None = None
+    log: str | None = None
+    metrics: str | None = None
+
+
+@dataclass(frozen=True)
+class Repo:
+    host: str
+    path: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.host}:{self.path}"
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    kind: str
+    vantage: str = LOCAL
+    url: str | None = None
+    method: str = "POST"
+    body: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    expect_status: int = 200
+    expect_body: str | None = None
+    timeout_s: float = 30.0
+    latency_budget_s: float | None = None
+    repeat: int = 1
+    rounds: int = 6  # multi_round
+    concurrency: int = 16  # concurrent
+    command: str | None = None  # command
+
+
+@dataclass(frozen=True)
+class Restart:
+    order: tuple[str, ...]
+    health_timeout_s: float = 600.0
+    poll_interval_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class Playbook:
+    path: Path
+    name: str
+    hosts: Mapping[str, Host]
+    services: Mapping[str, Service]
+    restart: Restart
+    repos: tuple[Repo, ...] = ()
+    watch_paths: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # host -> paths
+    max_file_size: int = 1 << 20
+    backups: tuple[str, ...] = ()
+    secret_names: tuple[str, ...] = ()
+    secret_values: tuple[str, ...] = ()
+    probes: Mapping[str, Probe] = field(default_factory=dict)
+    client_url: str | None = None  # the client path (e.g. a proxy), for layered diagnosis
+
+    def services_on(self, host: str) -> list[Service]:
+        return [s for s in self.services.values() if s.host == host]
+
+    def repos_on(self, host: str) -> list[Repo]:
+        return [r for r in self.repos if r.host == host]
+
+
+# --- parsing -------------------------------------------------------------------------------
+
+class _Reader:
+    """Typed access to one TOML table that remembers the dotted key for error messages."""
+
+    def __init__(self, path: Path, prefix: str, table: Any):
+        self.path, self.prefix = path, prefix
+        if not isinstance(table, dict):
+            raise PlaybookError(path, prefix, f"must be a table, got {type(table).__name__}")
+        self.table = table
+        self.used: set[str] = set()
+
+    def key(self, k: str) -> str:
+        return f"{self.prefix}.{k}" if self.prefix else k
+
+    def get(self, k: str, kind: type | tuple[type, ...], default: Any = ..., *, required: bool = False) -> Any:
+        self.used.add(k)
+        if k not in self.table:
+            if required or default is ...:
+                raise PlaybookError(self.path, self.key(k), "is required")
+            return default
+        v = self.table[k]
+        if kind is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if not isinstance(v, kind) or (kind is not bool and isinstance(v, bool)):
+            want = kind.__name__ if isinstance(kind, type) else "/".join(t.__name__ for t in kind)
+            raise PlaybookError(self.path, self.key(k), f"must be {want}, got {type(v).__name__} {v!r}")
+        if isinstance(v, str) and not v.strip() and required:
+            raise PlaybookError(self.path, self.key(k), "must not be empty")
+        return v
+
+    def str_list(self, k: str) -> tuple[str, ...]:
+        v = self.get(k, list, [])
+        for item in v:
+            if not isinstance(item, str):
+                raise PlaybookError(self.path, self.key(k), f"must be a list of strings, got {item!r}")
+        return tuple(v)
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.table) - self.used)
+        if unknown:
+            raise PlaybookError(self.path, self.key(unknown[0]), "unknown key (see docs/playbook.md)")
+
+
+def load_playbook(path: str | Path) -> Playbook:
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise PlaybookError(path, None, "no such playbook (use --playbook/-p, default ./envbisect.toml)") from None
+    except OSError as e:
+        raise PlaybookError(path, None, f"cannot read: {e.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PlaybookError(path, None, "is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as e:
+        raise PlaybookError(path, None, f"invalid TOML: {e}") from None
+    return parse_playbook(data, path)
+
+
+def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
+    top = _Reader(path, "", dict(data))
+    dep = _Reader(path, "deployment", top.get("deployment", dict, {}))
+    name = dep.get("name", str, path.stem)
+    dep.finish()
+
+    hosts: dict[str, Host] = {}
+    for hname, htable in top.get("hosts", dict, required=True).items():
+        r = _Reader(path, f"hosts.{hname}", htable)
+        ssh = r.get("ssh", str, required=True).strip()
+        if not ssh:
+            raise PlaybookError(path, f"hosts.{hname}.ssh", "must not be empty")
+        hosts[hname] = Host(hname, ssh, r.get("python", str, "python3"))
+        r.finish()
+    if not hosts:
+        raise PlaybookError(path, "hosts", "at least one host is required")
+
+    services: dict[str, Service] = {}
+    for sname, stable in top.get("services", dict, required=True).items():
+        r = _Reader(path, f"services.{sname}", stable)
+        host = r.get("host", str, required=True)
+        if host not in hosts:
+            raise PlaybookError(path, r.key("host"), f"names unknown host {host!r} (known: {', '.join(hosts)})")
+        env_file = r.get("env_file", str, required=True)
+        _absolute(path, r.key("env_file"), env_file)
+        health = r.get("health", str, required=True)
+        if not health.startswith(("http://", "https://")):
+            raise PlaybookError(path, r.key("health"), f"must be an http(s) URL, got {health!r}")
+        services[sname] = Service(
+            sname, host, env_file, r.get("start", str, required=True), r.get("stop", str, required=True), health,
+            pid_file=r.get("pid_file", str, None), log=r.get("log", str, None), metrics=r.get("metrics", str, None),
+        )
+        r.finish()
+    if not services:
+        raise PlaybookError(path, "services", "at least one service is required")
+
+    rr = _Reader(path, "restart", top.get("restart", dict, {}))
+    order = rr.str_list("order") or tuple(services)
+    for s in order:
+        if s not in services:
+            raise PlaybookError(path, "restart.order", f"names unknown service {s!r}")
+    missing = [s for s in services if s not in order]
+    if missing:
+        raise PlaybookError(path, "restart.order", f"does not list service(s) {', '.join(missing)}: a co-restart must cover every service")
+    if len(set(order)) != len(order):
+        raise PlaybookError(path, "restart.order", "lists a service twice")
+    restart = Restart(order, rr.get("health_timeout_s", float, 600.0), rr.get("poll_interval_s", float, 2.0))
+    rr.finish()
+
+    repos = []
+    for i, rtable in enumerate(top.get("repos", list, [])):
+        r = _Reader(path, f"repos[{i}]", rtable)
+        host = r.get("host", str, required=True)
+        if host not in hosts:
+            raise PlaybookError(path, r.key("host"), f"names unknown host {host!r}")
+        rpath = r.get("path", str, required=True)
+        _absolute(path, r.key("path"), rpath)
+        repos.append(Repo(host, rpath.rstrip("/") or "/"))
+        r.finish()
+
+    wr = _Reader(path, "watch", top.get("watch", dict, {}))
+    watch: dict[str, tuple[str, ...]] = {}
+    plain = wr.str_list("paths")
+    for p in plain:
+        _absolute(path, "watch.paths", p)
+    # A single-host playbook may list plain paths; several hosts name theirs per host.
+    if plain:
+        if len(hosts) == 1:
+            watch[next(iter(hosts))] = plain
+        else:
+            raise PlaybookError(path, "watch.paths", "with several hosts, use [watch.hosts] HOST = [paths]")
+    if "hosts" in wr.table:
+        per = _Reader(path, "watch.hosts", wr.get("hosts", dict))
+        for h in list(per.table):
+            if h not in hosts:
+                raise PlaybookError(path, f"watch.hosts.{h}", "names unknown host")
+            watch[h] = watch.get(h, ()) + per.str_list(h)
+        per.finish()
+    max_file_size = wr.get("max_file_size", int, 1 << 20)
+    wr.finish()
+
+    br = _Reader(path, "baseline", top.get("baseline", dict, {}))
+    backups = br.str_list("backups")
+    br.finish()
+
+    sr = _Reader(path, "secrets", top.get("secrets", dict, {}))
+    secret_names, secret_values = sr.str_list("names"), sr.str_list("values")
+    sr.finish()
+
+    probes = {}
+    for pname, ptable in top.get("probes", dict, {}).items():
+        probes[pname] = _parse_probe(path, pname, ptable, hosts)
+
+    cr = _Reader(path, "client", top.get("client", dict, {}))
+    client_url = cr.get("url", str, None)
+    cr.finish()
+    top.finish()
+    return Playbook(
+        path=path, name=name, hosts=hosts, services=services, restart=restart, repos=tuple(repos),
+        watch_paths=watch, max_file_size=max_file_size, backups=backups, secret_names=secret_names,
+        secret_values=secret_values, probes=probes, client_url=client_url,
+    )
+
+
+def _parse_probe(path: Path, name: str, table: Any, hosts: Mapping[str, Host]) -> Probe:
+    r = _Reader(path, f"probes.{name}", table)
+    kind = r.get("kind", str, required=True)
+    if kind not in PROBE_KINDS:
+        raise PlaybookError(path, r.key("kind"), f"must be one of {', '.join(PROBE_KINDS)}, got {kind!r}")
+    vantage = r.get("vantage", str, LOCAL)
+    if vantage != LOCAL and vantage not in hosts:
+        raise PlaybookError(path, r.key("vantage"), f"names unknown host {vantage!r} (or use \"local\")")
+    body = r.get("body", (str, dict), None)
+    if isinstance(body, dict):
+        import json
+
+        body = json.dumps(body)
+    headers = r.get("headers", dict, {})
+    url = r.get("url", str, None)
+    command = r.get("command", str, None)
+    if kind == "command":
+        if not command:
+            raise PlaybookError(path, r.key("command"), "is required for kind = \"command\"")
+    elif not url:
+        raise PlaybookError(path, r.key("url"), f"is required for kind = \"{kind}\"")
+    repeat = r.get("repeat", int, 1)
+    if repeat < 1:
+        raise PlaybookError(path, r.key("repeat"), "must be at least 1")
+    p = Probe(
+        name=name, kind=kind, vantage=vantage, url=url, method=r.get("method", str, "POST").upper(), body=body,
+        headers=tuple((str(k), str(v)) for k, v in headers.items()), expect_status=r.get("expect_status", int, 200),
+        expect_body=r.get("expect_body", str, None), timeout_s=r.get("timeout_s", float, 30.0),
+        latency_budget_s=r.get("latency_budget_s", float, None), repeat=repeat, rounds=r.get("rounds", int, 6),
+        concurrency=r.get("concurrency", int, 16), command=command,
+    )
+    r.finish()
+    return p
+
+
+def _absolute(path: Path, key: str, value: str) -> None:
+    if not value.startswith("/"):
+        raise PlaybookError(path, key, f"must be an absolute path on the host, got {value!r}")

@@ -1,0 +1,147 @@
+"""Probes: the pass/fail question asked of a started configuration.
+
+HTTP probes run with httpx from the probe's vantage point: for a host, through an SSH direct-tcpip
+forward, so loopback-bound servers are reachable and each client connection is one upstream
+connection (the multi-round probe's keep-alive reuse is real, which is where the incident's hang
+lived). A `command` probe follows `git bisect run`'s exit-code protocol.
+"""
+from __future__ import annotations
+
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Mapping
+from urllib.parse import urlsplit
+
+import httpx
+
+from .playbook import LOCAL, Probe
+from .restart import split_url
+from .transport import LocalTransport, Transport
+
+PASS, FAIL, CANNOT_TEST, ABORT = "pass", "fail", "cannot-test", "abort"
+EXCERPT = 160
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    n: int
+    ok: bool
+    status: int | None
+    latency_s: float
+    error: str | None = None
+    excerpt: str = ""
+    connection: int = 0  # which client connection carried it (multi_round: all the same)
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    probe: str
+    kind: str
+    outcome: str  # pass | fail | cannot-test | abort
+    reason: str
+    requests: tuple[RequestRecord, ...]
+    duration_s: float
+    target: str = ""
+
+    def to_json(self) -> dict:
+        return {"probe": self.probe, "kind": self.kind, "outcome": self.outcome, "reason": self.reason,
+                "target": self.target, "duration_s": round(self.duration_s, 3),
+                "requests": [{"n": r.n, "ok": r.ok, "status": r.status, "latency_s": round(r.latency_s, 4),
+                              "error": r.error, "excerpt": r.excerpt} for r in self.requests]}
+
+
+def _check(probe: Probe, n: int, resp: httpx.Response | None, latency: float, error: str | None,
+           conn: int = 0) -> RequestRecord:
+    if resp is None:
+        return RequestRecord(n, False, None, latency, error, "", conn)
+    body = resp.text
+    excerpt = body[:EXCERPT].replace("\n", " ")
+    problem = None
+    if resp.status_code != probe.expect_status:
+        problem = f"HTTP {resp.status_code}, expected {probe.expect_status}"
+    elif probe.expect_body and not re.search(probe.expect_body, body):
+        problem = f"body does not match {probe.expect_body!r}"
+    elif probe.latency_budget_s is not None and latency > probe.latency_budget_s:
+        problem = f"took {latency:.2f} s, over the {probe.latency_budget_s:g} s budget"
+    return RequestRecord(n, problem is None, resp.status_code, latency, problem, excerpt, conn)
+
+
+def _send(client: httpx.Client, probe: Probe, base: str, path: str, netloc: str, n: int, conn: int = 0) -> RequestRecord:
+    headers = {"Host": netloc, **dict(probe.headers)}
+    if probe.body is not None:
+        headers.setdefault("Content-Type", "application/json")
+    t0 = time.monotonic()
+    try:
+        resp = client.request(probe.method, base + path, content=probe.body, headers=headers, timeout=probe.timeout_s)
+        return _check(probe, n, resp, time.monotonic() - t0, None, conn)
+    except httpx.TimeoutException:
+        return _check(probe, n, None, time.monotonic() - t0, f"no answer within {probe.timeout_s:g} s (hang)", conn)
+    except httpx.HTTPError as e:
+        return _check(probe, n, None, time.monotonic() - t0, f"{type(e).__name__}: {e}"[:200], conn)
+
+
+def run_probe(probe: Probe, transports: Mapping[str, Transport], *, url: str | None = None) -> ProbeRun:
+    """One run of the probe (its `repeat` is the caller's business: runs stop at the first failure)."""
+    t0 = time.monotonic()
+    transport = transports.get(probe.vantage) if probe.vantage != LOCAL else None
+    transport = transport or LocalTransport()
+    if probe.kind == "command":
+        return _run_command(probe, transport, t0)
+    target = url or probe.url or ""
+    host, port, path = split_url(target)
+    scheme = urlsplit(target).scheme or "http"
+    netloc = urlsplit(target).netloc
+    with transport.forward(host, port) as (fh, fp):
+        base = f"{scheme}://{fh}:{fp}"
+        if probe.kind == "http":
+            with httpx.Client(verify=False) as c:
+                recs = [_send(c, probe, base, path, netloc, 1)]
+        elif probe.kind == "multi_round":
+            # One connection, reused: the rounds after the first ride a keep-alive connection.
+            limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=600)
+            recs = []
+            with httpx.Client(verify=False, limits=limits) as c:
+                for i in range(probe.rounds):
+                    rec = _send(c, probe, base, path, netloc, i + 1)
+                    recs.append(rec)
+                    if not rec.ok:
+                        break
+        else:  # concurrent
+            def one(i: int) -> RequestRecord:
+                with httpx.Client(verify=False) as c:
+                    return _send(c, probe, base, path, netloc, i + 1, conn=i)
+            with ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
+                recs = list(pool.map(one, range(probe.concurrency)))
+    bad = [r for r in recs if not r.ok]
+    if bad:
+        first = bad[0]
+        where = f"round {first.n} of {probe.rounds} on one reused connection" if probe.kind == "multi_round" else (
+            f"{len(bad)} of {len(recs)} concurrent requests" if probe.kind == "concurrent" else "request")
+        reason = f"{where}: {first.error}"
+        return ProbeRun(probe.name, probe.kind, FAIL, reason, tuple(recs), time.monotonic() - t0, target)
+    return ProbeRun(probe.name, probe.kind, PASS, f"{len(recs)} request(s) ok, max {max(r.latency_s for r in recs):.2f} s",
+                    tuple(recs), time.monotonic() - t0, target)
+
+
+def _run_command(probe: Probe, transport: Transport, t0: float) -> ProbeRun:
+    from .errors import RemoteError
+
+    try:
+        res = transport.run(probe.command or "false", timeout=probe.timeout_s)
+    except RemoteError as e:
+        if "timed out" in str(e):
+            rec = RequestRecord(1, False, None, time.monotonic() - t0, f"no exit within {probe.timeout_s:g} s (hang)")
+            return ProbeRun(probe.name, "command", FAIL, rec.error or "", (rec,), time.monotonic() - t0, probe.command or "")
+        raise
+    code = res.exit_code
+    outcome = PASS if code == 0 else CANNOT_TEST if code == 125 else FAIL if 0 < code < 128 else ABORT
+    text = (res.stdout + res.stderr).decode("utf-8", "replace")
+    rec = RequestRecord(1, code == 0, code, time.monotonic() - t0, None if code == 0 else f"exit status {code}",
+                        text[-EXCERPT:].replace("\n", " "))
+    return ProbeRun(probe.name, "command", outcome, f"exit status {code}", (rec,), time.monotonic() - t0, probe.command or "")
+
+
+def with_url(probe: Probe, url: str) -> Probe:
+    return replace(probe, url=url)

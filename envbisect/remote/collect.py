@@ -1,0 +1,294 @@
+# Runs ON THE HOST (sent as `python3 -c`, stdlib only, Python >= 3.6): gathers everything a
+# snapshot needs in one round trip. Input is JSON on stdin, output is JSON on stdout.
+# Never follows symlinks when walking, never descends into .git, never executes file contents.
+import base64
+import grp
+import hashlib
+import json
+import os
+import pwd
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+req = json.load(sys.stdin)
+MAX = int(req.get("max_size", 1 << 20))
+SINCE = req.get("since")  # epoch seconds or None: then fallback baselines are gathered too
+
+
+def b64(data):
+    return base64.b64encode(data).decode("ascii")
+
+
+def owner(uid, gid):
+    try:
+        u = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        u = str(uid)
+    try:
+        g = grp.getgrgid(gid).gr_name
+    except KeyError:
+        g = str(gid)
+    return u + ":" + g
+
+
+def file_state(path, with_content=True):
+    out = {"path": path}
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        out["exists"] = False
+        return out
+    except OSError as e:
+        out["exists"] = None
+        out["error"] = e.strerror or str(e)
+        return out
+    out.update(exists=True, size=st.st_size, mode=stat.S_IMODE(st.st_mode), uid=st.st_uid, gid=st.st_gid,
+               owner=owner(st.st_uid, st.st_gid), mtime=st.st_mtime)
+    if stat.S_ISLNK(st.st_mode):
+        out["kind"] = "symlink"
+        target = os.readlink(path)
+        out["link_target"] = target
+        out["sha256"] = hashlib.sha256(("symlink:" + target).encode()).hexdigest()
+        return out
+    if not stat.S_ISREG(st.st_mode):
+        out["kind"] = "dir" if stat.S_ISDIR(st.st_mode) else "special"
+        return out
+    out["kind"] = "file"
+    h = hashlib.sha256()
+    keep = with_content and st.st_size <= MAX
+    chunks = []
+    try:
+        with open(path, "rb") as f:
+            while True:
+                b = f.read(1 << 16)
+                if not b:
+                    break
+                h.update(b)
+                if keep:
+                    chunks.append(b)
+    except OSError as e:
+        out["error"] = e.strerror or str(e)
+        return out
+    out["sha256"] = h.hexdigest()
+    if keep:
+        out["content_b64"] = b64(b"".join(chunks))
+    else:
+        out["too_large"] = st.st_size > MAX
+    return out
+
+
+def walk(root):
+    """Files under root, without following symlinks and without descending into .git."""
+    try:
+        st = os.lstat(root)
+    except OSError:
+        return [root]
+    if not stat.S_ISDIR(st.st_mode):
+        return [root]
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git" and not os.path.islink(os.path.join(dirpath, d)))
+        found.extend(os.path.join(dirpath, f) for f in sorted(filenames))
+        # symlinks to directories are listed (as symlinks) but not entered
+        found.extend(os.path.join(dirpath, d) for d in sorted(os.listdir(dirpath))
+                     if d != ".git" and os.path.islink(os.path.join(dirpath, d)) and os.path.isdir(os.path.join(dirpath, d)))
+    return found
+
+
+def git(repo, *args):
+    p = subprocess.run(["git", "-C", repo] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return p.returncode, p.stdout.decode("utf-8", "replace").strip(), p.stderr.decode("utf-8", "replace").strip()
+
+
+def repo_state(path, log_from):
+    rc, head, err = git(path, "rev-parse", "--verify", "HEAD")
+    if rc != 0:
+        return {"path": path, "error": (err.splitlines() or ["not a git repository"])[-1]}
+    out = {"path": path, "head": head}
+    rc, branch, _ = git(path, "symbolic-ref", "--short", "-q", "HEAD")
+    out["branch"] = branch if rc == 0 else None
+    rc, status, _ = git(path, "status", "--porcelain", "--untracked-files=no")
+    out["dirty"] = bool(status)
+    out["dirty_files"] = [line[3:] for line in status.splitlines()][:50]
+    rc, desc, _ = git(path, "describe", "--always", "--tags", "--dirty")
+    out["describe"] = desc if rc == 0 else None
+    if log_from and log_from != head:
+        rc, log, _ = git(path, "log", "--format=%H %s", "--max-count=50", log_from + ".." + head)
+        out["log_since"] = {"from": log_from, "commits": log.splitlines() if rc == 0 else []}
+        rc, back, _ = git(path, "log", "--format=%H %s", "--max-count=50", head + ".." + log_from)
+        out["log_since"]["rewound"] = back.splitlines() if rc == 0 else []
+    if SINCE is not None:
+        # HEAD at TIME from the reflog: the newest entry at or before TIME.
+        rc, reflog, _ = git(path, "reflog", "show", "--format=%H %ct %gd", "--date=unix", "HEAD")
+        at = None
+        if rc == 0:
+            for line in reflog.splitlines():
+                parts = line.split()
+                if len(parts) >= 3:
+                    sel = parts[2]
+                    try:
+                        when = int(sel[sel.index("{") + 1:sel.index("}")])
+                    except ValueError:
+                        continue
+                    if when <= SINCE:
+                        at = parts[0]
+                        break
+        out["head_at_since"] = at
+    return out
+
+
+def top_of_repo(path):
+    d = os.path.dirname(path)
+    rc, top, _ = git(d, "rev-parse", "--show-toplevel")
+    return top if rc == 0 else None
+
+
+def git_fallback(path):
+    top = top_of_repo(path)
+    if not top:
+        return None
+    rel = os.path.relpath(os.path.realpath(path), os.path.realpath(top))
+    rc, commit, _ = git(top, "log", "-1", "--format=%H", "--until=@%d" % int(SINCE), "--", rel)
+    if rc != 0 or not commit:
+        return {"repo": top, "commit": None}
+    p = subprocess.run(["git", "-C", top, "show", commit + ":" + rel], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if p.returncode != 0:
+        return {"repo": top, "commit": commit, "absent": True}
+    return {"repo": top, "commit": commit, "content_b64": b64(p.stdout[:MAX]), "sha256": hashlib.sha256(p.stdout).hexdigest()}
+
+
+def backup_candidates(path):
+    import glob
+    cands = []
+    for pattern in req.get("backups", []):
+        pat = pattern.replace("{path}", path).replace("{name}", os.path.basename(path)).replace(
+            "{dir}", os.path.dirname(path))
+        for match in sorted(glob.glob(pat)):
+            if os.path.realpath(match) == os.path.realpath(path):
+                continue
+            st = file_state(match)
+            if st.get("kind") == "file" and st.get("mtime", 0) <= SINCE:
+                cands.append(st)
+    cands.sort(key=lambda s: s["mtime"], reverse=True)
+    return cands[:1]
+
+
+def boot_time():
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def process_state(service, pid_file):
+    out = {"service": service, "pid_file": pid_file}
+    if not pid_file:
+        out["status"] = "no-pid-file"
+        return out
+    try:
+        with open(pid_file) as f:
+            pid = int(f.read().strip().split()[0])
+    except (OSError, ValueError, IndexError):
+        out["status"] = "not-running"
+        return out
+    out["pid"] = pid
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 of stat: starttime, in clock ticks since boot
+        bt = boot_time()
+        if bt is not None:
+            out["started_at"] = bt + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        out["status"] = "not-running"
+        return out
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            out["cmdline"] = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:500]
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        out["status"] = "unknown"
+        out["why"] = e.strerror or str(e)
+        return out
+    entries = [e for e in raw.split(b"\0") if e]
+    env = {}
+    garbled = 0
+    for e in entries:
+        k, sep, v = e.partition(b"=")
+        try:
+            key = k.decode("ascii")
+        except UnicodeDecodeError:
+            garbled += 1
+            continue
+        if not sep or not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
+            garbled += 1
+            continue
+        env[key] = v.decode("utf-8", "replace")
+    # Programs that rewrite their process title (sglang-router does) overwrite this memory:
+    # what is left is not what the process started with, so it is unknown, never drift.
+    if not env or garbled > max(1, len(entries) // 10):
+        out["status"] = "unknown"
+        out["why"] = "environ empty or overwritten (process title rewritten?)"
+        return out
+    out["status"] = "ok"
+    out["environ"] = env
+    return out
+
+
+def clock():
+    now = time.time()
+    lt = time.localtime(now)
+    tzname = os.environ.get("TZ") or None
+    if not tzname:
+        try:
+            with open("/etc/timezone") as f:
+                tzname = f.read().strip() or None
+        except OSError:
+            pass
+    if not tzname:
+        try:
+            link = os.readlink("/etc/localtime")
+            if "zoneinfo/" in link:
+                tzname = link.split("zoneinfo/", 1)[1]
+        except OSError:
+            pass
+    return {"epoch": now, "tz": tzname, "tz_abbrev": lt.tm_zone, "utc_offset_s": lt.tm_gmtoff}
+
+
+result = {"clock": clock(), "hostname": socket.gethostname(), "files": {}, "repos": {}, "processes": {}, "watched": {}}
+if req.get("clock_only"):
+    json.dump(result, sys.stdout)
+    sys.exit(0)
+for path in req.get("env_files", []):
+    result["files"][path] = file_state(path)
+for root in req.get("watch", []):
+    members = walk(root)
+    result["watched"][root] = members
+    for path in members:
+        if path not in result["files"]:
+            result["files"][path] = file_state(path)
+for item in req.get("repos", []):
+    result["repos"][item["path"]] = repo_state(item["path"], item.get("log_from"))
+for item in req.get("processes", []):
+    result["processes"][item["service"]] = process_state(item["service"], item.get("pid_file"))
+if SINCE is not None:
+    fb = {"backups": {}, "git": {}}
+    for path, st in result["files"].items():
+        if st.get("kind") not in ("file", None):
+            continue
+        cands = backup_candidates(path)
+        if cands:
+            fb["backups"][path] = cands[0]
+        g = git_fallback(path) if (st.get("exists") or st.get("exists") is False) else None
+        if g:
+            fb["git"][path] = g
+    result["fallback"] = fb
+json.dump(result, sys.stdout)

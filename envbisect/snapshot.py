@@ -1,0 +1,210 @@
+"""Snapshot: the state of every host of a playbook at one moment.
+
+One collector script per host (envbisect/remote/collect.py), run in a single round trip, returns
+file metadata and contents, repo HEADs and the start environment of the running services.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any, Callable, Mapping
+
+from .errors import ConnectionFailed, EnvbisectError, RemoteError
+from .playbook import Playbook
+from .transport import Transport
+
+
+@dataclass(frozen=True)
+class FileState:
+    path: str
+    exists: bool | None  # None: could not tell (e.g. permission denied on the folder)
+    kind: str = "file"  # file | symlink | dir | special
+    sha256: str | None = None
+    size: int | None = None
+    mode: int | None = None
+    owner: str | None = None
+    uid: int | None = None
+    gid: int | None = None
+    mtime: float | None = None
+    content: bytes | None = None  # None when too large, unreadable or absent
+    too_large: bool = False
+    link_target: str | None = None
+    error: str | None = None
+
+    def text(self) -> str | None:
+        return None if self.content is None else self.content.decode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True)
+class RepoState:
+    path: str
+    head: str | None
+    branch: str | None = None
+    dirty: bool = False
+    dirty_files: tuple[str, ...] = ()
+    describe: str | None = None
+    error: str | None = None
+    commits_since: tuple[str, ...] = ()  # "sha subject" from the baseline HEAD to this one
+    commits_rewound: tuple[str, ...] = ()  # in the baseline but not here (HEAD moved back)
+    head_at_since: str | None = None  # from the reflog, when asked for a time
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    service: str
+    status: str  # ok | unknown | not-running | no-pid-file
+    pid: int | None = None
+    started_at: float | None = None
+    environ: Mapping[str, str] | None = None
+    cmdline: str | None = None
+    why: str | None = None
+
+
+@dataclass(frozen=True)
+class FallbackSources:
+    """Old contents found on the host for a time, used when no stored snapshot is old enough."""
+
+    backups: Mapping[str, FileState] = field(default_factory=dict)  # path -> newest backup copy at/before TIME
+    git: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # path -> {repo, commit, content}
+
+
+@dataclass(frozen=True)
+class HostState:
+    name: str
+    hostname: str
+    clock_epoch: float
+    tz: str | None
+    utc_offset_s: int
+    files: Mapping[str, FileState]
+    repos: Mapping[str, RepoState]
+    processes: Mapping[str, ProcessState]
+    env_files: Mapping[str, str]  # service -> env file path
+    watched: Mapping[str, tuple[str, ...]]  # watch root -> member paths
+    fallback: FallbackSources | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    id: str
+    label: str | None
+    taken_at: float  # epoch seconds (the local clock of envbisect)
+    playbook: str
+    hosts: Mapping[str, HostState]
+
+    @property
+    def taken_at_iso(self) -> str:
+        return datetime.fromtimestamp(self.taken_at, timezone.utc).isoformat(timespec="seconds")
+
+
+def _collector_source() -> str:
+    return resources.files("envbisect").joinpath("remote/collect.py").read_text()
+
+
+def _file_state(d: Mapping[str, Any]) -> FileState:
+    content = base64.b64decode(d["content_b64"]) if "content_b64" in d else None
+    return FileState(
+        path=d["path"], exists=d.get("exists"), kind=d.get("kind", "file"), sha256=d.get("sha256"), size=d.get("size"),
+        mode=d.get("mode"), owner=d.get("owner"), uid=d.get("uid"), gid=d.get("gid"), mtime=d.get("mtime"),
+        content=content, too_large=bool(d.get("too_large")), link_target=d.get("link_target"), error=d.get("error"),
+    )
+
+
+def collect_host(playbook: Playbook, host: str, transport: Transport, *, since: float | None = None,
+                 log_from: Mapping[str, str] | None = None, clock_only: bool = False) -> HostState:
+    """One round trip: run the collector on `host` and parse what it saw."""
+    services = playbook.services_on(host)
+    req = {
+        "max_size": playbook.max_file_size,
+        "env_files": [s.env_file for s in services],
+        "watch": list(playbook.watch_paths.get(host, ())),
+        "repos": [{"path": r.path, "log_from": (log_from or {}).get(r.path)} for r in playbook.repos_on(host)],
+        "processes": [{"service": s.name, "pid_file": s.pid_file} for s in services],
+        "since": since,
+        "backups": list(playbook.backups),
+        "clock_only": clock_only,
+    }
+    res = transport.run_python(_collector_source(), stdin=json.dumps(req).encode(), timeout=120)
+    if not res.ok:
+        raise RemoteError(f"{host}: snapshot collector failed ({transport.python}): {res.stderr_line()}")
+    try:
+        raw = json.loads(res.stdout)
+    except ValueError:
+        raise RemoteError(f"{host}: snapshot collector printed something that is not JSON: {res.stdout[:80]!r}") from None
+    return host_state_from_raw(host, raw, {s.name: s.env_file for s in services})
+
+
+def host_state_from_raw(host: str, raw: Mapping[str, Any], env_files: Mapping[str, str]) -> HostState:
+    fb = raw.get("fallback")
+    fallback = None
+    if fb is not None:
+        git = {}
+        for path, g in fb.get("git", {}).items():
+            g = dict(g)
+            if "content_b64" in g:
+                g["content"] = base64.b64decode(g.pop("content_b64"))
+            git[path] = g
+        fallback = FallbackSources({p: _file_state(d) for p, d in fb.get("backups", {}).items()}, git)
+    repos = {}
+    for p, r in raw.get("repos", {}).items():
+        log = r.get("log_since") or {}
+        repos[p] = RepoState(
+            path=p, head=r.get("head"), branch=r.get("branch"), dirty=bool(r.get("dirty")),
+            dirty_files=tuple(r.get("dirty_files", ())), describe=r.get("describe"), error=r.get("error"),
+            commits_since=tuple(log.get("commits", ())), commits_rewound=tuple(log.get("rewound", ())),
+            head_at_since=r.get("head_at_since"),
+        )
+    procs = {
+        s: ProcessState(service=s, status=p.get("status", "unknown"), pid=p.get("pid"), started_at=p.get("started_at"),
+                        environ=p.get("environ"), cmdline=p.get("cmdline"), why=p.get("why"))
+        for s, p in raw.get("processes", {}).items()
+    }
+    clock = raw["clock"]
+    return HostState(
+        name=host, hostname=raw.get("hostname", host), clock_epoch=clock["epoch"], tz=clock.get("tz"),
+        utc_offset_s=int(clock.get("utc_offset_s", 0)),
+        files={p: _file_state(d) for p, d in raw.get("files", {}).items()}, repos=repos, processes=procs,
+        env_files=dict(env_files), watched={k: tuple(v) for k, v in raw.get("watched", {}).items()}, fallback=fallback,
+    )
+
+
+def new_snapshot_id(label: str | None, when: float) -> str:
+    stamp = datetime.fromtimestamp(when, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in label)[:40] if label else ""
+    return f"{stamp}-{safe}" if safe else stamp
+
+
+def for_each_host(playbook: Playbook, transports: Mapping[str, Transport],
+                  fn: Callable[[str, Transport], Any]) -> dict[str, Any]:
+    """Run fn on every host in parallel; the first EnvbisectError wins (hosts are independent)."""
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(transports)))) as pool:
+        futures = {h: pool.submit(fn, h, transports[h]) for h in playbook.hosts}
+        out = {}
+        for h, fut in futures.items():
+            try:
+                out[h] = fut.result()
+            except EnvbisectError:
+                raise
+            except OSError as e:
+                raise ConnectionFailed(f"{h}: {e}") from None
+        return out
+
+
+def take_snapshot(playbook: Playbook, transports: Mapping[str, Transport], *, label: str | None = None,
+                  since_by_host: Mapping[str, float] | None = None,
+                  log_from: Mapping[str, Mapping[str, str]] | None = None) -> Snapshot:
+    now = time.time()
+    states = for_each_host(
+        playbook, transports,
+        lambda h, t: collect_host(playbook, h, t, since=(since_by_host or {}).get(h), log_from=(log_from or {}).get(h)),
+    )
+    return Snapshot(id=new_snapshot_id(label, now), label=label, taken_at=now, playbook=playbook.name, hosts=states)
+
+
+def without_fallback(snap: Snapshot) -> Snapshot:
+    """The fallback material is evidence for one diff, not part of the host's state."""
+    return replace(snap, hosts={h: replace(s, fallback=None) for h, s in snap.hosts.items()})

@@ -1,0 +1,193 @@
+"""The local store (`--store`, default ./snapshots/): snapshots as JSON, file contents content-addressed.
+
+Everything is written 0600 (folders 0700): serve-env files hold tokens. Writes are atomic (temp
+file + rename) so an interrupted envbisect never leaves half a snapshot behind.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import StoreError
+from .snapshot import FallbackSources, FileState, HostState, ProcessState, RepoState, Snapshot
+
+
+def write_private(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class Store:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    @property
+    def snapshots_dir(self) -> Path:
+        return self.root / "snapshots"
+
+    @property
+    def blobs_dir(self) -> Path:
+        return self.root / "blobs"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.root / "runs"
+
+    def _ensure(self) -> None:
+        try:
+            for d in (self.root, self.snapshots_dir, self.blobs_dir, self.runs_dir):
+                d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as e:
+            raise StoreError(f"{self.root}: cannot create the snapshot store: {e.strerror}") from None
+
+    # blobs --------------------------------------------------------------------------------
+    def put_blob(self, data: bytes) -> str:
+        sha = hashlib.sha256(data).hexdigest()
+        path = self.blobs_dir / sha[:2] / sha
+        if not path.exists():
+            write_private(path, data)
+        return sha
+
+    def get_blob(self, sha: str) -> bytes | None:
+        path = self.blobs_dir / sha[:2] / sha
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    # snapshots ----------------------------------------------------------------------------
+    def save(self, snap: Snapshot) -> Path:
+        self._ensure()
+        doc = snapshot_to_json(snap, self.put_blob)
+        path = self.snapshots_dir / f"{snap.id}.json"
+        write_private(path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        return path
+
+    def list(self) -> list[Snapshot]:
+        """All snapshots, oldest first."""
+        if not self.snapshots_dir.exists():
+            return []
+        snaps = []
+        for p in sorted(self.snapshots_dir.glob("*.json")):
+            try:
+                snaps.append(self.load_path(p))
+            except StoreError:
+                continue  # one damaged file must not hide the others; `snapshots` reports it
+        return sorted(snaps, key=lambda s: s.taken_at)
+
+    def load_path(self, path: Path) -> Snapshot:
+        try:
+            doc = json.loads(path.read_text())
+            return snapshot_from_json(doc, self.get_blob)
+        except FileNotFoundError:
+            raise StoreError(f"{path}: no such snapshot") from None
+        except (ValueError, KeyError, TypeError) as e:
+            raise StoreError(f"{path}: damaged snapshot file ({e})") from None
+
+    def find(self, ref: str) -> Snapshot:
+        """A snapshot by id, id prefix, label (newest with it) or path."""
+        p = Path(ref)
+        if p.suffix == ".json" and p.exists():
+            return self.load_path(p)
+        snaps = self.list()
+        exact = [s for s in snaps if s.id == ref]
+        if exact:
+            return exact[0]
+        labelled = [s for s in snaps if s.label == ref]
+        if labelled:
+            return labelled[-1]
+        prefixed = [s for s in snaps if s.id.startswith(ref)]
+        if len(prefixed) == 1:
+            return prefixed[0]
+        if len(prefixed) > 1:
+            raise StoreError(f"snapshot {ref!r} is ambiguous: {', '.join(s.id for s in prefixed[:5])}")
+        raise StoreError(f"no snapshot {ref!r} in {self.root} (see `envbisect snapshots`)")
+
+    def newest_at_or_before(self, playbook: str, when: float) -> Snapshot | None:
+        cands = [s for s in self.list() if s.playbook == playbook and s.taken_at <= when]
+        return cands[-1] if cands else None
+
+
+# --- JSON mapping ------------------------------------------------------------------------------
+
+def _file_to_json(f: FileState, put_blob) -> dict[str, Any]:  # noqa: ANN001
+    d = dataclasses.asdict(f)
+    content = d.pop("content")
+    if content is not None:
+        d["blob"] = put_blob(content)
+    return {k: v for k, v in d.items() if v not in (None, False, ())}
+
+
+def _file_from_json(d: dict[str, Any], get_blob) -> FileState:  # noqa: ANN001
+    d = dict(d)
+    blob = d.pop("blob", None)
+    content = get_blob(blob) if blob else None
+    if blob and content is None:
+        raise StoreError(f"missing blob {blob} for {d.get('path')}")
+    d.setdefault("exists", None)
+    return FileState(content=content, **d)
+
+
+def snapshot_to_json(snap: Snapshot, put_blob) -> dict[str, Any]:  # noqa: ANN001
+    hosts = {}
+    for name, h in snap.hosts.items():
+        hd = {
+            "name": h.name, "hostname": h.hostname, "clock_epoch": h.clock_epoch, "tz": h.tz,
+            "utc_offset_s": h.utc_offset_s, "env_files": dict(h.env_files),
+            "watched": {k: list(v) for k, v in h.watched.items()},
+            "files": {p: _file_to_json(f, put_blob) for p, f in h.files.items()},
+            "repos": {p: {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(r).items()}
+                      for p, r in h.repos.items()},
+            "processes": {s: dataclasses.asdict(p) for s, p in h.processes.items()},
+        }
+        hosts[name] = hd
+    return {"format": 1, "id": snap.id, "label": snap.label, "taken_at": snap.taken_at, "playbook": snap.playbook,
+            "hosts": hosts}
+
+
+def snapshot_from_json(doc: dict[str, Any], get_blob) -> Snapshot:  # noqa: ANN001
+    if doc.get("format") != 1:
+        raise StoreError(f"unsupported snapshot format {doc.get('format')!r}")
+    hosts = {}
+    for name, hd in doc["hosts"].items():
+        repos = {}
+        for p, r in hd.get("repos", {}).items():
+            r = dict(r)
+            for k in ("dirty_files", "commits_since", "commits_rewound"):
+                r[k] = tuple(r.get(k) or ())
+            repos[p] = RepoState(**r)
+        hosts[name] = HostState(
+            name=hd["name"], hostname=hd["hostname"], clock_epoch=hd["clock_epoch"], tz=hd.get("tz"),
+            utc_offset_s=hd.get("utc_offset_s", 0),
+            files={p: _file_from_json(f, get_blob) for p, f in hd.get("files", {}).items()},
+            repos=repos, processes={s: ProcessState(**p) for s, p in hd.get("processes", {}).items()},
+            env_files=hd.get("env_files", {}), watched={k: tuple(v) for k, v in hd.get("watched", {}).items()},
+            fallback=None,
+        )
+    return Snapshot(id=doc["id"], label=doc.get("label"), taken_at=doc["taken_at"], playbook=doc["playbook"], hosts=hosts)
+
+
+def iter_runs(store: Store) -> Iterator[Path]:
+    if store.runs_dir.exists():
+        yield from sorted(p for p in store.runs_dir.iterdir() if p.is_dir())
+
+
+__all__ = ["Store", "write_private", "FallbackSources"]

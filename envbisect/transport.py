@@ -1,0 +1,379 @@
+"""The one narrow door to a host: run a command, and reach a TCP port as seen from that host.
+
+Two implementations: `LocalTransport` (the demo's `ssh = "local"`) and `SSHTransport` (paramiko,
+resolved through the user's OpenSSH config, known_hosts enforced). Everything above this module
+is written against `Transport` and never knows which one it holds.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import getpass
+import logging
+import os
+import shlex
+import socket
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import paramiko
+from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from .errors import ConnectionFailed, HostKeyError, RemoteError
+from .playbook import Host
+
+log = logging.getLogger("envbisect.transport")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def stderr_line(self) -> str:
+        text = self.stderr.decode("utf-8", "replace").strip().splitlines()
+        return text[-1] if text else f"exit status {self.exit_code}"
+
+
+class Transport:
+    """A host envbisect can act on. `round_trips` counts commands sent (the cost that matters on a WAN)."""
+
+    host: str
+    python: str = "python3"
+
+    def __init__(self) -> None:
+        self.round_trips = 0
+
+    def run(self, command: str, *, stdin: bytes | None = None, timeout: float | None = None) -> CommandResult:
+        self.round_trips += 1
+        log.debug("%s: round trip %d: %s", self.host, self.round_trips, command[:120])
+        return self._run(command, stdin=stdin, timeout=timeout)
+
+    def run_python(self, script: str, *args: str, stdin: bytes | None = None, timeout: float | None = None) -> CommandResult:
+        """Run a Python script on the host in one round trip; data goes on stdin, never through a shell."""
+        cmd = " ".join([shlex.quote(self.python), "-c", shlex.quote(script), *map(shlex.quote, args)])
+        return self.run(cmd, stdin=stdin, timeout=timeout)
+
+    def check(self, command: str, *, stdin: bytes | None = None, timeout: float | None = None, what: str = "") -> CommandResult:
+        res = self.run(command, stdin=stdin, timeout=timeout)
+        if not res.ok:
+            raise RemoteError(f"{self.host}: {what or command[:60]} failed: {res.stderr_line()}")
+        return res
+
+    def _run(self, command: str, *, stdin: bytes | None, timeout: float | None) -> CommandResult:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def forward(self, host: str, port: int) -> Iterator[tuple[str, int]]:
+        """Yield a local (host, port) whose TCP connections arrive at host:port as seen from this host."""
+        yield host, port
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "Transport":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LocalTransport(Transport):
+    def __init__(self, host: str = "local", python: str = "python3"):
+        super().__init__()
+        self.host, self.python = host, python
+
+    def _run(self, command: str, *, stdin: bytes | None, timeout: float | None) -> CommandResult:
+        try:
+            p = subprocess.run(["bash", "-c", command], input=stdin or b"", capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise RemoteError(f"{self.host}: command timed out after {timeout}s: {command[:60]}") from e
+        return CommandResult(p.returncode, p.stdout, p.stderr)
+
+
+# --- SSH ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SSHTarget:
+    """Where and how to connect, after the user's OpenSSH config has been applied."""
+
+    alias: str
+    hostname: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...]
+    known_hosts_files: tuple[str, ...]
+    proxy_jump: str | None
+    proxy_command: str | None
+    connect_timeout: float
+
+    @property
+    def display(self) -> str:
+        return f"{self.user}@{self.hostname}:{self.port}"
+
+    @property
+    def known_hosts_name(self) -> str:
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+
+def resolve_target(spec: str, ssh_config: str | Path | None) -> SSHTarget:
+    """Resolve "alias", "user@host" or "user@host:port" through the OpenSSH config like `ssh` would."""
+    user = None
+    port = None
+    rest = spec
+    if "@" in rest:
+        user, rest = rest.rsplit("@", 1)
+    if rest.count(":") == 1:
+        rest, p = rest.split(":")
+        if not p.isdigit():
+            raise ConnectionFailed(f"bad ssh target {spec!r}: port {p!r} is not a number")
+        port = int(p)
+    cfg = paramiko.SSHConfig()
+    cfg_path = Path(os.path.expanduser(str(ssh_config))) if ssh_config else Path.home() / ".ssh" / "config"
+    if cfg_path.exists():
+        try:
+            cfg = paramiko.SSHConfig.from_path(str(cfg_path))
+        except Exception as e:  # paramiko raises assorted errors on malformed configs
+            raise ConnectionFailed(f"{cfg_path}: cannot parse OpenSSH config: {e}") from None
+    elif ssh_config:
+        raise ConnectionFailed(f"{cfg_path}: no such ssh config")
+    entry = cfg.lookup(rest)
+    known = entry.get("userknownhostsfile")
+    known_files = tuple(os.path.expanduser(k) for k in known.split()) if known else (
+        os.path.expanduser("~/.ssh/known_hosts"),
+    )
+    return SSHTarget(
+        alias=rest,
+        hostname=entry.get("hostname", rest),
+        port=port or int(entry.get("port", 22)),
+        user=user or entry.get("user") or getpass.getuser(),
+        identity_files=tuple(os.path.expanduser(f) for f in entry.get("identityfile", [])),
+        known_hosts_files=known_files,
+        proxy_jump=entry.get("proxyjump"),
+        proxy_command=entry.get("proxycommand"),
+        connect_timeout=float(entry.get("connecttimeout", 10)),
+    )
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    digest = __import__("hashlib").sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class _RefuseUnknown(paramiko.MissingHostKeyPolicy):
+    """RejectPolicy that keeps the offered key so the refusal can show its fingerprint."""
+
+    def __init__(self) -> None:
+        self.offered: paramiko.PKey | None = None
+
+    def missing_host_key(self, client, hostname, key):  # noqa: ANN001 - paramiko's signature
+        self.offered = key
+        raise paramiko.SSHException(f"unknown host key for {hostname}")
+
+
+class _AcceptNew(paramiko.MissingHostKeyPolicy):
+    """OpenSSH's StrictHostKeyChecking=accept-new: trust an unknown key and record it; a *changed* key is still refused by paramiko."""
+
+    def __init__(self, known_hosts_file: str):
+        self.file = known_hosts_file
+
+    def missing_host_key(self, client, hostname, key):  # noqa: ANN001
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        path = Path(self.file)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with path.open("a") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        log.warning("accepted new host key for %s: %s (saved to %s)", hostname, fingerprint(key), path)
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, (OSError, EOFError, paramiko.ssh_exception.NoValidConnectionsError)) and not isinstance(
+        exc, (paramiko.AuthenticationException, paramiko.BadHostKeyException)
+    )
+
+
+class SSHTransport(Transport):
+    def __init__(self, host: Host, *, ssh_config: str | Path | None = None, accept_new_host_key: bool = False,
+                 attempts: int = 3, backoff_s: float = 1.0):
+        super().__init__()
+        self.host, self.python = host.name, host.python
+        self.target = resolve_target(host.ssh, ssh_config)
+        self.accept_new = accept_new_host_key
+        self.client = self._connect_with_retry(attempts, backoff_s)
+
+    # connection ---------------------------------------------------------------------------
+    def _connect_with_retry(self, attempts: int, backoff_s: float) -> paramiko.SSHClient:
+        try:
+            for attempt in Retrying(stop=stop_after_attempt(attempts), wait=wait_exponential(multiplier=backoff_s, max=10),
+                                    retry=retry_if_exception(_transient), reraise=True):
+                with attempt:
+                    return self._connect_once()
+        except (HostKeyError, ConnectionFailed):
+            raise
+        except paramiko.AuthenticationException as e:
+            raise ConnectionFailed(f"{self.host} ({self.target.display}): authentication failed: {e} "
+                                   "(check IdentityFile in your ssh config or your ssh-agent)") from None
+        except (OSError, EOFError, paramiko.SSHException, RetryError) as e:
+            reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+            raise ConnectionFailed(f"{self.host} ({self.target.display}): cannot connect after {attempts} attempt(s): {reason}") from None
+        raise AssertionError("unreachable")
+
+    def _sock(self) -> object | None:
+        t = self.target
+        if t.proxy_jump and t.proxy_jump.lower() != "none":
+            jump_spec = t.proxy_jump.split(",")[0]
+            jump = SSHTransport(Host(f"{self.host}-jump", jump_spec), accept_new_host_key=self.accept_new)
+            self._jump = jump
+            return jump.client.get_transport().open_channel("direct-tcpip", (t.hostname, t.port), ("127.0.0.1", 0),
+                                                              timeout=t.connect_timeout)
+        if t.proxy_command and t.proxy_command.lower() != "none":
+            cmd = t.proxy_command.replace("%h", t.hostname).replace("%p", str(t.port)).replace("%r", t.user)
+            return paramiko.ProxyCommand(cmd)
+        return None
+
+    def _connect_once(self) -> paramiko.SSHClient:
+        t = self.target
+        client = paramiko.SSHClient()
+        try:
+            client.load_system_host_keys()
+        except OSError:
+            pass
+        for f in t.known_hosts_files:
+            if os.path.exists(f):
+                try:
+                    client.load_host_keys(f)
+                except (OSError, paramiko.SSHException) as e:
+                    raise ConnectionFailed(f"{f}: cannot read known_hosts: {e}") from None
+        refuse = _RefuseUnknown()
+        client.set_missing_host_key_policy(_AcceptNew(t.known_hosts_files[0]) if self.accept_new else refuse)
+        try:
+            client.connect(
+                t.hostname, port=t.port, username=t.user, key_filename=[f for f in t.identity_files if os.path.exists(f)] or None,
+                timeout=t.connect_timeout, banner_timeout=t.connect_timeout, auth_timeout=t.connect_timeout,
+                allow_agent=True, look_for_keys=not t.identity_files, sock=self._sock(),
+            )
+        except paramiko.BadHostKeyException as e:
+            raise HostKeyError(
+                f"{self.host} ({t.display}): HOST KEY CHANGED: offered {fingerprint(e.key)}, known_hosts has "
+                f"{fingerprint(e.expected_key)}; refusing (possible man-in-the-middle). If the host was reinstalled, "
+                f"verify the new key and run: ssh-keygen -R '{t.known_hosts_name}'") from None
+        except paramiko.SSHException as e:
+            if refuse.offered is not None:
+                raise HostKeyError(
+                    f"{self.host} ({t.display}): unknown host key {refuse.offered.get_name()} {fingerprint(refuse.offered)}; "
+                    f"refusing. Verify it, then `ssh -p {t.port} {t.user}@{t.hostname}` once to record it, "
+                    "or re-run with --accept-new-host-key") from None
+            if isinstance(e, paramiko.AuthenticationException):
+                raise
+            raise ConnectionFailed(f"{self.host} ({t.display}): ssh error: {e}") from None
+        return client
+
+    # commands -----------------------------------------------------------------------------
+    def _run(self, command: str, *, stdin: bytes | None, timeout: float | None) -> CommandResult:
+        try:
+            chan = self.client.get_transport().open_session(timeout=self.target.connect_timeout)
+            if timeout:
+                chan.settimeout(timeout)
+            chan.exec_command(command)
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            # stderr is drained on a thread: both streams share one flow-control window,
+            # so a chatty stderr left unread would stall stdout.
+            err = bytearray()
+            def drain_stderr() -> None:
+                while True:
+                    chunk = chan.recv_stderr(65536)
+                    if not chunk:
+                        break
+                    err.extend(chunk)
+            t = threading.Thread(target=drain_stderr, daemon=True)
+            t.start()
+            out = bytearray()
+            while True:
+                chunk = chan.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+            t.join(timeout)
+            status = chan.recv_exit_status()
+            chan.close()
+            return CommandResult(status, bytes(out), bytes(err))
+        except socket.timeout:
+            raise RemoteError(f"{self.host}: command timed out after {timeout}s: {command[:60]}") from None
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise RemoteError(f"{self.host}: lost the ssh connection: {e or type(e).__name__}") from None
+
+    @contextlib.contextmanager
+    def forward(self, host: str, port: int) -> Iterator[tuple[str, int]]:
+        """A local listener whose connections become direct-tcpip channels, so a loopback-bound server on
+        the host is reachable and each client TCP connection maps to exactly one upstream connection
+        (keep-alive behaviour is preserved, which the multi-round probe depends on)."""
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        stop = threading.Event()
+        transport = self.client.get_transport()
+
+        def pump(a, b) -> None:  # noqa: ANN001
+            try:
+                while True:
+                    data = a.recv(65536)
+                    if not data:
+                        break
+                    b.sendall(data)
+            except (OSError, EOFError, paramiko.SSHException):
+                pass
+            finally:
+                for s in (a, b):
+                    with contextlib.suppress(Exception):
+                        s.close()
+
+        def accept_loop() -> None:
+            listener.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    conn, addr = listener.accept()
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+                try:
+                    chan = transport.open_channel("direct-tcpip", (host, port), addr, timeout=10)
+                except Exception as e:  # connection refused on the far side, channel failure
+                    log.debug("forward to %s:%s failed: %s", host, port, e)
+                    conn.close()
+                    continue
+                threading.Thread(target=pump, args=(conn, chan), daemon=True).start()
+                threading.Thread(target=pump, args=(chan, conn), daemon=True).start()
+
+        t = threading.Thread(target=accept_loop, daemon=True)
+        t.start()
+        try:
+            yield listener.getsockname()
+        finally:
+            stop.set()
+            listener.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
+        jump = getattr(self, "_jump", None)
+        if jump:
+            jump.close()
+
+
+def connect(host: Host, *, ssh_config: str | Path | None = None, accept_new_host_key: bool = False,
+            attempts: int = 3, backoff_s: float = 1.0) -> Transport:
+    if host.is_local:
+        return LocalTransport(host.name, host.python)
+    return SSHTransport(host, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key,
+                        attempts=attempts, backoff_s=backoff_s)

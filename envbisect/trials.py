@@ -1,0 +1,112 @@
+"""Trials: apply a configuration, co-restart, probe. The I/O half of the bisection.
+
+The search (search.py) says which configuration to try and how many probe runs it deserves; this
+module makes it so on the hosts and reports what happened as a `Trial`. Infrastructure trouble
+(SSH lost, a start command that cannot run) makes a trial `unresolved`, never `fail`: blaming a
+delta for a broken network is exactly the wrong-culprit mistake this tool exists to prevent.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from .configuration import OriginalState, target_state
+from .deltas import Delta
+from .errors import RemoteError
+from .journal import HostEditor
+from .playbook import Playbook, Probe
+from .probe import ABORT, CANNOT_TEST, FAIL, PASS, ProbeRun, run_probe
+from .restart import RestartResult, co_restart
+from .transport import Transport
+
+OUTCOMES = ("pass", "fail", "start-failure", "unresolved")
+
+
+@dataclass(frozen=True)
+class Trial:
+    n: int
+    purpose: str
+    units: tuple[str, ...]
+    config: tuple[str, ...]  # delta ids applied on top of the baseline
+    outcome: str  # pass | fail | start-failure | unresolved
+    reason: str
+    probe_runs: tuple[ProbeRun, ...] = ()
+    restart_s: float = 0.0
+    probe_s: float = 0.0
+    restart_durations: Mapping[str, float] = field(default_factory=dict)
+    started_at: float = 0.0
+    log_tail: str = ""
+    aborted: bool = False
+
+    @property
+    def passes(self) -> int:
+        return sum(1 for r in self.probe_runs if r.outcome == PASS)
+
+    def to_json(self) -> dict:
+        return {"n": self.n, "purpose": self.purpose, "units": list(self.units), "config": list(self.config),
+                "outcome": self.outcome, "reason": self.reason, "restart_s": round(self.restart_s, 3),
+                "probe_s": round(self.probe_s, 3), "restart_durations": {k: round(v, 3) for k, v in self.restart_durations.items()},
+                "started_at": self.started_at, "probe": {"runs": [r.to_json() for r in self.probe_runs],
+                                                          "passes": self.passes},
+                "log_tail": self.log_tail[-2000:], "aborted": self.aborted}
+
+
+def probe_repeatedly(probe: Probe, transports: Mapping[str, Transport], runs: int) -> tuple[str, tuple[ProbeRun, ...], str]:
+    """Up to `runs` probe runs in the started configuration, stopping at the first failure.
+    Probes are cheap next to restarts, so this is where intermittent faults are caught."""
+    done: list[ProbeRun] = []
+    for _ in range(max(1, runs)):
+        r = run_probe(probe, transports)
+        done.append(r)
+        if r.outcome == FAIL:
+            return "fail", tuple(done), r.reason
+        if r.outcome == CANNOT_TEST:
+            return "unresolved", tuple(done), "probe said it cannot test (exit 125)"
+        if r.outcome == ABORT:
+            return "abort", tuple(done), r.reason
+    return "pass", tuple(done), f"{len(done)}/{len(done)} probe runs passed"
+
+
+class TrialRunner:
+    def __init__(self, playbook: Playbook, transports: Mapping[str, Transport], editor: HostEditor,
+                 original: OriginalState, deltas: Sequence[Delta], contents: Mapping[str, bytes], probe: Probe,
+                 units: Mapping[str, tuple[str, ...]], on_step: Callable[[str], None] | None = None):
+        self.playbook, self.transports, self.editor = playbook, transports, editor
+        self.original, self.deltas, self.contents, self.probe = original, list(deltas), contents, probe
+        self.units = units
+        self.on_step = on_step or (lambda _m: None)
+
+    def delta_ids(self, unit_ids: Sequence[str]) -> tuple[str, ...]:
+        return tuple(sorted(d for u in unit_ids for d in self.units[u]))
+
+    def apply(self, delta_ids: Sequence[str]) -> None:
+        self.editor.apply(target_state(self.original, self.deltas, delta_ids, self.contents))
+
+    def run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str) -> Trial:
+        config = self.delta_ids(unit_ids)
+        started = time.time()
+        t0 = time.monotonic()
+        try:
+            self.on_step(f"applying {len(config)} of {len(self.deltas)} deltas")
+            self.apply(config)
+        except RemoteError as e:
+            return Trial(n, purpose, tuple(unit_ids), config, "unresolved", f"could not apply: {e}", started_at=started)
+        rs: RestartResult = co_restart(self.playbook, self.transports, on_step=self.on_step)
+        restart_s = time.monotonic() - t0
+        if not rs.ok:
+            outcome = "start-failure" if rs.failure == "start-failure" else "unresolved"
+            return Trial(n, purpose, tuple(unit_ids), config, outcome, rs.message, restart_s=restart_s,
+                         restart_durations=rs.durations, started_at=started, log_tail=rs.log_tail)
+        self.on_step(f"probing ({self.probe.name}, up to {probes} run(s))")
+        p0 = time.monotonic()
+        try:
+            outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes)
+        except RemoteError as e:
+            return Trial(n, purpose, tuple(unit_ids), config, "unresolved", f"probe could not run: {e}",
+                         restart_s=restart_s, restart_durations=rs.durations, started_at=started)
+        aborted = outcome == "abort"
+        if aborted:
+            outcome = "unresolved"
+        return Trial(n, purpose, tuple(unit_ids), config, outcome, reason, runs, restart_s, time.monotonic() - p0,
+                     rs.durations, started, aborted=aborted)
