@@ -127,6 +127,7 @@ class _Old:
     source: str
     content: bytes | None
     absent: bool = False
+    sha: str | None = None  # known even when the content is not (large files, symlinks)
 
 
 def _old_file(path: str, base_host: HostState | None, base_id: str | None, cur: HostState,
@@ -137,7 +138,7 @@ def _old_file(path: str, base_host: HostState | None, base_id: str | None, cur: 
             if bf.exists is False:
                 return _Old(f"snapshot:{base_id}", None, absent=True)
             if bf.content is not None or bf.sha256:
-                return _Old(f"snapshot:{base_id}", bf.content)
+                return _Old(f"snapshot:{base_id}", bf.content, sha=bf.sha256)
         elif _covered(path, base_host):
             return _Old(f"snapshot:{base_id}", None, absent=True)
     fb = cur.fallback
@@ -156,7 +157,8 @@ def _old_file(path: str, base_host: HostState | None, base_id: str | None, cur: 
 
 def _covered(path: str, host: HostState) -> bool:
     """Was path inside something the baseline looked at (so its absence there is meaningful)?"""
-    return any(path in members for members in host.watched.values()) or path in host.env_files.values()
+    return (any(path == root or path.startswith(root.rstrip("/") + "/") for root in host.watched)
+            or path in host.env_files.values())
 
 
 def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float | None) -> Diff:
@@ -311,7 +313,7 @@ def _file_delta(host: str, path: str, f: FileState, old: _Old | None, since: flo
             return [Delta(did, "file", host, None, path, None, "changed", None, new_sha, "mtime",
                           (f"modified at {_iso(f.mtime)}, after {_iso(since)}; old content unknown",))]
         return []
-    old_sha = None if old.absent else (_sha(old.content) if old.content is not None else None)
+    old_sha = None if old.absent else (_sha(old.content) if old.content is not None else old.sha)
     if old.content is not None and old_sha:
         contents[old_sha] = old.content
     if old.absent and not f.exists:

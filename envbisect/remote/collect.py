@@ -268,7 +268,10 @@ if req.get("clock_only"):
     json.dump(result, sys.stdout)
     sys.exit(0)
 for path in req.get("env_files", []):
-    result["files"][path] = file_state(path)
+    st = file_state(path)
+    if st.get("exists") and st.get("kind") != "file":
+        st["error"] = "not a regular file (%s)" % st.get("kind")
+    result["files"][path] = st
 for root in req.get("watch", []):
     members = walk(root)
     result["watched"][root] = members
