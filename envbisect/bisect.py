@@ -263,7 +263,8 @@ class BisectRun:
                     break
                 n = len(self.trials) + 1
                 self.on_event("trial-start", {"n": n, "purpose": nxt.purpose, "config": runner.delta_ids(sorted(nxt.config)),
-                                              "eta_s": self._eta(search), "units": len(unit_ids)})
+                                              "eta_s": self._eta(search), "units": len(unit_ids),
+                                              "total_deltas": len(deltas)})
                 trial = runner.run(n, sorted(nxt.config), nxt.probes, nxt.purpose)
                 self.trials.append(trial)
                 self._append_trial(trial)

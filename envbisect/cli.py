@@ -197,6 +197,181 @@ def render_diff(result, masker) -> None:  # noqa: ANN001
         out.print(Text(f"note: {masker.redact_text(n)}", style="dim"))
 
 
+
+# --- bisect ------------------------------------------------------------------------------------
+
+def _fmt_s(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(round(s))
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def _config_label(config: list[str] | tuple[str, ...], total: int) -> str:
+    if not config:
+        return "baseline (no deltas)"
+    if len(config) == total:
+        return f"current (all {total} deltas)"
+    shown = ", ".join(config[:3]) + (f", +{len(config) - 3} more" if len(config) > 3 else "")
+    return f"{len(config)}/{total}: {shown}"
+
+
+class _Progress:
+    """Human progress lines on stderr (stdout stays clean for --json)."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.total = 0
+
+    def __call__(self, kind: str, data: dict) -> None:
+        if self.quiet and kind not in ("interrupted", "restore-failed", "warning"):
+            return
+        if kind == "trial-start":
+            self.total = data.get("total_deltas", self.total)
+            eta = f" · ETA {_fmt_s(data['eta_s'])}" if data.get("eta_s") else ""
+            err.print(f"[bold]trial {data['n']}[/bold] · {data['purpose']} · "
+                      f"{_config_label(data['config'], data.get('total_deltas', 0))}{eta}")
+        elif kind == "trial-end":
+            t = data["trial"]
+            style = {"pass": "green", "fail": "red", "start-failure": "red", "unresolved": "yellow"}[t.outcome]
+            err.print(Text.assemble("  → ", (t.outcome.upper(), style),
+                                    f"  restart {_fmt_s(t.restart_s)}, probe {t.probe_s:.1f}s: {t.reason}"))
+        elif kind == "step":
+            err.print(Text(f"    {data['message']}", style="dim"))
+        elif kind in ("interrupted", "restore-failed", "warning"):
+            err.print(Text(f"envbisect: {kind}: {data.get('error') or data.get('message')}", style="yellow"))
+        elif kind == "resumed":
+            err.print(f"resuming run {data['run']} after {data['trials_done']} finished trial(s)")
+
+
+def render_verdict(result) -> None:  # noqa: ANN001
+    v = result.verdict
+    colour = {"culprit": "red", "interaction": "red", "not-config": "magenta", "not-reproduced": "cyan",
+              "inconclusive": "yellow"}[v.kind]
+    out.print(Text.assemble("\nverdict: ", (v.kind.upper(), f"bold {colour}"), f"   confidence {v.confidence:.2f}",
+                            f"   restarts {len(result.trials)}"))
+    if result.culprit_deltas:
+        word = "must all go" if v.kind == "culprit" else "fail only together"
+        out.print(f"  culprit(s), which {word}: " + ", ".join(result.culprit_deltas))
+    out.print(f"  {v.explanation}")
+    if v.kind == "inconclusive" and v.suspects:
+        out.print("  remaining suspects: " + ", ".join(f"{u} ({p:.0%})" for u, p in v.suspects[:8]))
+    if result.path_report:
+        t = Table("layer", "target", "result", title="request path, layer by layer")
+        for l in result.path_report.layers:
+            t.add_row(l.name, l.target, Text("ok" if l.ok else "FAIL", style="green" if l.ok else "red"), l.reason)
+        out.print(t)
+        out.print(Text(f"  {result.path_report.conclusion}", style="bold"))
+    for h in result.drift_hint:
+        out.print(f"  drift: {h}")
+    for n in result.notes:
+        out.print(f"  note: {n}")
+    t = Table("#", "purpose", "configuration", "outcome", "restart", "probe", title="trials")
+    total = len(result.units)
+    for tr in result.trials + ((result.final_probe,) if result.final_probe else ()):
+        t.add_row(str(tr.n), tr.purpose, _config_label(list(tr.units), total), tr.outcome, _fmt_s(tr.restart_s),
+                  f"{tr.passes} pass / {len(tr.probe_runs)}")
+    out.print(t)
+    out.print(f"hosts left: {result.state_left}" + ("" if result.state_left != "fixed" else
+                                                     " (current minus the culprits; every exonerated delta kept)"))
+
+
+@app.command()
+def bisect(ctx: typer.Context,
+           since: Optional[str] = typer.Option(None, "--since", "-s", help="Known-good TIME (see `diff`)."),
+           against: Optional[str] = typer.Option(None, "--against", "-a", help="Known-good snapshot label or id."),
+           probe: Optional[str] = typer.Option(None, "--probe", help="Probe name from the playbook (default: the first)."),
+           only: List[str] = typer.Option([], "--only", help="Bisect only these delta ids."),
+           exclude: List[str] = typer.Option([], "--exclude", help="Leave these delta ids out (kept as they are now)."),
+           link: List[str] = typer.Option([], "--link", help="Treat every delta of this variable as one unit."),
+           confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.9999),
+           max_trials: Optional[int] = typer.Option(None, "--max-trials", min=2, help="Restart budget."),
+           leave: str = typer.Option("original", "--leave", help="original | fixed (current minus the culprits)."),
+           dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; touch nothing."),
+           resume: bool = typer.Option(False, "--resume", help="Continue the last interrupted run."),
+           run_id: Optional[str] = typer.Option(None, "--run", help="With --resume: which run."),
+           as_json: bool = typer.Option(False, "--json")) -> None:
+    """Find the guilty delta(s) on the live deployment, after checking the premises."""
+    from .bisect import BisectOptions, BisectRun
+
+    if leave not in ("original", "fixed"):
+        raise typer.BadParameter("must be 'original' or 'fixed'", param_hint="--leave")
+    o = _opts(ctx)
+    opts = BisectOptions(probe=probe, only=tuple(only), exclude=tuple(exclude), link=tuple(link), confidence=confidence,
+                         max_trials=max_trials, leave=leave)
+    progress = _Progress(quiet=False)
+    with o.deployment() as dep:
+        run = BisectRun(dep, opts, on_event=progress)
+        if resume:
+            try:
+                result = run.resume(run_id)
+            except KeyboardInterrupt:
+                _print_resume(o, run.run_id)
+                raise
+        else:
+            diff = dep.diff(since=since, against=against)
+            if not diff.deltas:
+                msg = "no deltas since the baseline: nothing to bisect (the config did not change)"
+                if as_json:
+                    emit_json({"verdict": "not-config", "culprits": [], "confidence": None, "trials": [],
+                               "state_left": "original", "explanation": msg})
+                else:
+                    out.print(msg)
+                raise typer.Exit(int(ExitStatus.NOT_CONFIG))
+            if dry_run:
+                plan = run.plan(diff)
+                if as_json:
+                    emit_json(plan)
+                else:
+                    render_diff(diff, dep.masker)
+                    out.print(f"\nplan: probe [bold]{plan['probe']}[/bold]; {len(plan['units'])} unit(s) to bisect")
+                    for u, ds in plan["units"].items():
+                        out.print(f"  {u}" + (f"  = {' + '.join(ds)}" if len(ds) > 1 or ds[0] != u else ""))
+                    for n in plan["notes"]:
+                        out.print(f"  note: {n}")
+                    out.print("  1. " + plan["premise_checks"][0] + "\n  2. " + plan["premise_checks"][1])
+                    e = plan["expected_restarts"]
+                    out.print(f"  then about {e['single culprit'] - 2} more restart(s) for a single culprit "
+                              f"({e['interacting pair'] - 2} for an interacting pair); each restart stops "
+                              + " → ".join(reversed(plan["restart_order"])) + " and starts "
+                              + " → ".join(plan["restart_order"]))
+                    out.print("dry run: no host was touched")
+                raise typer.Exit(0)
+            try:
+                result = run.start(diff)
+            except KeyboardInterrupt:
+                _print_resume(o, run.run_id)
+                raise
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        render_verdict(result)
+    raise typer.Exit(int(result.exit_status))
+
+
+def _print_resume(o: Options, run_id: str) -> None:
+    if run_id:
+        err.print(f"To resume, run: envbisect -p {o.playbook} --store {o.store} bisect --resume --run {run_id}")
+
+
+@app.command()
+def restore(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Undo an interrupted or crashed run from its journal (exact bytes, mode, owner, mtime, HEAD), then co-restart."""
+    from .bisect import restore_deployment
+
+    o = _opts(ctx)
+    with o.deployment() as dep:
+        res = restore_deployment(dep, on_event=_Progress(quiet=as_json))
+    if as_json:
+        emit_json(res)
+    elif res["restored"]:
+        out.print(f"restored {res['files']} file(s) and {res['repos']} repo(s) from run {res['run']}; "
+                  f"co-restart: {res['co_restart']}")
+    else:
+        out.print(res["reason"])
+    raise typer.Exit(0 if res.get("co_restart_ok", True) else int(ExitStatus.CONNECTION))
+
+
 def main() -> None:
     try:
         app(standalone_mode=True)

@@ -1,0 +1,131 @@
+"""Trial configurations (pure) and the journal/restore cycle on a real tree, locally and over sshd."""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+import pytest
+
+from envbisect.configuration import FileOriginal, OriginalState, RepoOriginal, target_state, touched
+from envbisect.deltas import Delta
+from envbisect.deployment import ConnectOptions, Deployment
+from envbisect.errors import LockHeld, RemoteError
+from envbisect.journal import HostEditor, find_journal
+from envbisect.playbook import load_playbook
+from envbisect.store import Store
+
+from hosttree import DECODE, git, make_tree
+
+ENV = b"# decode\nexport A=1   # keep me\nB='x y'\nexport C=3\n"
+
+
+def d(id_, kind="env", change="changed", old=None, new=None, key=None, path="/e", host="h") -> Delta:
+    return Delta(id_, kind, host, "decode" if kind == "env" else None, path, key, change, old, new, "snapshot:x")
+
+
+def test_target_state_rewrites_only_reverted_lines():
+    orig = OriginalState({("h", "/e"): FileOriginal(True, ENV)}, {})
+    deltas = [d("decode:A", key="A", old="0", new="1"), d("decode:B", key="B", change="added", new="x y"),
+              d("decode:Z", key="Z", change="removed", old="$(touch /tmp/pwned)")]
+    # everything applied: the current file, byte for byte
+    assert target_state(orig, deltas, {"decode:A", "decode:B", "decode:Z"}, {}).files[("h", "/e")] == ENV
+    # nothing applied: the baseline, every untouched byte kept, the removed value quoted safely
+    base = target_state(orig, deltas, set(), {}).files[("h", "/e")].decode()
+    assert base == "# decode\nexport A=0   # keep me\nexport C=3\nexport Z='$(touch /tmp/pwned)'\n"
+    only_a = target_state(orig, deltas, {"decode:A"}, {}).files[("h", "/e")].decode()
+    assert only_a == "# decode\nexport A=1   # keep me\nexport C=3\nexport Z='$(touch /tmp/pwned)'\n"
+
+
+def test_target_state_git_and_file_deltas():
+    orig = OriginalState({("h", "/f"): FileOriginal(True, b"new"), ("h", "/n"): FileOriginal(True, b"added")},
+                         {("h", "/r"): RepoOriginal("bbb", "refs/heads/main")})
+    deltas = [d("git:h:/r", kind="git", old="aaa", new="bbb", path="/r"),
+              d("file:h:/f", kind="file", old="sha-old", new="sha-new", path="/f"),
+              d("file:h:/n", kind="file", change="added", new="sha-n", path="/n")]
+    t = target_state(orig, deltas, set(), {"sha-old": b"old"})
+    assert t.repos[("h", "/r")].commit == "aaa" and t.repos[("h", "/r")].ref is None
+    assert t.files[("h", "/f")] == b"old" and t.files[("h", "/n")] is None
+    t = target_state(orig, deltas, {"git:h:/r", "file:h:/f", "file:h:/n"}, {"sha-old": b"old"})
+    assert t.repos[("h", "/r")].ref == "refs/heads/main" and t.files[("h", "/f")] == b"new"
+    assert touched(deltas) == ({("h", "/f"), ("h", "/n")}, {("h", "/r")})
+
+
+@pytest.fixture(params=["local", "ssh"])
+def dep_and_tree(request, tmp_path):
+    tree = make_tree(tmp_path / "host")
+    if request.param == "local":
+        ssh, cfg = "local", None
+    else:
+        server = request.getfixturevalue("sshd")
+        ssh, cfg = server.alias, str(server.ssh_config)
+    dep = Deployment(load_playbook(tree.playbook(ssh)), Store(tmp_path / "store"), ConnectOptions(ssh_config=cfg))
+    yield dep, tree
+    dep.close()
+
+
+def fingerprint(path):
+    st = os.stat(path)
+    return path.read_bytes(), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns
+
+
+def test_apply_then_restore_is_byte_identical(dep_and_tree, tmp_path):
+    dep, tree = dep_and_tree
+    env = tree.env("decode")
+    os.chmod(env, 0o640)
+    before = fingerprint(env)
+    head = git(tree.repo, "rev-parse", "HEAD")
+    new_head = tree.commit("v2", "v2\n")
+    editor = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-1")
+    editor.lock()
+    orig = editor.begin({("node1", str(env))}, {("node1", str(tree.repo))})
+    assert (tmp_path / "run" / "journal.json").exists()
+    assert oct(os.stat(tmp_path / "run" / "journal.json").st_mode & 0o777) == "0o600"
+    deltas = [d("decode:SGLANG_KV_PAGE_SIZE", key="SGLANG_KV_PAGE_SIZE", old="32", new="64", path=str(env), host="node1"),
+              d(f"git:node1:{tree.repo}", kind="git", old=head, new=new_head, path=str(tree.repo), host="node1")]
+    editor.apply(target_state(orig, deltas, set(), {}))
+    assert env.read_text() == DECODE.replace("SGLANG_KV_PAGE_SIZE=64", "SGLANG_KV_PAGE_SIZE=32")
+    assert stat.S_IMODE(os.stat(env).st_mode) == 0o640  # mode kept through the atomic rewrite
+    assert git(tree.repo, "rev-parse", "HEAD") == head
+    # a second envbisect is refused while this run holds the lock
+    other = HostEditor(dep.playbook, dep.transports, tmp_path / "run2", "run-2")
+    with pytest.raises(LockHeld, match="locked by run run-1"):
+        other.lock()
+    # the journal is on the host too, so a crashed controller can still be undone
+    j = find_journal(dep.playbook, dep.transports, tmp_path / "nowhere")
+    assert j is not None and j.run_id == "run-1"
+    editor.restore()
+    editor.finish()
+    editor.unlock()
+    assert fingerprint(env) == before
+    assert git(tree.repo, "rev-parse", "HEAD") == new_head
+    assert git(tree.repo, "symbolic-ref", "HEAD") == "refs/heads/main"
+    assert find_journal(dep.playbook, dep.transports, tmp_path / "nowhere") is None
+
+
+def test_dirty_repo_is_refused_clearly(dep_and_tree, tmp_path):
+    dep, tree = dep_and_tree
+    head = git(tree.repo, "rev-parse", "HEAD")
+    new_head = tree.commit("v2", "v2\n")
+    (tree.repo / "VERSION").write_text("local edit\n")
+    editor = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-1")
+    orig = editor.begin(set(), {("node1", str(tree.repo))})
+    deltas = [d("git:x", kind="git", old=head, new=new_head, path=str(tree.repo), host="node1")]
+    with pytest.raises(RemoteError, match="uncommitted changes"):
+        editor.apply(target_state(orig, deltas, set(), {}))
+    assert (tree.repo / "VERSION").read_text() == "local edit\n"
+
+
+def test_stale_lock_of_dead_controller_is_recognized(dep_and_tree, tmp_path):
+    dep, tree = dep_and_tree
+    import json
+    import socket
+
+    lock = os.path.expanduser(f"~/.envbisect/{dep.playbook.name}.lock")
+    os.makedirs(os.path.dirname(lock), exist_ok=True)
+    with open(lock, "w") as f:  # a controller on this machine whose pid no longer exists
+        json.dump({"run_id": "dead-run", "controller": socket.gethostname(), "pid": 2 ** 22 + 12345}, f)
+    editor = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-3")
+    editor.lock()
+    editor.unlock()
+    assert not os.path.exists(lock)
