@@ -372,6 +372,50 @@ def restore(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -
     raise typer.Exit(0 if res.get("co_restart_ok", True) else int(ExitStatus.CONNECTION))
 
 
+
+@app.command()
+def demo(keep: bool = typer.Option(False, "--keep", help="Leave the demo deployment's files in place."),
+         as_json: bool = typer.Option(False, "--json")) -> None:
+    """Run snapshot -> diff -> bisect on a built-in simulated SGLang PD deployment (real sglang-router)."""
+    import time as _time
+
+    from . import demo as demo_mod
+    from .bisect import BisectOptions, BisectRun
+    from .deployment import Deployment
+
+    t0 = _time.monotonic()
+    say = (lambda *_a, **_k: None) if as_json else out.print
+    say("[bold]envbisect demo[/bold]: simulated prefill + decode workers behind the real sglang-router")
+    d = demo_mod.prepare()
+    try:
+        say(f"  deployment in {d.root} (playbook {d.playbook})")
+        with Deployment(load_playbook(d.playbook), Store(d.store)) as dep:
+            snap = dep.snapshot("noon")
+            say(f"1. known-good snapshot [bold]{snap.id}[/bold] (label 'noon'): the stack serves requests")
+            changes = demo_mod.plant_changes(d)
+            say(f"2. an afternoon of changes: {len(changes)} variables edited, a note file touched, everything restarted;"
+                " requests through the router now hang")
+            say("3. envbisect diff --against noon")
+            diff = dep.diff(against="noon")
+            if not as_json:
+                render_diff(diff, dep.masker)
+            say("\n4. envbisect bisect --against noon --probe e2e")
+            result = BisectRun(dep, BisectOptions(probe="e2e"), on_event=_Progress(quiet=as_json)).start(diff)
+        if as_json:
+            emit_json({"diff": diff.to_json(dep.masker), "bisect": result.to_json(),
+                       "planted": {"bad": "%s:%s" % demo_mod.BAD_CHANGE[:2]},
+                       "seconds": round(_time.monotonic() - t0, 1)})
+        else:
+            render_verdict(result)
+            planted = "%s:%s" % demo_mod.BAD_CHANGE[:2]
+            ok = result.culprit_deltas == (planted,)
+            say(f"\nplanted bad change: {planted} -> envbisect {'found it' if ok else 'DID NOT find it'}"
+                f" in {len(result.trials)} restarts ({_time.monotonic() - t0:.0f} s in all)")
+    finally:
+        d.cleanup(keep)
+    raise typer.Exit(0 if result.culprit_deltas == ("%s:%s" % demo_mod.BAD_CHANGE[:2],) else 1)
+
+
 def main() -> None:
     try:
         app(standalone_mode=True)

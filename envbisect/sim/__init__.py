@@ -1,0 +1,18 @@
+"""Simulated SGLang PD deployment (real sglang-router + simulated prefill/decode workers).
+
+``from envbisect.sim import build`` -- see :mod:`envbisect.sim.deployment`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["build", "SimDeployment", "DEFAULT_RULES"]
+
+
+def __getattr__(name: str) -> Any:  # lazy: keep `python -m envbisect.sim.worker` light
+    if name in __all__:
+        from . import deployment
+
+        return getattr(deployment, name)
+    raise AttributeError(name)

@@ -1,0 +1,264 @@
+"""Bisect end to end on the simulated PD deployment (real sglang-router in front of simulated
+workers whose faults come from the environment they were started with)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from envbisect.bisect import BisectOptions, BisectRun
+from envbisect.deployment import ConnectOptions, Deployment
+from envbisect.playbook import load_playbook
+from envbisect.sim.deployment import build
+from envbisect.store import Store
+
+pytestmark = pytest.mark.sim
+ENVBISECT = [sys.executable, "-m", "envbisect.cli"]
+
+
+def tree_fingerprint(sim) -> dict:
+    """Every byte, mode and mtime of the files envbisect may touch, and the repo HEAD/branch."""
+    out = {}
+    for p in sorted((sim.root / "conf").rglob("*")) + sorted(sim.src_dir.rglob("*")):
+        if p.is_file() and ".git" not in p.parts:
+            st = p.stat()
+            out[str(p)] = (hashlib.sha256(p.read_bytes()).hexdigest(), st.st_mode, st.st_uid, st.st_mtime_ns)
+    git = lambda *a: subprocess.run(["git", "-C", str(sim.src_dir), *a], capture_output=True, text=True).stdout.strip()
+    out["HEAD"] = (git("rev-parse", "HEAD"), git("symbolic-ref", "-q", "HEAD"))
+    return out
+
+
+class Scenario:
+    def __init__(self, tmp_path: Path, ssh: str = "local", ssh_config: str | None = None, **build_kw):
+        self.sim = build(tmp_path / "dep", ssh=ssh, **build_kw)
+        self.name = "sim-" + uuid.uuid4().hex[:8]  # the lock and host journal are per deployment name
+        text = self.sim.playbook.read_text().replace('name = "sim-pd"', f'name = "{self.name}"')
+        self.sim.playbook.write_text(text)
+        self.store = tmp_path / "store"
+        self.ssh_config = ssh_config
+        self.sim.start_all()
+
+    def deployment(self) -> Deployment:
+        return Deployment(load_playbook(self.sim.playbook), Store(self.store),
+                          ConnectOptions(ssh_config=self.ssh_config, attempts=1))
+
+    def baseline(self) -> None:
+        with self.deployment() as dep:
+            dep.snapshot("good")
+
+    def bisect(self, **opts):
+        with self.deployment() as dep:
+            diff = dep.diff(against="good")
+            return BisectRun(dep, BisectOptions(**opts)).start(diff)
+
+    def cli(self, *args, **kw):
+        base = [*ENVBISECT, "-p", str(self.sim.playbook), "--store", str(self.store)]
+        if self.ssh_config:
+            base += ["--ssh-config", self.ssh_config]
+        return subprocess.run(base + list(args), capture_output=True, text=True, **kw)
+
+
+@pytest.fixture
+def scenario(tmp_path):
+    made = []
+
+    def make(**kw) -> Scenario:
+        s = Scenario(tmp_path / f"s{len(made)}", **kw)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.sim.stop_all()
+
+
+INNOCENT = [("prefill", "NCCL_DEBUG", "INFO"), ("decode", "SGLANG_ENABLE_JIT_DEEPGEMM", "1"),
+            ("router", "ROUTER_LOG_LEVEL", "debug"), ("decode", "NCCL_IB_GID_INDEX", "5"),
+            ("prefill", "SGLANG_DISAGGREGATION_THREAD_POOL_SIZE", "8")]
+
+
+def plant(sim, changes) -> None:
+    for service, key, value in changes:
+        sim.set_env(service, key, value)
+    sim.co_restart()
+
+
+def test_single_culprit_among_innocent_changes(scenario, request):
+    s = scenario()
+    s.baseline()
+    plant(s.sim, INNOCENT[:3] + [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")] + INNOCENT[3:])
+    before = tree_fingerprint(s.sim)
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind == "culprit", r.verdict
+    assert r.culprit_deltas == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",)
+    assert len(r.trials) <= 3 + 2  # ceil(log2 6) + 2 premise checks
+    assert r.trials[0].outcome == "fail" and r.trials[1].outcome == "pass"  # premises checked first
+    assert r.state_left == "original" and tree_fingerprint(s.sim) == before
+
+
+def test_interacting_pair_fails_only_together(scenario):
+    s = scenario()
+    s.baseline()
+    plant(s.sim, INNOCENT[:2] + [("prefill", "SGLANG_ENABLE_TRANSFER_COALESCE", "1")] + INNOCENT[2:4]
+          + [("prefill", "MC_FORCE_TCP", "1")])
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind == "interaction", r.verdict
+    assert set(r.culprit_deltas) == {"prefill:SGLANG_ENABLE_TRANSFER_COALESCE", "prefill:MC_FORCE_TCP"}
+    assert len(r.trials) <= 2 * 3 + 2
+
+
+def test_intermittent_culprit_is_found_with_repeated_probes(scenario):
+    rules = {"rules": [{"service": "decode", "when": {"SGLANG_ENABLE_JIT_DEEPGEMM": "1"}, "fault": "intermittent",
+                        "p": 0.5, "seed": 7, "mode": "5xx"}],
+             "kv_layout_vars": ["SGLANG_KV_PAGE_SIZE", "SGLANG_KV_CACHE_DTYPE"]}
+    s = scenario(rules=rules)
+    s.baseline()
+    plant(s.sim, INNOCENT)
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind == "culprit", r.verdict
+    assert r.culprit_deltas == ("decode:SGLANG_ENABLE_JIT_DEEPGEMM",)
+    assert r.verdict.confidence >= 0.95
+
+
+def test_git_head_culprit_and_leave_fixed(scenario):
+    s = scenario()
+    rules = json.loads(s.sim.rules_path.read_text())
+    rules["rules"].append({"service": "decode", "when_file": {"path": str(s.sim.src_dir / "VERSION"),
+                                                              "contains": "v2-bad"}, "fault": "crash"})
+    s.sim.set_rules(rules)
+    s.sim.co_restart()
+    s.baseline()
+    (s.sim.src_dir / "VERSION").write_text("v2-bad\n")
+    subprocess.run(["git", "-C", str(s.sim.src_dir), "commit", "-qam", "v2: new kernels"], check=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@x"})
+    plant(s.sim, INNOCENT[:3])
+    r = s.bisect(probe="e2e", leave="fixed")
+    assert r.verdict.kind == "culprit", r.verdict
+    assert r.culprit_deltas == (f"git:node1:{s.sim.src_dir}",)
+    assert any(t.outcome == "start-failure" for t in r.trials)  # decode died at start: counted as a failure
+    # left at current minus the culprit: the innocent knobs stay, the repo is back at the old commit
+    assert r.state_left == "fixed" and r.final_probe.outcome == "pass"
+    assert "NCCL_DEBUG=INFO" in s.sim.env_file("prefill").read_text()
+    assert (s.sim.src_dir / "VERSION").read_text() != "v2-bad\n"
+
+
+def test_not_config_when_the_client_path_breaks(scenario):
+    """The incident: a client-side proxy hangs on reused keep-alive connections; the one config
+    delta must not be blamed."""
+    s = scenario(with_proxy_hang_after=3)
+    s.baseline()
+    plant(s.sim, [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "512")])
+    before = tree_fingerprint(s.sim)
+    r = s.bisect(probe="client")
+    assert r.verdict.kind == "not-config", r.verdict
+    assert r.culprit_deltas == ()
+    assert r.path_report is not None and r.path_report.broken_at == "client path"
+    assert all(l.ok for l in r.path_report.layers if l.name != "client path")
+    assert "not in the deployment's configuration" in r.path_report.conclusion
+    assert tree_fingerprint(s.sim) == before
+
+
+def test_not_reproduced_points_at_drift(scenario):
+    s = scenario()
+    s.baseline()
+    # The operator edits decode's file but restarts prefill alone: decode still runs the old
+    # environment (drift) and the restarted prefill breaks the PD pair.
+    s.sim.set_env("decode", "NCCL_DEBUG", "INFO")
+    s.sim.restart("prefill")
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind == "not-reproduced", r.verdict
+    assert any("decode" in h and "NCCL_DEBUG" in h for h in r.drift_hint)
+    assert r.exit_status == 5
+
+
+def test_cli_bisect_json_and_dry_run(scenario):
+    s = scenario()
+    s.baseline()
+    plant(s.sim, INNOCENT[:2] + [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")])
+    before = tree_fingerprint(s.sim)
+    r = s.cli("bisect", "--against", "good", "--dry-run")
+    assert r.returncode == 0 and "dry run: no host was touched" in r.stdout
+    assert tree_fingerprint(s.sim) == before
+    r = s.cli("bisect", "--against", "good", "--probe", "e2e", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["verdict"] == "culprit" and doc["culprits"] == ["decode:SGLANG_SM120_MMA_TARGET_CTAS"]
+    assert doc["state_left"] == "original" and doc["confidence"] >= 0.95
+    assert [t["n"] for t in doc["trials"]] == list(range(1, len(doc["trials"]) + 1))
+    assert all({"config", "outcome", "probe", "restart_s", "probe_s"} <= set(t) for t in doc["trials"])
+    assert "trial 1" in r.stderr  # progress goes to stderr
+    assert tree_fingerprint(s.sim) == before
+
+
+@pytest.mark.parametrize("sig,after", [(signal.SIGINT, "trial 2"), (signal.SIGTERM, "trial 3")])
+def test_interrupt_restores_hosts_and_prints_resume(scenario, sig, after):
+    s = scenario()
+    s.baseline()
+    plant(s.sim, INNOCENT[:3] + [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")])
+    before = tree_fingerprint(s.sim)
+    p = subprocess.Popen([*ENVBISECT, "-p", str(s.sim.playbook), "--store", str(s.store), "bisect", "--against",
+                          "good", "--probe", "e2e"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    deadline = time.time() + 60
+    while after not in seen and time.time() < deadline:
+        seen += p.stderr.readline()
+    time.sleep(0.5)  # mid-trial: files edited, services restarting
+    p.send_signal(sig)
+    _, rest = p.communicate(timeout=60)
+    seen += rest
+    assert p.returncode != 0
+    assert "To resume, run: envbisect" in seen and "--resume" in seen
+    assert tree_fingerprint(s.sim) == before
+    # resume finishes the run without repeating the finished trials
+    runs = sorted((s.store / "runs").iterdir())
+    done = len((runs[-1] / "trials.jsonl").read_text().splitlines())
+    r = s.cli("bisect", "--resume", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["culprits"] == ["decode:SGLANG_SM120_MMA_TARGET_CTAS"]
+    assert len(doc["trials"]) >= done and f"after {done} finished trial(s)" in r.stderr
+    assert tree_fingerprint(s.sim) == before
+
+
+def test_kill_9_then_restore_is_byte_identical(scenario):
+    s = scenario()
+    s.baseline()
+    plant(s.sim, INNOCENT[:3] + [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")])
+    before = tree_fingerprint(s.sim)
+    p = subprocess.Popen([*ENVBISECT, "-p", str(s.sim.playbook), "--store", str(s.store), "bisect", "--against",
+                          "good", "--probe", "e2e"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    while "trial 3" not in seen:
+        line = p.stderr.readline()
+        assert line, "bisect ended before trial 3"
+        seen += line
+    time.sleep(0.3)
+    p.kill()
+    p.wait()
+    assert tree_fingerprint(s.sim) != before  # a trial configuration is live
+    # a second run is refused while the dead run's lock is there... unless recognised as stale
+    r = s.cli("restore", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["restored"] is True
+    assert tree_fingerprint(s.sim) == before
+    r = s.cli("restore", "--json")
+    assert json.loads(r.stdout)["restored"] is False  # nothing left to undo
+
+
+def test_bisect_over_real_sshd(scenario, sshd):
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
+    s.baseline()
+    plant(s.sim, INNOCENT[:2] + [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")] + INNOCENT[2:3])
+    before = tree_fingerprint(s.sim)
+    r = s.bisect(probe="multi_round")
+    assert r.verdict.kind == "culprit" and r.culprit_deltas == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",)
+    assert tree_fingerprint(s.sim) == before
