@@ -62,14 +62,16 @@ def check_path(playbook: Playbook, transports: Mapping[str, Transport], probe: P
         router_probe = replace(probe, url=rebase(probe.url, entry.health), vantage=entry.host)
         r = run_probe(router_probe, transports)
         layers.append(Layer(f"router ({entry.name}) directly", router_probe.url or "", r.outcome == PASS, r.reason, r))
-        if rebase(probe.url, entry.health) != probe.url:
-            r = run_probe(probe, transports)
-            layers.append(Layer("probe target", probe.url, r.outcome == PASS, r.reason, r))
+        targets = {router_probe.url}
         if playbook.client_url:
             client_probe = replace(probe, url=rebase(probe.url, playbook.client_url))
-            if client_probe.url not in {l.target for l in layers}:
-                r = run_probe(client_probe, transports)
-                layers.append(Layer("client path", client_probe.url or "", r.outcome == PASS, r.reason, r))
+            targets.add(client_probe.url)
+        if probe.url not in targets:
+            r = run_probe(probe, transports)
+            layers.append(Layer("probe target", probe.url, r.outcome == PASS, r.reason, r))
+        if playbook.client_url and client_probe.url != router_probe.url:
+            r = run_probe(client_probe, transports)
+            layers.append(Layer("client path", client_probe.url or "", r.outcome == PASS, r.reason, r))
     else:
         r = run_probe(probe, transports)
         layers.append(Layer("probe command", probe.command or "", r.outcome == PASS, r.reason, r))
