@@ -7,6 +7,7 @@ trial differs from what the operator wrote by exactly the reverted variables.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
@@ -69,41 +70,46 @@ def check_applicable(deltas: Sequence[Delta]) -> None:
 
 def target_state(original: OriginalState, deltas: Sequence[Delta], applied: Iterable[str],
                  contents: Mapping[str, bytes]) -> TargetState:
+    """The state with exactly `applied` deltas in their new state and every other delta in its
+    old state, computed from `original` (whatever mix is live now). A key already holding the
+    wanted value is not touched, so a file changes by exactly the lines that must change."""
     applied = set(applied)
     unknown = applied - {d.id for d in deltas}
     if unknown:
         raise UsageError(f"unknown delta id {sorted(unknown)[0]!r}")
-    files: dict[Key, bytes | None] = {}
-    repos: dict[Key, RepoTarget] = {}
-    for key, orig in original.files.items():
-        files[key] = orig.content if orig.exists else None
-    for key, orig in original.repos.items():
-        repos[key] = RepoTarget(orig.head, orig.ref)
-    # Env deltas not applied are reverted one line at a time, in file order of the keys.
-    by_file: dict[Key, list[Delta]] = {}
+    files: dict[Key, bytes | None] = {k: (o.content if o.exists else None) for k, o in original.files.items()}
+    repos: dict[Key, RepoTarget] = {k: RepoTarget(o.head, o.ref) for k, o in original.repos.items()}
     for d in deltas:
-        if d.id in applied:
-            continue
+        want_new = d.id in applied
         key = (d.host, d.path)
         if d.kind == "env":
-            by_file.setdefault(key, []).append(d)
-        elif d.kind == "git":
-            repos[key] = RepoTarget(d.old or "", None)
+            continue
+        if d.kind == "git":
+            commit = d.new if want_new else d.old
+            orig = original.repos.get(key)
+            # back on the branch when the original checkout was at this commit on a branch
+            ref = orig.ref if orig is not None and orig.head == commit else None
+            repos[key] = RepoTarget(commit or "", ref)
+            continue
+        sha = d.new if want_new else d.old
+        live = files.get(key)
+        if sha is None:
+            files[key] = None
+        elif sha in contents:
+            files[key] = contents[sha]
+        elif live is not None and hashlib.sha256(live).hexdigest() == sha:
+            pass  # already holds it (e.g. a large file recorded by hash only)
         else:
-            if d.change == "added":
-                files[key] = None
-            else:
-                if d.old not in contents:
-                    raise UsageError(f"{d.id}: old content {str(d.old)[:12]} is not in the store")
-                files[key] = contents[d.old]
-    for key, ds in by_file.items():
+            raise UsageError(f"{d.id}: content {sha[:12]} is not in the store")
+    for key in {(d.host, d.path) for d in deltas if d.kind == "env"}:
         data = files.get(key)
         text = (data or b"").decode("utf-8", "surrogateescape")
-        for d in ds:
+        for d in (d for d in deltas if d.kind == "env" and (d.host, d.path) == key):
+            value = d.new if d.id in applied else d.old
             env = parse_env(text)
-            if d.change == "added":
-                text = env.without(d.key or "")
-            else:
-                text = env.with_value(d.key or "", d.old or "")
+            current = env.values().get(d.key or "")
+            if value == current:
+                continue
+            text = env.without(d.key or "") if value is None else env.with_value(d.key or "", value)
         files[key] = text.encode("utf-8", "surrogateescape")
     return TargetState(files, repos)

@@ -37,18 +37,37 @@ def test_target_state_rewrites_only_reverted_lines():
     assert only_a == "# decode\nexport A=1   # keep me\nexport C=3\nexport Z='$(touch /tmp/pwned)'\n"
 
 
+def sha(b: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(b).hexdigest()
+
+
 def test_target_state_git_and_file_deltas():
     orig = OriginalState({("h", "/f"): FileOriginal(True, b"new"), ("h", "/n"): FileOriginal(True, b"added")},
                          {("h", "/r"): RepoOriginal("bbb", "refs/heads/main")})
     deltas = [d("git:h:/r", kind="git", old="aaa", new="bbb", path="/r"),
-              d("file:h:/f", kind="file", old="sha-old", new="sha-new", path="/f"),
-              d("file:h:/n", kind="file", change="added", new="sha-n", path="/n")]
-    t = target_state(orig, deltas, set(), {"sha-old": b"old"})
+              d("file:h:/f", kind="file", old=sha(b"old"), new=sha(b"new"), path="/f"),
+              d("file:h:/n", kind="file", change="added", new=sha(b"added"), path="/n")]
+    t = target_state(orig, deltas, set(), {sha(b"old"): b"old"})
     assert t.repos[("h", "/r")].commit == "aaa" and t.repos[("h", "/r")].ref is None
     assert t.files[("h", "/f")] == b"old" and t.files[("h", "/n")] is None
-    t = target_state(orig, deltas, {"git:h:/r", "file:h:/f", "file:h:/n"}, {"sha-old": b"old"})
+    t = target_state(orig, deltas, {"git:h:/r", "file:h:/f", "file:h:/n"}, {sha(b"old"): b"old"})
     assert t.repos[("h", "/r")].ref == "refs/heads/main" and t.files[("h", "/f")] == b"new"
+    assert t.files[("h", "/n")] == b"added"
+    # from a partly reverted live state, putting one delta back touches only that delta
+    live = OriginalState({("h", "/f"): FileOriginal(True, b"old"), ("h", "/n"): FileOriginal(False)},
+                         {("h", "/r"): RepoOriginal("aaa", None)})
+    t = target_state(live, deltas, {"file:h:/f"}, {sha(b"old"): b"old", sha(b"new"): b"new"})
+    assert t.files == {("h", "/f"): b"new", ("h", "/n"): None} and t.repos[("h", "/r")].commit == "aaa"
     assert touched(deltas) == ({("h", "/f"), ("h", "/n")}, {("h", "/r")})
+
+
+def test_target_state_from_partly_reverted_env_file():
+    live = OriginalState({("h", "/e"): FileOriginal(True, b"export A=0   # keep me\nexport C=3\n")}, {})
+    deltas = [d("decode:A", key="A", old="0", new="1"), d("decode:B", key="B", change="added", new="x y")]
+    t = target_state(live, deltas, {"decode:A", "decode:B"}, {})
+    assert t.files[("h", "/e")] == b"export A=1   # keep me\nexport C=3\nexport B='x y'\n"
 
 
 @pytest.fixture(params=["local", "ssh"])
