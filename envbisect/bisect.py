@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import threading
 import time
@@ -110,11 +111,23 @@ def make_units(deltas: Sequence[Delta], link: Iterable[str], auto_link: bool) ->
 class BisectRun:
     def __init__(self, dep: Deployment, opts: BisectOptions, *, on_event: Callable[[str, dict], None] | None = None):
         self.dep, self.opts = dep, opts
-        self.on_event = on_event or (lambda _kind, _data: None)
+        self._listener = on_event or (lambda _kind, _data: None)
         self.playbook = dep.playbook
         self.run_id = ""
         self.run_dir = Path()
         self.trials: list[Trial] = []
+
+    def on_event(self, kind: str, data: dict) -> None:
+        """Tell the listener, and keep a timestamped line in the run's events.jsonl: the report's timeline."""
+        self._listener(kind, data)
+        if self.run_dir != Path() and self.run_dir.exists():
+            rec = {"ts": time.time(), "kind": kind}
+            for k, v in data.items():
+                rec[k] = v.to_json() if hasattr(v, "to_json") else v
+            line = json.dumps(rec, default=str)
+            with open(self.run_dir / "events.jsonl", "a") as f:
+                os.fchmod(f.fileno(), 0o600)
+                f.write(self.dep.masker.redact_text(line) + "\n")
 
     # --- setup ---------------------------------------------------------------------------------
     def probe(self) -> Probe:
@@ -172,6 +185,8 @@ class BisectRun:
         self.run_dir = self.dep.store.runs_dir / self.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._save_run(diff, deltas, units, probe)
+        write_private(self.run_dir / "environment.json",
+                      json.dumps(capture_environment(self.playbook, self.dep.transports), indent=1).encode())
         editor = HostEditor(self.playbook, self.dep.transports, self.run_dir, self.run_id)
         editor.lock()
         try:
@@ -243,7 +258,8 @@ class BisectRun:
               done: list[Trial], notes: list[str], diff_doc: Mapping[str, Any] | None = None) -> BisectResult:
         transports = self.dep.transports
         runner = TrialRunner(self.playbook, transports, editor, original, deltas, contents, probe, units,
-                             on_step=lambda m: self.on_event("step", {"message": m}))
+                             on_step=lambda m: self.on_event("step", {"message": m}),
+                             evidence_dir=self.run_dir / "evidence")
         unit_ids = list(units)
         search = Search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
                         base_probes=probe.repeat)
@@ -325,6 +341,25 @@ class BisectRun:
         remaining = getattr(search, "expected_remaining", None)
         left = remaining() if callable(remaining) else max(1, math.ceil(math.log2(max(2, len(search.units)))))
         return per * left
+
+
+def capture_environment(playbook, transports) -> dict[str, Any]:  # noqa: ANN001
+    """Versions for the postmortem: envbisect, and each host's kernel and Python."""
+    import platform
+
+    from . import __version__
+
+    hosts = {}
+    for h, t in transports.items():
+        try:
+            r = t.run_python("import platform,sys;print(platform.release());print(platform.python_version());"
+                             "print(platform.node())", timeout=30)
+            kernel, py, node = (r.stdout.decode().splitlines() + ["?", "?", "?"])[:3]
+            hosts[h] = {"kernel": kernel, "python": py, "hostname": node}
+        except RemoteError as e:
+            hosts[h] = {"error": str(e)}
+    return {"envbisect": __version__, "controller": {"python": platform.python_version(), "kernel": platform.release(),
+                                                     "hostname": platform.node()}, "hosts": hosts}
 
 
 def _observation(t: Trial) -> Observation:

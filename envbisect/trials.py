@@ -8,6 +8,7 @@ delta for a broken network is exactly the wrong-culprit mistake this tool exists
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
@@ -71,11 +72,13 @@ def probe_repeatedly(probe: Probe, transports: Mapping[str, Transport], runs: in
 class TrialRunner:
     def __init__(self, playbook: Playbook, transports: Mapping[str, Transport], editor: HostEditor,
                  original: OriginalState, deltas: Sequence[Delta], contents: Mapping[str, bytes], probe: Probe,
-                 units: Mapping[str, tuple[str, ...]], on_step: Callable[[str], None] | None = None):
+                 units: Mapping[str, tuple[str, ...]], on_step: Callable[[str], None] | None = None,
+                 evidence_dir: Path | None = None):
         self.playbook, self.transports, self.editor = playbook, transports, editor
         self.original, self.deltas, self.contents, self.probe = original, list(deltas), contents, probe
         self.units = units
         self.on_step = on_step or (lambda _m: None)
+        self.evidence_dir = evidence_dir
 
     def delta_ids(self, unit_ids: Sequence[str]) -> tuple[str, ...]:
         return tuple(sorted(d for u in unit_ids for d in self.units[u]))
@@ -84,6 +87,12 @@ class TrialRunner:
         self.editor.apply(target_state(self.original, self.deltas, delta_ids, self.contents))
 
     def run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str) -> Trial:
+        trial = self._run(n, unit_ids, probes, purpose)
+        if self.evidence_dir is not None:
+            capture_evidence(self.playbook, self.transports, self.evidence_dir / f"trial-{n:03d}")
+        return trial
+
+    def _run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str) -> Trial:
         config = self.delta_ids(unit_ids)
         started = time.time()
         t0 = time.monotonic()
@@ -110,3 +119,27 @@ class TrialRunner:
             outcome = "unresolved"
         return Trial(n, purpose, tuple(unit_ids), config, outcome, reason, runs, restart_s, time.monotonic() - p0,
                      rs.durations, started, aborted=aborted)
+
+
+def capture_evidence(playbook: Playbook, transports: Mapping[str, Transport], out: Path) -> None:
+    """Log tail and /metrics of every service, right after a trial. Best effort: evidence must
+    never turn a trial into a failure. Written raw (0600); the bundle redacts secrets."""
+    from .restart import log_tail, split_url
+    from .store import write_private
+
+    for name, s in playbook.services.items():
+        t = transports.get(s.host)
+        if t is None:
+            continue
+        try:
+            if s.log:
+                write_private(out / f"{name}.log.txt", log_tail(t, s, 16384).encode())
+            if s.metrics:
+                import httpx
+
+                host, port, path = split_url(s.metrics)
+                with t.forward(host, port) as (fh, fp):
+                    r = httpx.get(f"http://{fh}:{fp}{path}", timeout=5)
+                write_private(out / f"{name}.metrics.txt", r.text.encode())
+        except (RemoteError, OSError, Exception) as e:  # noqa: BLE001 - evidence is best effort
+            write_private(out / f"{name}.error.txt", f"{type(e).__name__}: {e}".encode())
