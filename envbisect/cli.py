@@ -19,7 +19,7 @@ from rich.text import Text
 
 from . import __version__
 from .deployment import ConnectOptions, Deployment
-from .errors import EnvbisectError, ExitStatus
+from .errors import EnvbisectError, ExitStatus, UsageError
 from .playbook import load_playbook
 from .store import Store
 
@@ -414,6 +414,186 @@ def demo(keep: bool = typer.Option(False, "--keep", help="Leave the demo deploym
     finally:
         d.cleanup(keep)
     raise typer.Exit(0 if result.culprit_deltas == ("%s:%s" % demo_mod.BAD_CHANGE[:2],) else 1)
+
+
+
+# --- verify / revert / apply ---------------------------------------------------------------------
+
+def render_verify(report) -> None:  # noqa: ANN001
+    t = Table("layer", "target", "result", "time", "detail", title="verify")
+    for l in report.layers:
+        res = Text("-", style="dim") if l.ok is None else Text("ok" if l.ok else "FAIL", style="green" if l.ok else "red")
+        name = l.name + (" (info)" if l.informational else "")
+        t.add_row(name, l.target, res, f"{l.seconds:.2f}s", l.reason)
+    out.print(t)
+    out.print(Text(report.summary, style="bold green" if report.ok else "bold red"))
+
+
+@app.command("verify")
+def verify_cmd(ctx: typer.Context,
+               probe: List[str] = typer.Option([], "--probe", help="Probes to run as the layers (default: one request, "
+                                                                   "16 concurrent, multi-round, all via the router)."),
+               concurrency: int = typer.Option(16, "--concurrency", min=1),
+               as_json: bool = typer.Option(False, "--json")) -> None:
+    """Layered health check: services, one request, a concurrent batch, a multi-round keep-alive run."""
+    from .verify import verify
+
+    o = _opts(ctx)
+    with o.deployment() as dep:
+        pb = dep.playbook
+        for name in probe:
+            if name not in pb.probes:
+                raise UsageError(f"no probe {name!r} in {pb.path} (known: {', '.join(pb.probes)})")
+        report = verify(pb, dep.transports, [pb.probes[n] for n in probe] or None, concurrency=concurrency)
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        render_verify(report)
+    raise typer.Exit(0 if report.ok else 1)
+
+
+def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_id: Optional[str],
+            probe: Optional[str], run_verify: bool, keep_on_fail: bool, as_json: bool) -> None:
+    from .revert import change, load_run_deltas
+
+    o = _opts(ctx)
+    with o.deployment() as dep:
+        src = load_run_deltas(dep, run_id)
+        if verdict:
+            if src.verdict not in ("culprit", "interaction"):
+                raise UsageError(f"run {src.run_id} has verdict {src.verdict or 'none'}: no culprits to {action}")
+            ids = list(src.culprits)
+        pname = probe or src.probe
+        pr = dep.playbook.probes.get(pname) if pname else None
+        if pname and pr is None:
+            raise UsageError(f"no probe {pname!r} in {dep.playbook.path}")
+
+        def decide(result) -> bool:  # noqa: ANN001
+            if keep_on_fail:
+                return False
+            if sys.stdin.isatty() and not as_json:
+                return typer.confirm(f"the revert of {', '.join(result.deltas)} did not make '{pname}' pass; "
+                                     "put it back?", default=True)
+            return True
+
+        res = change(dep, action, ids, src, probe=pr, run_verify=run_verify, put_back_on_fail=decide,
+                     on_event=_Progress(quiet=as_json))
+    if as_json:
+        emit_json(res.to_json())
+    else:
+        word = "reverted" if action == "revert" else "applied"
+        out.print(f"{word}: {', '.join(res.deltas)} (co-restart {'ok' if res.restart.ok else 'FAILED: ' + res.restart.message})")
+        if res.probe_outcome:
+            out.print(Text(f"probe {pname}: {res.probe_outcome.upper()} - {res.probe_reason}",
+                           style="green" if res.probe_outcome == "pass" else "red"))
+        if res.verify:
+            render_verify(res.verify)
+        if res.put_back:
+            out.print(Text(f"put back: {', '.join(res.deltas)} (probe after: {res.after_put_back}). "
+                           "They did not fix it: do not blame them.", style="bold yellow"))
+        for n in res.notes:
+            out.print(f"note: {n}")
+    raise typer.Exit(0 if res.ok else 1)
+
+
+@app.command()
+def revert(ctx: typer.Context, ids: List[str] = typer.Argument(None, help="Delta ids to take out."),
+           verdict: bool = typer.Option(False, "--verdict", help="Revert exactly the culprits of the last verdict."),
+           run_id: Optional[str] = typer.Option(None, "--run", help="The bisect run whose deltas to use (default: last)."),
+           probe: Optional[str] = typer.Option(None, "--probe", help="Probe that must pass afterwards (default: the run's)."),
+           run_verify: bool = typer.Option(False, "--verify", help="Also run the layered verify."),
+           keep_on_fail: bool = typer.Option(False, "--keep-on-fail", help="Keep the revert even if the probe still fails."),
+           as_json: bool = typer.Option(False, "--json")) -> None:
+    """Take deltas out of the live configuration (journaled, co-restart), then prove the symptom is gone."""
+    _change(ctx, "revert", ids or [], verdict, run_id, probe, run_verify, keep_on_fail, as_json)
+
+
+@app.command("apply")
+def apply_cmd(ctx: typer.Context, ids: List[str] = typer.Argument(..., help="Delta ids to put back."),
+              run_id: Optional[str] = typer.Option(None, "--run"),
+              probe: Optional[str] = typer.Option(None, "--probe"),
+              run_verify: bool = typer.Option(False, "--verify"),
+              as_json: bool = typer.Option(False, "--json")) -> None:
+    """Put deltas back into the live configuration (journaled, co-restart), then probe."""
+    _change(ctx, "apply", ids, False, run_id, probe, run_verify, True, as_json)
+
+
+# --- history -------------------------------------------------------------------------------------
+
+def _runs(store: Store) -> list[dict]:
+    rows = []
+    if not store.runs_dir.exists():
+        return rows
+    for p in sorted(store.runs_dir.iterdir()):
+        try:
+            doc = json.loads((p / "run.json").read_text())
+        except (OSError, ValueError):
+            continue
+        kind = doc.get("kind", "bisect")
+        row = {"run": p.name, "kind": kind, "deployment": doc.get("deployment"), "created_at": doc.get("created_at"),
+               "status": "unfinished", "culprits": [], "restarts": None}
+        v = p / ("verdict.json" if kind == "bisect" else "result.json")
+        if v.exists():
+            vd = json.loads(v.read_text())
+            if kind == "bisect":
+                row.update(status=vd["verdict"], culprits=vd.get("culprits", []), restarts=vd.get("restarts"),
+                           confidence=vd.get("confidence"))
+            else:
+                row.update(status="ok" if vd.get("ok") else ("put back" if vd.get("put_back") else "failed"),
+                           culprits=vd.get("deltas", []))
+        rows.append(row)
+    return rows
+
+
+@app.command()
+def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+    """List past bisect, revert and apply runs with their verdicts."""
+    rows = _runs(Store(_opts(ctx).store))
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        out.print("no runs yet")
+        return
+    t = Table("run", "kind", "when", "result", "deltas", "restarts")
+    for r in rows:
+        t.add_row(r["run"], r["kind"], _when(r["created_at"]), r["status"], ", ".join(r["culprits"]),
+                  "" if r["restarts"] is None else str(r["restarts"]))
+    out.print(t)
+
+
+@app.command()
+def show(ctx: typer.Context, run: str = typer.Argument(..., help="Run id (see `envbisect runs`)."),
+         as_json: bool = typer.Option(False, "--json")) -> None:
+    """Print one past run."""
+    store = Store(_opts(ctx).store)
+    p = store.runs_dir / run
+    if not (p / "run.json").exists():
+        raise UsageError(f"no run {run!r} in {store.runs_dir}")
+    doc = json.loads((p / "run.json").read_text())
+    kind = doc.get("kind", "bisect")
+    res_path = p / ("verdict.json" if kind == "bisect" else "result.json")
+    res = json.loads(res_path.read_text()) if res_path.exists() else None
+    if as_json:
+        emit_json({"run": run, "kind": kind, "result": res, "unfinished": res is None})
+        return
+    if res is None:
+        out.print(f"run {run} ({kind}) did not finish; resume it with `envbisect bisect --resume --run {run}` "
+                  "or undo it with `envbisect restore`")
+        return
+    if kind == "bisect":
+        out.print(f"run {run}: verdict [bold]{res['verdict']}[/bold] (confidence {res['confidence']}), "
+                  f"{res['restarts']} restarts, hosts left {res['state_left']}")
+        if res["culprits"]:
+            out.print("  culprits: " + ", ".join(res["culprits"]))
+        out.print("  " + res["explanation"])
+        t = Table("#", "purpose", "deltas applied", "outcome", "restart s", "probe")
+        for tr in res["trials"]:
+            t.add_row(str(tr["n"]), tr["purpose"], str(len(tr["config"])), tr["outcome"], f"{tr['restart_s']:.1f}",
+                      tr["reason"])
+        out.print(t)
+    else:
+        out.print_json(json.dumps(res))
 
 
 def main() -> None:

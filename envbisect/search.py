@@ -12,13 +12,14 @@ Model (see docs/search.md for the user-facing description):
   known-good baseline.  A *config* is the set of units applied on top of the
   baseline.
 * Failure is monotone in the config and described by a set of *terms*: the
-  config is bad iff it contains every unit of at least one term.  The modelled
-  hypotheses are: one culprit ``{x}``; an interaction ``{x, y}`` (bad only with
-  both); two independent culprits ``{x} | {y}``; "not the config" (every config,
-  the baseline included, is bad); and "no fault" (nothing is bad).  Once a term
-  is accepted and the current config minus that term still fails, the search
-  opens a new *frame* that keeps the accepted terms and looks for one more, so
-  any number of independent culprits can be found one after the other.
+  config is bad iff it contains every unit of at least one term.  Within a
+  *frame* the hypotheses are: one culprit ``{x}``; an interaction ``{x, y}`` (bad
+  only with both); "not the config" (every config, the baseline included, is
+  bad); and "no fault".  Several independent culprits are found one frame after
+  the other: once a term is accepted and current-minus-the-terms still fails, a
+  new frame keeps the accepted terms and looks for one more.  Whether there is
+  one more is itself judged by the next frame's belief ("no more" against "one
+  more", with prior odds ``Prior.multiple``).
 * Noise is one-sided: a bad config passes one probe run with unknown
   probability ``q`` (intermittent fault), a good config never fails.  The belief
   is kept over hypotheses x a small grid of ``q`` values and updated exactly.
@@ -33,7 +34,7 @@ Restarts are the expensive unit; probe runs are cheap.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable, Sequence
 
@@ -456,7 +457,9 @@ class _Belief:
         tot = 0.0
         units = list(_bits(term))
         for kind, a, b, _, _, mass in self.classes:
-            ma, za = self.atoms[a][1], self.atoms[a][2] if kind in (_S, _AND) else (0, 0)
+            if kind not in (_S, _AND):
+                continue
+            ma, za = self.atoms[a][1], self.atoms[a][2]
             if kind == _S and len(units) == 1 and term & ma:
                 tot += mass / za
             elif kind == _AND and len(units) == 2:

@@ -85,17 +85,19 @@ def test_restart_bound_values() -> None:
 
 @pytest.mark.parametrize("n", range(2, 13))
 def test_and_pair_default_prior_bound_and_no_wrong_blame(n: int) -> None:
-    """With the default prior a pair that fails only together stays within the pair
-    bound and is never blamed on an outside unit.  When the bisection has no restart
-    to spare, the pair looks exactly like a single culprit (its later member) and
-    the verdict says that it was not tested alone (see docs/search.md)."""
+    """With the default prior a pair that fails only together is never blamed on an
+    outside unit.  When the bisection has no restart to spare, the pair looks exactly
+    like a single culprit (its later member: it is proven needed) and the verdict
+    says that it was not tested alone (see docs/search.md, "What the bounds can and
+    cannot promise").  When it is found, the prior (interactions are rare) asks for
+    up to three more checks than the pair bound."""
     units = names(n)
     found = 0
     for a, b in itertools.combinations(units, 2):
         s = Search(units)
         v = run(s, both(a, b))
         assert set(v.culprits) <= {a, b}, (a, b, v)
-        assert s.trials <= restart_bound(n, "interaction") + 1, (a, b, s.trials)
+        assert s.trials <= restart_bound(n, "interaction") + 3, (a, b, s.trials)
         if v.kind == "interaction":
             assert set(v.culprits) == {a, b}
             found += 1

@@ -1,0 +1,193 @@
+"""`envbisect revert` / `envbisect apply`: act on a verdict, safely.
+
+Take chosen deltas out of (or put them back into) the live configuration with the same journaled,
+atomic, shell-safe edits and full co-restart as a bisection, then prove the result with the probe
+(and the layered verify). A revert that does not make the probe pass is put back by default: the
+incident this tool exists for lost a +12.8% throughput knob by leaving an innocent revert in place.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from .configuration import OriginalState, target_state, touched
+from .deltas import Delta
+from .deployment import Deployment
+from .errors import UsageError
+from .journal import HostEditor
+from .playbook import Probe
+from .restart import RestartResult, co_restart
+from .store import write_private
+from .trials import probe_repeatedly
+from .verify import VerifyReport, verify
+
+
+@dataclass(frozen=True)
+class RunDeltas:
+    """The deltas (with old/new contents) recorded by a bisection run, and what it concluded."""
+
+    run_id: str
+    deltas: tuple[Delta, ...]
+    contents: Mapping[str, bytes]
+    probe: str
+    culprits: tuple[str, ...]
+    verdict: str | None
+
+
+def load_run_deltas(dep: Deployment, run_id: str | None) -> RunDeltas:
+    runs = dep.store.runs_dir
+    cands = []
+    if runs.exists():
+        for p in runs.iterdir():
+            rj = p / "run.json"
+            if rj.exists():
+                try:
+                    doc = json.loads(rj.read_text())
+                except ValueError:
+                    continue
+                if doc.get("kind", "bisect") == "bisect" and doc.get("deployment") == dep.playbook.name:
+                    cands.append((doc.get("created_at", 0), p, doc))
+    if run_id:
+        cands = [c for c in cands if c[1].name == run_id]
+        if not cands:
+            raise UsageError(f"no bisect run {run_id!r} for deployment {dep.playbook.name!r} (see `envbisect runs`)")
+    if not cands:
+        raise UsageError("no bisect run recorded for this deployment: run `envbisect bisect` first, "
+                         "or name the deltas' run with --run")
+    _, path, doc = max(cands, key=lambda c: c[0])
+    deltas = tuple(Delta(**{**d, "detail": tuple(d.get("detail", ()))}) for d in doc["deltas"])
+    contents = {sha: dep.store.get_blob(ref) or b"" for sha, ref in doc.get("contents", {}).items()}
+    culprits: tuple[str, ...] = ()
+    verdict = None
+    vpath = path / "verdict.json"
+    if vpath.exists():
+        v = json.loads(vpath.read_text())
+        culprits, verdict = tuple(v.get("culprits", ())), v.get("verdict")
+    return RunDeltas(path.name, deltas, contents, doc.get("probe", ""), culprits, verdict)
+
+
+def applied_now(original: OriginalState, deltas: Sequence[Delta]) -> dict[str, bool | None]:
+    """Is each delta in its new state (True), its old state (False), or neither (None: moved on)?"""
+    from .envfile import EnvFileError, parse_env
+
+    out: dict[str, bool | None] = {}
+    for d in deltas:
+        key = (d.host, d.path)
+        if d.kind == "git":
+            r = original.repos.get(key)
+            head = r.head if r else None
+            out[d.id] = True if head == d.new else False if head == d.old else None
+            continue
+        f = original.files.get(key)
+        data = f.content if f is not None and f.exists else None
+        if d.kind == "env":
+            try:
+                value = parse_env((data or b"").decode("utf-8", "surrogateescape")).values().get(d.key or "")
+            except EnvFileError:
+                out[d.id] = None
+                continue
+        else:
+            value = hashlib.sha256(data).hexdigest() if data is not None else None
+        out[d.id] = True if value == d.new else False if value == d.old else None
+    return out
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    action: str  # revert | apply
+    run_id: str
+    deltas: tuple[str, ...]
+    restart: RestartResult
+    probe_outcome: str | None  # pass | fail | unresolved | None (no probe)
+    probe_reason: str
+    verify: VerifyReport | None = None
+    put_back: bool = False
+    after_put_back: str | None = None  # probe outcome after putting the deltas back
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return self.restart.ok and self.probe_outcome in (None, "pass") and (self.verify is None or self.verify.ok) \
+            and not self.put_back
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "run": self.run_id, "deltas": list(self.deltas), "ok": self.ok,
+                "restart": {"ok": self.restart.ok, "message": self.restart.message,
+                            "seconds": round(self.restart.total_s, 2)},
+                "probe": {"outcome": self.probe_outcome, "reason": self.probe_reason},
+                "verify": self.verify.to_json() if self.verify else None,
+                "put_back": self.put_back, "after_put_back": self.after_put_back, "notes": list(self.notes)}
+
+
+def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, *, probe: Probe | None,
+           run_verify: bool = False, put_back_on_fail: Callable[[ActionResult], bool] | bool = True,
+           on_event: Callable[[str, dict], None] | None = None) -> ActionResult:
+    if action not in ("revert", "apply"):
+        raise ValueError(action)
+    ev = on_event or (lambda _k, _d: None)
+    by_id = {d.id: d for d in source.deltas}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise UsageError(f"no delta {missing[0]!r} in run {source.run_id} (known: {', '.join(sorted(by_id)[:6])}...)")
+    if not ids:
+        raise UsageError(f"name the deltas to {action} (or use --verdict)")
+    run_id = time.strftime("%Y%m%dT%H%M%S") + f"-{action}-" + uuid.uuid4().hex[:4]
+    run_dir = dep.store.runs_dir / run_id
+    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_private(run_dir / "run.json", json.dumps({
+        "format": 1, "kind": action, "run_id": run_id, "deployment": dep.playbook.name, "created_at": time.time(),
+        "from_run": source.run_id, "deltas": list(ids), "probe": probe.name if probe else None}).encode())
+    editor = HostEditor(dep.playbook, dep.transports, run_dir, run_id)
+    editor.lock()
+    try:
+        deltas = [by_id[i] for i in ids]
+        # Every delta that shares a file with the chosen ones: their state is read so it can be kept.
+        paths = {(d.host, d.path) for d in deltas}
+        related = [d for d in source.deltas if (d.host, d.path) in paths]
+        files, repos = touched(related)
+        original = editor.begin(files, repos)
+        state = applied_now(original, related)
+        moved = [d.id for d in deltas if state[d.id] is None]
+        if moved:
+            raise UsageError(f"{moved[0]}: the live value is neither the baseline's nor the run's; "
+                             "the deployment changed since that run - run diff/bisect again")
+        want = {i for i, on in state.items() if on}
+        want = want - set(ids) if action == "revert" else want | set(ids)
+        ev("step", {"message": f"{action}: {', '.join(ids)}"})
+        editor.apply(target_state(original, related, want, source.contents))
+        rs = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}))
+        outcome, reason = _probe(dep, probe, rs)
+        vr = verify(dep.playbook, dep.transports) if run_verify and rs.ok else None
+        result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr)
+        failed = not rs.ok or outcome == "fail" or (vr is not None and not vr.ok)
+        if action == "revert" and failed:
+            decide = put_back_on_fail(result) if callable(put_back_on_fail) else put_back_on_fail
+            if decide:
+                ev("step", {"message": "the revert did not make the probe pass: putting the delta(s) back"})
+                editor.apply(target_state(original, related, want | set(ids), source.contents))
+                rs2 = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}))
+                after, _ = _probe(dep, probe, rs2)
+                result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr, True, after,
+                                      (f"{', '.join(ids)} did not fix it and were put back: do not blame them",))
+        editor.finish()
+    finally:
+        editor.unlock()
+    write_private(run_dir / "result.json", json.dumps(result.to_json(), indent=1).encode())
+    return result
+
+
+def _probe(dep: Deployment, probe: Probe | None, rs: RestartResult) -> tuple[str | None, str]:
+    if not rs.ok:
+        return ("fail" if rs.failure == "start-failure" else "unresolved"), rs.message
+    if probe is None:
+        return None, "no probe"
+    outcome, _runs, reason = probe_repeatedly(probe, dep.transports, probe.repeat)
+    return outcome, reason
+
+
+__all__ = ["change", "load_run_deltas", "applied_now", "ActionResult", "RunDeltas", "Path"]

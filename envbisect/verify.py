@@ -1,0 +1,113 @@
+"""`envbisect verify`: the layered check an engineer runs by hand after any change, automated.
+
+Layers, stopping at the first that fails: every service's health; one request through the
+router; a concurrent batch (default 16); a multi-round run on one reused keep-alive connection.
+The same single request is also sent straight to each engine (informational, never stops the
+run) so an engine fault can be told apart from a routing or client-path fault.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+from .diagnose import entry_service, rebase
+from .errors import UsageError
+from .playbook import Playbook, Probe
+from .probe import PASS, ProbeRun, run_probe
+from .restart import health_ok
+from .transport import Transport
+
+
+@dataclass(frozen=True)
+class VerifyLayer:
+    name: str
+    target: str
+    ok: bool | None  # None: not run (an earlier layer failed)
+    reason: str
+    seconds: float
+    run: ProbeRun | None = None
+    informational: bool = False
+
+    def to_json(self) -> dict:
+        return {"layer": self.name, "target": self.target, "ok": self.ok, "reason": self.reason,
+                "seconds": round(self.seconds, 3), "informational": self.informational,
+                "probe": self.run.to_json() if self.run else None}
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    layers: tuple[VerifyLayer, ...]
+    failed_at: str | None
+    summary: str
+
+    @property
+    def ok(self) -> bool:
+        return self.failed_at is None
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "failed_at": self.failed_at, "summary": self.summary,
+                "layers": [l.to_json() for l in self.layers]}
+
+
+def request_probe(playbook: Playbook) -> Probe:
+    """The playbook's first probe that sends a request (not a command): the template for the layers."""
+    for p in playbook.probes.values():
+        if p.kind != "command" and p.url:
+            return p
+    raise UsageError(f"{playbook.path}: verify needs at least one [probes.NAME] with a url")
+
+
+def default_layers(playbook: Playbook, concurrency: int = 16, rounds: int = 6) -> list[Probe]:
+    base = request_probe(playbook)
+    entry = playbook.services[entry_service(playbook)]
+    url = rebase(base.url or "", entry.health)
+    one = replace(base, name="one request via router", kind="http", url=url, vantage=entry.host)
+    return [one,
+            replace(one, name=f"{concurrency} concurrent via router", kind="concurrent", concurrency=concurrency),
+            replace(one, name=f"{rounds} rounds on one keep-alive connection", kind="multi_round", rounds=rounds)]
+
+
+def verify(playbook: Playbook, transports: Mapping[str, Transport], probes: Sequence[Probe] | None = None, *,
+           concurrency: int = 16) -> VerifyReport:
+    layers: list[VerifyLayer] = []
+    failed: str | None = None
+    for name in playbook.restart.order:
+        s = playbook.services[name]
+        t0 = time.monotonic()
+        ok, why = health_ok(transports[s.host], s.health)
+        layers.append(VerifyLayer(f"health: {name}", s.health, ok, why, time.monotonic() - t0))
+        if not ok and failed is None:
+            failed = f"health: {name}"
+    for p in (probes if probes else default_layers(playbook, concurrency)):
+        if failed is not None:
+            layers.append(VerifyLayer(p.name, p.url or p.command or "", None, "not run: an earlier layer failed", 0.0))
+            continue
+        r = run_probe(p, transports)
+        layers.append(VerifyLayer(p.name, r.target, r.outcome == PASS, r.reason, r.duration_s, r))
+        if r.outcome != PASS:
+            failed = p.name
+    # Straight to each engine: separates "an engine is broken" from "routing / client path".
+    base = request_probe(playbook)
+    entry = entry_service(playbook)
+    for name in playbook.restart.order:
+        if name == entry:
+            continue
+        s = playbook.services[name]
+        p = replace(base, name=f"direct: {name}", kind="http", url=rebase(base.url or "", s.health), vantage=s.host)
+        r = run_probe(p, transports)
+        layers.append(VerifyLayer(p.name, r.target, r.outcome == PASS, r.reason, r.duration_s, r, informational=True))
+    return VerifyReport(tuple(layers), failed, _summary(layers, failed))
+
+
+def _summary(layers: list[VerifyLayer], failed: str | None) -> str:
+    engines_ok = all(l.ok for l in layers if l.informational)
+    if failed is None:
+        return "every layer passed"
+    if failed.startswith("health:"):
+        return f"{failed[8:]} is not healthy: fix that service first"
+    if engines_ok:
+        return (f"'{failed}' fails while every engine answers directly: the fault is in routing, the "
+                "prefill->decode transfer, or the client path, not in a single engine")
+    bad = ", ".join(l.name[8:] for l in layers if l.informational and not l.ok)
+    return f"'{failed}' fails and {bad} also fails when asked directly: look at that engine"
