@@ -26,7 +26,7 @@ from .errors import EnvbisectError, ExitStatus, RemoteError, UsageError
 from .journal import HostEditor, Journal
 from .playbook import Probe
 from .restart import co_restart
-from .search import Observation, Search, TrialRequest, Verdict
+from .search import Observation, Prior, Search, TrialRequest, Verdict
 from .store import write_private
 from .trials import Trial, TrialRunner, probe_repeatedly
 
@@ -44,6 +44,17 @@ class BisectOptions:
     max_trials: int | None = None
     leave: str = "original"  # original | fixed
     auto_link: bool = True  # same key, same change in several services -> one unit
+    policy: str = "confirm"  # confirm | fast | thorough (see POLICIES)
+
+
+# How much a verdict must have been *observed* rather than inferred from the prior. Proving that a
+# culprit breaks things alone costs one restart more than ceil(log2 n) + 2 in the worst case (see
+# docs/search.md); "fast" trusts the prior instead and can mistake an interaction for a culprit.
+POLICIES = {
+    "confirm": Prior(interaction=1.0, multiple=1.0 / 60.0),  # culprits seen failing alone; pairs found
+    "fast": Prior(),  # meets ceil(log2 n) + 2; interactions and second culprits inferred unlikely
+    "thorough": Prior.cautious(),  # also checks current-minus-culprits: several culprits found
+}
 
 
 @dataclass(frozen=True)
@@ -148,7 +159,9 @@ class BisectRun:
                 "probe": self.probe().name,
                 "premise_checks": ["current configuration (all deltas) must fail",
                                    "baseline configuration (no deltas) must pass"],
-                "expected_restarts": {"single culprit": lg + 2, "interacting pair": 2 * lg + 2},
+                "expected_restarts": {"single culprit": lg + 2 + (0 if self.opts.policy == "fast" else 1),
+                                      "interacting pair": 2 * lg + 2 + (0 if self.opts.policy == "fast" else 1)},
+                "policy": self.opts.policy,
                 "restart_order": list(self.playbook.restart.order),
                 "not_applicable": [d.id for d in deltas if not d.applicable]}
 
@@ -160,7 +173,7 @@ class BisectRun:
             "created_at": time.time(), "probe": probe.name,
             "options": {"only": list(self.opts.only), "exclude": list(self.opts.exclude), "link": list(self.opts.link),
                         "confidence": self.opts.confidence, "max_trials": self.opts.max_trials, "leave": self.opts.leave,
-                        "auto_link": self.opts.auto_link},
+                        "auto_link": self.opts.auto_link, "policy": self.opts.policy},
             "baseline": diff.baseline.id if diff.baseline else None, "current": diff.current.id,
             "since": diff.since,
             "deltas": [{**d.__dict__, "detail": list(d.detail)} for d in deltas],
@@ -211,7 +224,8 @@ class BisectRun:
         o = doc["options"]
         self.opts = BisectOptions(probe=doc["probe"], only=tuple(o["only"]), exclude=tuple(o["exclude"]),
                                   link=tuple(o["link"]), confidence=o["confidence"], max_trials=o["max_trials"],
-                                  leave=o["leave"], auto_link=o.get("auto_link", True))
+                                  leave=o["leave"], auto_link=o.get("auto_link", True),
+                                  policy=o.get("policy", "confirm"))
         probe = self.probe()
         done = []
         tpath = run_dir / "trials.jsonl"
@@ -261,8 +275,10 @@ class BisectRun:
                              on_step=lambda m: self.on_event("step", {"message": m}),
                              evidence_dir=self.run_dir / "evidence")
         unit_ids = list(units)
+        if self.opts.policy not in POLICIES:
+            raise UsageError(f"unknown policy {self.opts.policy!r} (one of {', '.join(POLICIES)})")
         search = Search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
-                        base_probes=probe.repeat)
+                        base_probes=probe.repeat, prior=POLICIES[self.opts.policy])
         self.trials = list(done)
         for t in done:
             search.observe(_observation(t))

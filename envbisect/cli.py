@@ -287,6 +287,11 @@ def bisect(ctx: typer.Context,
            confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.9999),
            max_trials: Optional[int] = typer.Option(None, "--max-trials", min=2, help="Restart budget."),
            leave: str = typer.Option("original", "--leave", help="original | fixed (current minus the culprits)."),
+           policy: str = typer.Option("confirm", "--policy",
+                                      help="confirm: see each culprit fail alone (default); fast: trust the prior, "
+                                           "fewest restarts; thorough: also prove no other culprit remains."),
+           no_auto_link: bool = typer.Option(False, "--no-auto-link",
+                                             help="Do not pin a variable changed the same way in several services."),
            dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; touch nothing."),
            resume: bool = typer.Option(False, "--resume", help="Continue the last interrupted run."),
            run_id: Optional[str] = typer.Option(None, "--run", help="With --resume: which run."),
@@ -296,9 +301,11 @@ def bisect(ctx: typer.Context,
 
     if leave not in ("original", "fixed"):
         raise typer.BadParameter("must be 'original' or 'fixed'", param_hint="--leave")
+    if policy not in ("confirm", "fast", "thorough"):
+        raise typer.BadParameter("must be 'confirm', 'fast' or 'thorough'", param_hint="--policy")
     o = _opts(ctx)
     opts = BisectOptions(probe=probe, only=tuple(only), exclude=tuple(exclude), link=tuple(link), confidence=confidence,
-                         max_trials=max_trials, leave=leave)
+                         max_trials=max_trials, leave=leave, policy=policy, auto_link=not no_auto_link)
     progress = _Progress(quiet=False)
     with o.deployment() as dep:
         run = BisectRun(dep, opts, on_event=progress)
