@@ -27,8 +27,14 @@ Model (see docs/search.md for the user-facing description):
   proves each blamed unit is needed).  The posterior decides when to stop, how
   many probe runs a trial needs, when a pass is too weak to build on (re-test),
   and which check to run when the structure alone does not settle the question.
+* When the posterior is confident but a claim rests on the prior (e.g. the
+  culprit was never tested alone) and one more restart stays within
+  :func:`restart_bound`, that restart is spent to observe the claim.
 
-Restarts are the expensive unit; probe runs are cheap.
+Restarts are the expensive unit; probe runs are cheap.  A single deterministic
+culprit always takes at most ``ceil(log2 n) + 2`` restarts with the default
+prior; docs/search.md explains why an interaction cannot be promised the same
+way, and what ``Prior.cautious()`` trades for finding it.
 """
 
 from __future__ import annotations
@@ -912,7 +918,7 @@ class Search:
                 return self._retest(cfg(lo), post)
             if hi - lo <= 1:
                 return hi
-            mid = lo + (hi - lo) // 2
+            mid = lo + (hi - lo + 1) // 2
             st = self._status(cfg(mid), post)
             if st == "fail":
                 hi = mid

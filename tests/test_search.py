@@ -147,8 +147,9 @@ def test_two_independent_culprits_of_ten() -> None:
         v = run(Search(units), either(a, b))
         assert set(v.culprits) <= {a, b}
         default_both += set(v.culprits) == {a, b}
-    # with the default prior the second culprit is found whenever a restart is spare
-    assert default_both >= 20
+    # with the default prior the second culprit is found only when a restart is to
+    # spare and the fix check is the likelier surprise (docs/search.md)
+    assert default_both >= 5
 
 
 def test_example_two_culprits_found_with_default_prior() -> None:

@@ -1,0 +1,135 @@
+"""Benchmark of the bisection search against a simulated oracle.
+
+    python bench/bench_search.py            # full table (about 30 s)
+    python bench/bench_search.py --quick    # n <= 16 only
+
+For every scenario and n it runs the search against every culprit position (or
+pair of positions; for the largest n a deterministic sample of pairs, see the
+``runs`` column) and prints the worst and mean number of restarts (premise checks
+included), the promised bound, whether the worst case meets it, how often the
+verdict was exactly right, and how often it blamed a unit outside the truth.
+
+Scenarios
+  single       one unit breaks the stack on its own (deterministic)
+  and-pair     two units break it only together (deterministic)
+  two-culprits two units each break it on their own (deterministic)
+  intermittent one culprit whose fault shows on half of the probe runs (3 seeds
+               per position); the bound is printed for reference only
+Each runs under the three policies of `envbisect bisect --policy` (envbisect.bisect.POLICIES):
+  fast      trust the prior (interactions and second culprits rare): meets ceil(log2 n)+2
+  confirm   the default: a culprit must be seen failing alone, so interactions are found; this
+            costs one restart over ceil(log2 n)+2 in the worst case, which no search can avoid
+            (docs/search.md: with n=2 a pair and a single culprit give identical observations)
+  thorough  also checks current-minus-culprits: several independent culprits are found
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from envbisect.bisect import POLICIES  # noqa: E402
+from envbisect.search import Observation, Prior, Search, Verdict, restart_bound  # noqa: E402
+
+NS = (2, 4, 8, 13, 16, 32, 64)
+MAX_PAIRS = 700  # per (scenario, n): pairs beyond this are sampled with a fixed stride
+
+
+def run(units: list[str], bad: Callable[[frozenset], bool], prior: Prior | None, show: float, seed: int) -> tuple[Verdict, int]:
+    rng = random.Random(seed)
+    s = Search(units, prior=prior)
+    while True:
+        step = s.next()
+        if isinstance(step, Verdict):
+            return step, s.trials
+        passes, failed = step.probes, False
+        if bad(step.config):
+            passes = 0
+            while passes < step.probes and rng.random() >= show:
+                passes += 1
+            failed = passes < step.probes
+        s.observe(Observation(step.config, passes, failed))
+
+
+def sample(items: list, limit: int) -> list:
+    if len(items) <= limit:
+        return items
+    stride = math.ceil(len(items) / limit)
+    return items[::stride]
+
+
+def cases(scenario: str, units: list[str]) -> Iterable[tuple[Callable[[frozenset], bool], tuple[tuple[str, ...], ...], float, int]]:
+    """(oracle, true terms, probability that a bad config fails a run, seed)."""
+    if scenario == "single":
+        for x in units:
+            yield (lambda c, x=x: x in c), ((x,),), 1.0, 0
+    elif scenario == "intermittent":
+        seeds = 3 if len(units) <= 16 else 1
+        for i, x in enumerate(units):
+            for k in range(seeds):
+                yield (lambda c, x=x: x in c), ((x,),), 0.5, 1000 * i + k
+    else:
+        for a, b in sample(list(itertools.combinations(units, 2)), MAX_PAIRS):
+            if scenario == "and-pair":
+                yield (lambda c, a=a, b=b: a in c and b in c), ((a, b),), 1.0, 0
+            else:
+                yield (lambda c, a=a, b=b: a in c or b in c), ((a,), (b,)), 1.0, 0
+
+
+def target(scenario: str, n: int) -> int | None:
+    if scenario in ("single", "intermittent"):
+        return restart_bound(n, "culprit")
+    if scenario == "and-pair":
+        return restart_bound(n, "interaction")
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="n <= 16 only")
+    args = ap.parse_args()
+    ns = [n for n in NS if n <= 16] if args.quick else list(NS)
+    t0 = time.perf_counter()
+    head = f"{'scenario':<13} {'policy':<9} {'n':>3} {'runs':>5} {'worst':>5} {'mean':>6} {'target':>6} {'restarts':>8} {'correct':>8} {'wrong-blame':>11}"
+    print(head)
+    print("-" * len(head))
+    for scenario in ("single", "and-pair", "two-culprits", "intermittent"):
+        for label, prior in POLICIES.items():
+            for n in ns:
+                units = [f"u{i}" for i in range(n)]
+                worst, total, runs, right, outside = 0, 0, 0, 0, 0
+                for bad, terms, show, seed in cases(scenario, units):
+                    v, trials = run(units, bad, prior, show, seed)
+                    runs += 1
+                    total += trials
+                    worst = max(worst, trials)
+                    truth = {u for t in terms for u in t}
+                    right += v.kind in ("culprit", "interaction") and set(v.terms) == set(terms)
+                    outside += bool(set(v.culprits) - truth)
+                if not runs:
+                    continue
+                tgt = target(scenario, n)
+                if tgt is None:
+                    tgt_s, ok = "-", "-"
+                elif scenario == "intermittent":
+                    tgt_s, ok = f"({tgt})", "-"
+                else:
+                    tgt_s, ok = str(tgt), "OK" if worst <= tgt else "MISS"
+                print(
+                    f"{scenario:<13} {label:<9} {n:>3} {runs:>5} {worst:>5} {total / runs:>6.2f} {tgt_s:>6} "
+                    f"{ok:>8} {right / runs:>8.0%} {outside:>11}"
+                )
+        print()
+    print(f"runtime {time.perf_counter() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
