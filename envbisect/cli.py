@@ -603,6 +603,45 @@ def show(ctx: typer.Context, run: str = typer.Argument(..., help="Run id (see `e
         out.print_json(json.dumps(res))
 
 
+
+@app.command()
+def bundle(ctx: typer.Context,
+           run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the newest bisect run)."),
+           out_path: Optional[Path] = typer.Option(None, "--out", help="FILE.tar.gz or a folder (default: ./)."),
+           check: Optional[Path] = typer.Option(None, "--check", help="Verify a bundle's manifest instead."),
+           as_json: bool = typer.Option(False, "--json")) -> None:
+    """Pack a run's evidence for the postmortem: snapshots, diff, trials, logs, metrics, report.md/.html."""
+    from .bundle import check_bundle, make_bundle
+    from .masking import SecretMasker
+
+    o = _opts(ctx)
+    if check is not None:
+        if not check.exists():
+            raise UsageError(f"{check}: no such bundle")
+        problems = check_bundle(check)
+        if as_json:
+            emit_json({"bundle": str(check), "ok": not problems, "problems": problems})
+        elif problems:
+            for p in problems:
+                out.print(Text(f"FAIL {p}", style="red"))
+        else:
+            out.print(f"{check}: manifest OK (every member present, sizes and sha256 match)")
+        raise typer.Exit(0 if not problems else 1)
+    masker = None
+    if o.playbook.exists():
+        pb = load_playbook(o.playbook)
+        masker = SecretMasker(pb.secret_names, pb.secret_values)
+    info = make_bundle(o.store, run_id, out_path or Path("."), masker)
+    if as_json:
+        emit_json({"bundle": str(info.path), "run": info.run_id, "members": len(info.members), "size": info.size,
+                   "sha256": info.sha256})
+    else:
+        out.print(f"bundle [bold]{info.path}[/bold] for run {info.run_id}: {len(info.members)} members, "
+                  f"{info.size} bytes, sha256 {info.sha256[:16]}…")
+        out.print("  open report.html inside it in any browser (no network needed); "
+                  f"check it with `envbisect bundle --check {info.path}`")
+
+
 def main() -> None:
     try:
         app(standalone_mode=True)

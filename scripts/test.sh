@@ -22,7 +22,9 @@ if [ ! -x .venv/bin/python ] && ! python3 -c 'import venv, ensurepip' >/dev/null
     apt_pkgs+=(python3-venv)
 fi
 # >>> chromium (browser tests) — add its check/package here later, e.g.:
-# command -v chromium >/dev/null 2>&1 || apt_pkgs+=(chromium)
+# tests/test_bundle.py renders the HTML report in headless Chromium (required when CI is set); plus a
+# font so that its screenshots are readable (apt-get runs with --no-install-recommends below)
+command -v chromium >/dev/null 2>&1 || apt_pkgs+=(chromium fonts-dejavu-core)
 # <<< chromium
 
 if [ "${#apt_pkgs[@]}" -gt 0 ]; then

@@ -52,6 +52,18 @@ def test_bisect_then_revert_verdict_verify_keeps_innocent_deltas(scenario):
     r = s.cli("runs", "--json")
     kinds = [(row["kind"], row["status"]) for row in json.loads(r.stdout)]
     assert ("bisect", "culprit") in kinds and ("revert", "ok") in kinds
+    # ... and the evidence for the postmortem, from the CLI
+    out = s.store.parent / "pm.tar.gz"
+    r = s.cli("bundle", "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["members"] > 10 and out.exists()
+    r = s.cli("bundle", "--check", str(out))
+    assert r.returncode == 0 and "manifest OK" in r.stdout
+    import tarfile
+
+    with tarfile.open(out) as tar:
+        html = tar.extractfile("report.html").read().decode()
+    assert 'id="trials-chart"' in html and "SGLANG_SM120_MMA_TARGET_CTAS" in html
 
 
 def test_revert_of_innocent_delta_is_put_back(scenario):

@@ -1,0 +1,330 @@
+"""Evidence bundle of one run, for a postmortem: a redacted, self-checking `.tar.gz`.
+
+Members (always in this order; evidence sorted by trial and file name; every file mode 0600):
+
+    manifest.json            path, size and sha256 of every other member; run id, created_at, versions
+    report.md, report.html   the story of the run (envbisect.report)
+    run.json                 the question: deltas (env values masked), units, options, masked diff
+    diff.json                the diff as `envbisect diff --json` showed it (masked)
+    verdict.json             the verdict (absent for an unfinished run)
+    trials.jsonl             every trial: configuration, outcome, probe requests, restart durations
+    events.jsonl             the timeline
+    environment.json         envbisect/kernel/Python versions + each repo's HEAD and `git describe`
+    journal-summary.json     what the journal recorded (paths, modes, owners, sizes, sha256; NO contents)
+    snapshots/ID.json        baseline and current snapshot: metadata, env files inlined as redacted text,
+                             process environments masked
+    evidence/trial-NNN/...   log tails and /metrics scrapes captured after each trial (redacted)
+
+Nothing raw leaves the store: every text member goes through `Redactor` (the masker's
+`redact_text` plus literal replacement of the raw values of every secret-named variable the run
+knows, see envbisect.report), and the finished members are checked once more for those values
+before the archive is written. `journal.json` (the original file contents) is never included.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import tarfile
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import UsageError
+from .masking import SecretMasker
+from .report import (Redactor, _get_blob, _read_json, journal_summary, load_run, load_snapshot_doc, make_redactor,
+                     masked_deltas, render_html, render_markdown)
+
+__all__ = ["BundleInfo", "make_bundle", "check_bundle", "find_run"]
+
+MANIFEST = "manifest.json"
+FILE_MODE = 0o600
+_FIXED_ORDER = ("report.md", "report.html", "run.json", "diff.json", "verdict.json", "trials.jsonl", "events.jsonl",
+                "environment.json", "journal-summary.json")
+
+
+@dataclass(frozen=True)
+class BundleInfo:
+    path: Path
+    run_id: str
+    members: tuple[str, ...]  # in archive order, manifest.json first
+    size: int  # bytes of the .tar.gz
+    sha256: str  # of the .tar.gz
+    created_at: float
+
+
+def find_run(store_root: Path, run_id: str | None) -> Path:
+    """The run directory: `run_id`, or the newest bisection run in the store."""
+    runs = Path(store_root) / "runs"
+    if run_id:
+        p = runs / run_id
+        if "/" in run_id or run_id.startswith(".") or not (p / "run.json").is_file():
+            raise UsageError(f"no run {run_id!r} in {runs} (see `envbisect runs`)")
+        return p
+    cands = []
+    if runs.is_dir():
+        for p in runs.iterdir():
+            doc = _read_json(p / "run.json") if p.is_dir() else None
+            if isinstance(doc, dict) and doc.get("kind", "bisect") == "bisect":
+                cands.append((float(doc.get("created_at") or 0), p.name, p))
+    if not cands:
+        raise UsageError(f"no bisection run in {runs}")
+    return max(cands)[2]
+
+
+def _iso(t: float | None) -> str | None:
+    return None if t is None else datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+
+
+def _snapshot_member(store_root: Path, doc: Mapping[str, Any], role: str, rd: Redactor) -> str:
+    """A snapshot for the bundle: metadata of every file, env files' contents inlined as redacted text,
+    process environments masked, repos as recorded."""
+    hosts = {}
+    for name, h in (doc.get("hosts") or {}).items():
+        env_paths = set((h.get("env_files") or {}).values())
+        files = {}
+        for p, f in sorted((h.get("files") or {}).items()):
+            meta = {k: v for k, v in f.items() if k != "blob"}
+            if p in env_paths:
+                content = _get_blob(store_root, f.get("blob"))
+                if content is not None:
+                    meta["content"] = rd.text(content.decode("utf-8", "replace"))
+                    meta["content_redacted"] = True
+            files[p] = meta
+        procs = {}
+        for s, pr in sorted((h.get("processes") or {}).items()):
+            pr = dict(pr)
+            if isinstance(pr.get("environ"), Mapping):
+                pr["environ"] = {k: rd.masker.mask_value(k, v) if isinstance(v, str) else v
+                                 for k, v in sorted(pr["environ"].items())}
+            procs[s] = pr
+        hosts[name] = {**{k: v for k, v in h.items() if k not in ("files", "processes")}, "files": files,
+                       "processes": procs}
+    out = {"format": doc.get("format"), "role": role, "id": doc.get("id"), "label": doc.get("label"),
+           "taken_at": doc.get("taken_at"), "taken_at_iso": _iso(doc.get("taken_at")), "playbook": doc.get("playbook"),
+           "hosts": hosts}
+    return rd.json_text(out, sort_keys=True)
+
+
+def _repos(current: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    out = []
+    base_hosts = (baseline or {}).get("hosts") or {}
+    for h, hd in sorted(((current or {}).get("hosts") or {}).items()):
+        for p, r in sorted((hd.get("repos") or {}).items()):
+            b = ((base_hosts.get(h) or {}).get("repos") or {}).get(p) or {}
+            out.append({"host": h, "path": p, "describe": r.get("describe"), "head": r.get("head"),
+                        "branch": r.get("branch"), "dirty": r.get("dirty"), "error": r.get("error"),
+                        "baseline_describe": b.get("describe"), "baseline_head": b.get("head")})
+    return out
+
+
+def _jsonl(path: Path, rd: Redactor) -> str:
+    lines = []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            lines.append(rd.json_text(json.loads(line), indent=None))
+        except ValueError:
+            lines.append(json.dumps({"unparsable_line": rd.text(line)}, ensure_ascii=False))
+    return "".join(l + "\n" for l in lines)
+
+
+def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
+    raw = _read_json(run_dir / "run.json")
+    if not isinstance(raw, dict):
+        raise UsageError(f"{run_dir}: no readable run.json")
+    if raw.get("kind", "bisect") != "bisect":
+        raise UsageError(f"run {run_dir.name} is a {raw.get('kind')} run; bundles are made of bisection runs")
+    m: dict[str, bytes] = {}
+    rec = load_run(run_dir, redactor=rd)
+    # The reports are rendered from the redacted record, and every piece of run data is redacted again
+    # as it is written (render_*); a whole-document redact_text would mangle markup (a "must pass: ..."
+    # reads like a PASS: value pair), so only the literal raw-value replacement runs over the whole text.
+    m["report.md"] = rd.raw(render_markdown(rec)).encode()
+    m["report.html"] = rd.raw(render_html(rec)).encode()
+    run_doc = dict(raw)
+    run_doc["deltas"] = masked_deltas(raw, rd.masker)
+    m["run.json"] = rd.json_text(run_doc).encode()
+    m["diff.json"] = rd.json_text(raw.get("diff") or {}).encode()
+    verdict = _read_json(run_dir / "verdict.json")
+    if isinstance(verdict, dict):
+        m["verdict.json"] = rd.json_text(verdict).encode()
+    m["trials.jsonl"] = _jsonl(run_dir / "trials.jsonl", rd).encode()
+    m["events.jsonl"] = _jsonl(run_dir / "events.jsonl", rd).encode()
+    base_doc = load_snapshot_doc(store_root, raw.get("baseline"))
+    cur_doc = load_snapshot_doc(store_root, raw.get("current"))
+    env = dict(_read_json(run_dir / "environment.json") or {})
+    env["repos"] = _repos(cur_doc, base_doc)
+    m["environment.json"] = rd.json_text(env).encode()
+    m["journal-summary.json"] = rd.json_text(journal_summary(_read_json(run_dir / "journal.json")) or {}).encode()
+    for role, doc in (("baseline", base_doc), ("current", cur_doc)):
+        if doc is not None:
+            m[f"snapshots/{rd.text(str(doc.get('id')))}.json"] = _snapshot_member(store_root, doc, role, rd).encode()
+    ev = run_dir / "evidence"
+    if ev.is_dir():
+        for tdir in sorted(p for p in ev.iterdir() if p.is_dir()):
+            for f in sorted(p for p in tdir.iterdir() if p.is_file()):
+                text = f.read_bytes().decode("utf-8", "replace")
+                m[f"evidence/{rd.text(tdir.name)}/{rd.text(f.name)}"] = rd.text(text).encode()
+    return m
+
+
+def _order(names) -> list[str]:  # noqa: ANN001
+    fixed = [n for n in _FIXED_ORDER if n in names]
+    rest = sorted(n for n in names if n not in _FIXED_ORDER)
+    snaps = [n for n in rest if n.startswith("snapshots/")]
+    return fixed + snaps + [n for n in rest if n not in snaps]
+
+
+def _leaks(members: Mapping[str, bytes], rd: Redactor) -> list[str]:
+    """Members that still hold a known raw secret value (checked for values of 8+ characters: a
+    shorter one can turn up by coincidence, in a hash or a timestamp)."""
+    found = []
+    values = [v for v in rd.raw_values if len(v) >= 8]
+    for name, data in members.items():
+        for v in values:
+            if v.encode() in data or v.encode() in name.encode():
+                found.append(name)
+                break
+    return found
+
+
+def make_bundle(store_root: Path, run_id: str | None, out: Path, masker: SecretMasker | None = None) -> BundleInfo:
+    """Write the evidence bundle of run `run_id` (None: the newest bisection run) to `out` (a file
+    path, or an existing directory to write `envbisect-RUN_ID.tar.gz` in). `masker` should be the
+    deployment's (`Deployment.masker`: built-in rules + the playbook's [secrets]); None reads the
+    run's playbook."""
+    from . import __version__
+
+    store_root = Path(store_root)
+    run_dir = find_run(store_root, run_id)
+    rd = make_redactor(run_dir, masker)
+    members = _members(store_root, run_dir, rd)
+    leaked = _leaks(members, rd)
+    if leaked:  # cannot happen after Redactor.text; refuse rather than hand out a secret
+        raise UsageError(f"refusing to write the bundle: a secret value survived redaction in {', '.join(leaked)}")
+    created = time.time()
+    raw = _read_json(run_dir / "run.json") or {}
+    verdict = _read_json(run_dir / "verdict.json") or {}
+    env = _read_json(run_dir / "environment.json") or {}
+    order = _order(members)
+    manifest = {
+        "format": 1, "kind": "envbisect-bundle", "run_id": raw.get("run_id") or run_dir.name,
+        "deployment": raw.get("deployment"), "created_at": _iso(created), "created_at_epoch": round(created, 3),
+        "run_created_at": _iso(raw.get("created_at")), "envbisect_version": __version__,
+        "run_envbisect_version": env.get("envbisect"), "verdict": verdict.get("verdict"),
+        "culprits": verdict.get("culprits") or [],
+        "snapshots": {role: f"snapshots/{sid}.json" for role, sid in (("baseline", raw.get("baseline")),
+                                                                        ("current", raw.get("current")))
+                      if sid and f"snapshots/{sid}.json" in members},
+        "redaction": {"secrets": "built-in secret names and value shapes, the playbook's [secrets], and the raw "
+                                 "values of every secret-named variable of the run (deltas, snapshots, journal)",
+                      "raw_values": len(rd.raw_values), "terminal_escapes": "stripped",
+                      "journal": "summary only (journal-summary.json); original contents are not included",
+                      "snapshots": "metadata; env files inlined as redacted text; process environments masked"},
+        "members": [{"path": n, "size": len(members[n]), "sha256": hashlib.sha256(members[n]).hexdigest()}
+                    for n in order],
+    }
+    manifest_bytes = rd.json_text(manifest).encode()
+    all_members = [(MANIFEST, manifest_bytes)] + [(n, members[n]) for n in order]
+
+    out = Path(out)
+    rid = manifest["run_id"]
+    if out.is_dir():
+        out = out / f"envbisect-{rid}.tar.gz"
+    data = _tar_gz(all_members, int(created))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".tmp-bundle-")
+    try:
+        os.fchmod(fd, FILE_MODE)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return BundleInfo(out, str(rid), tuple(n for n, _ in all_members), len(data), hashlib.sha256(data).hexdigest(),
+                      created)
+
+
+def _tar_gz(members: list[tuple[str, bytes]], mtime: int) -> bytes:
+    tbuf = io.BytesIO()
+    with tarfile.open(fileobj=tbuf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members:
+            ti = tarfile.TarInfo(name)
+            ti.size, ti.mode, ti.mtime = len(data), FILE_MODE, mtime
+            ti.uid = ti.gid = 0
+            ti.uname = ti.gname = ""
+            ti.type = tarfile.REGTYPE
+            tar.addfile(ti, io.BytesIO(data))
+    gbuf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=gbuf, mtime=mtime) as gz:
+        gz.write(tbuf.getvalue())
+    return gbuf.getvalue()
+
+
+def check_bundle(path: Path) -> list[str]:
+    """Problems with a bundle (empty list = ok): every member listed in manifest.json with the right
+    size and sha256, nothing unlisted, no duplicates, only regular files with mode 0600, safe paths."""
+    problems: list[str] = []
+    contents: dict[str, bytes] = {}
+    try:
+        with tarfile.open(Path(path), mode="r:gz") as tar:
+            for ti in tar:
+                name = ti.name
+                if name in contents:
+                    problems.append(f"{name}: appears more than once in the archive")
+                if name.startswith("/") or ".." in Path(name).parts:
+                    problems.append(f"{name}: unsafe path")
+                if not ti.isreg():
+                    problems.append(f"{name}: not a regular file")
+                    continue
+                if ti.mode & 0o7777 != FILE_MODE:
+                    problems.append(f"{name}: mode {oct(ti.mode & 0o7777)}, expected {oct(FILE_MODE)}")
+                f = tar.extractfile(ti)
+                contents[name] = f.read() if f else b""
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+        return problems + [f"{path}: cannot read the archive: {e}"]
+    if MANIFEST not in contents:
+        return problems + [f"{MANIFEST} is missing"]
+    try:
+        manifest = json.loads(contents[MANIFEST])
+        listed = manifest["members"]
+        entries = {e["path"]: e for e in listed}
+    except (ValueError, KeyError, TypeError) as e:
+        return problems + [f"{MANIFEST} is not a valid manifest ({e})"]
+    if len(entries) != len(listed):
+        problems.append(f"{MANIFEST} lists a member more than once")
+    for name, e in entries.items():
+        if name == MANIFEST:
+            problems.append(f"{MANIFEST} lists itself")
+            continue
+        data = contents.get(name)
+        if data is None:
+            problems.append(f"{name}: listed in the manifest but missing from the archive")
+            continue
+        if len(data) != e.get("size"):
+            problems.append(f"{name}: size {len(data)}, the manifest says {e.get('size')}")
+        sha = hashlib.sha256(data).hexdigest()
+        if sha != e.get("sha256"):
+            problems.append(f"{name}: sha256 {sha[:12]}…, the manifest says {str(e.get('sha256'))[:12]}…")
+    for name in contents:
+        if name != MANIFEST and name not in entries:
+            problems.append(f"{name}: in the archive but not listed in the manifest")
+    return problems
