@@ -206,6 +206,7 @@ class SSHTransport(Transport):
         super().__init__()
         self.host, self.python = host.name, host.python
         self.target = resolve_target(host.ssh, ssh_config)
+        self.ssh_config = ssh_config
         self.accept_new = accept_new_host_key
         self.client = self._connect_with_retry(attempts, backoff_s)
 
@@ -230,7 +231,8 @@ class SSHTransport(Transport):
         t = self.target
         if t.proxy_jump and t.proxy_jump.lower() != "none":
             jump_spec = t.proxy_jump.split(",")[0]
-            jump = SSHTransport(Host(f"{self.host}-jump", jump_spec), accept_new_host_key=self.accept_new)
+            jump = SSHTransport(Host(f"{self.host}-jump", jump_spec), ssh_config=self.ssh_config,
+                                accept_new_host_key=self.accept_new, attempts=1)
             self._jump = jump
             return jump.client.get_transport().open_channel("direct-tcpip", (t.hostname, t.port), ("127.0.0.1", 0),
                                                               timeout=t.connect_timeout)
@@ -273,6 +275,9 @@ class SSHTransport(Transport):
                     "or re-run with --accept-new-host-key") from None
             if isinstance(e, paramiko.AuthenticationException):
                 raise
+            if "No authentication methods" in str(e):
+                raise ConnectionFailed(f"{self.host} ({t.display}): authentication failed: no usable key (no readable "
+                                       "IdentityFile in the ssh config and no key in ssh-agent)") from None
             raise ConnectionFailed(f"{self.host} ({t.display}): ssh error: {e}") from None
         return client
 

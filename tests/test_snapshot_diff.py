@@ -348,3 +348,48 @@ def test_large_watched_file_recorded_by_hash_only(tmp_path, via):
         snap = dep.snapshot()
     f = snap.hosts["node1"].files[str(big)]
     assert f.content is None and f.too_large and f.size == 2 << 20 and len(f.sha256) == 64
+
+
+def test_proxy_jump_through_a_bastion(tmp_path, sshd, sshd2):
+    """ProxyJump from the OpenSSH config: reach sshd2 only through sshd (both on loopback here)."""
+    tree = make_tree(tmp_path / "host")
+    cfg = tmp_path / "ssh_config"
+    kh = tmp_path / "known_hosts"
+    kh.write_text(sshd.known_hosts.read_text() + sshd2.known_hosts.read_text())
+    cfg.write_text(sshd.config_block("bastion").replace(str(sshd.known_hosts), str(kh)) + "\n"
+                   + sshd2.config_block("inner").replace(str(sshd2.known_hosts), str(kh))
+                   + "    ProxyJump bastion\n")
+    with Deployment(load_playbook(tree.playbook("inner")), Store(tmp_path / "s"),
+                    ConnectOptions(ssh_config=str(cfg), attempts=1)) as dep:
+        snap = dep.snapshot()
+    assert snap.hosts["node1"].files[str(tree.env("decode"))].content == DECODE.encode()
+    assert f"127.0.0.1:{sshd2.port}" in sshd2.log.read_text() or "Accepted publickey" in sshd2.log.read_text()
+
+
+def test_agent_keys_work_without_identity_file(tmp_path, sshd, monkeypatch):
+    """A key held by ssh-agent (no IdentityFile in the config) authenticates too."""
+    import re
+
+    tree = make_tree(tmp_path / "host")
+    agent = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True).stdout
+    sock = re.search(r"SSH_AUTH_SOCK=([^;]+);", agent).group(1)
+    pid = int(re.search(r"SSH_AGENT_PID=(\d+);", agent).group(1))
+    try:
+        env = {**os.environ, "SSH_AUTH_SOCK": sock}
+        subprocess.run(["ssh-add", "-q", str(sshd.client_key)], env=env, check=True, capture_output=True)
+        monkeypatch.setenv("SSH_AUTH_SOCK", sock)
+        monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh/id_* to fall back on
+        cfg = tmp_path / "cfg"
+        cfg.write_text("\n".join(l for l in sshd.config_block().splitlines()
+                                 if "IdentityFile" not in l and "IdentitiesOnly" not in l) + "\n")
+        with Deployment(load_playbook(tree.playbook(sshd.alias)), Store(tmp_path / "s"),
+                        ConnectOptions(ssh_config=str(cfg), attempts=1)) as dep:
+            assert dep.snapshot().hosts["node1"].repos[str(tree.repo)].head
+        # and without the agent, the same config is refused in one clear line
+        monkeypatch.delenv("SSH_AUTH_SOCK")
+        with pytest.raises(ConnectionFailed, match="authentication failed"):
+            with Deployment(load_playbook(tree.playbook(sshd.alias)), Store(tmp_path / "s"),
+                            ConnectOptions(ssh_config=str(cfg), attempts=1)) as dep:
+                dep.snapshot()
+    finally:
+        os.kill(pid, 15)
