@@ -28,7 +28,6 @@ import io
 import json
 import os
 import tarfile
-import tempfile
 import time
 import zlib
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from typing import Any, Mapping
 
 from .errors import UsageError
 from .masking import SecretMasker
+from .store import write_private
 from .report import (Redactor, _get_blob, _read_json, journal_summary, load_run, load_snapshot_doc, make_redactor,
                      masked_deltas, render_html, render_markdown)
 
@@ -244,21 +244,7 @@ def make_bundle(store_root: Path, run_id: str | None, out: Path, masker: SecretM
     if out.is_dir():
         out = out / f"envbisect-{rid}.tar.gz"
     data = _tar_gz(all_members, int(created))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".tmp-bundle-")
-    try:
-        os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_private(out, data)  # atomic, 0600: the bundle is evidence with masked, not absent, context
     return BundleInfo(out, str(rid), tuple(n for n, _ in all_members), len(data), hashlib.sha256(data).hexdigest(),
                       created)
 

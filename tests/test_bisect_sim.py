@@ -204,18 +204,26 @@ def test_cli_bisect_json_and_dry_run(scenario):
     assert tree_fingerprint(s.sim) == before
 
 
+def bisect_until(s: Scenario, marker: str) -> tuple[subprocess.Popen, str]:
+    """Start `envbisect bisect` in a child process and read its progress until `marker` shows."""
+    p = subprocess.Popen([*ENVBISECT, "-p", str(s.sim.playbook), "--store", str(s.store), "bisect", "--against",
+                          "good", "--probe", "e2e"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    deadline = time.time() + 60
+    while marker not in seen:
+        line = p.stderr.readline()
+        assert line and time.time() < deadline, f"bisect ended before {marker!r}: {seen}"
+        seen += line
+    return p, seen
+
+
 @pytest.mark.parametrize("sig,after", [(signal.SIGINT, "trial 2"), (signal.SIGTERM, "trial 3")])
 def test_interrupt_restores_hosts_and_prints_resume(scenario, sig, after):
     s = scenario()
     s.baseline()
     plant(s.sim, INNOCENT[:3] + [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")])
     before = tree_fingerprint(s.sim)
-    p = subprocess.Popen([*ENVBISECT, "-p", str(s.sim.playbook), "--store", str(s.store), "bisect", "--against",
-                          "good", "--probe", "e2e"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = ""
-    deadline = time.time() + 60
-    while after not in seen and time.time() < deadline:
-        seen += p.stderr.readline()
+    p, seen = bisect_until(s, after)
     time.sleep(0.5)  # mid-trial: files edited, services restarting
     p.send_signal(sig)
     _, rest = p.communicate(timeout=60)
@@ -239,13 +247,7 @@ def test_kill_9_then_restore_is_byte_identical(scenario):
     s.baseline()
     plant(s.sim, INNOCENT[:3] + [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")])
     before = tree_fingerprint(s.sim)
-    p = subprocess.Popen([*ENVBISECT, "-p", str(s.sim.playbook), "--store", str(s.store), "bisect", "--against",
-                          "good", "--probe", "e2e"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = ""
-    while "trial 3" not in seen:
-        line = p.stderr.readline()
-        assert line, "bisect ended before trial 3"
-        seen += line
+    p, _ = bisect_until(s, "trial 3")
     time.sleep(0.3)
     p.kill()
     p.wait()
