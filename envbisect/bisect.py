@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import threading
 import time
@@ -275,6 +276,7 @@ class BisectRun:
                              on_step=lambda m: self.on_event("step", {"message": m}),
                              evidence_dir=self.run_dir / "evidence")
         unit_ids = list(units)
+        self.playbook_units = unit_ids
         if self.opts.policy not in POLICIES:
             raise UsageError(f"unknown policy {self.opts.policy!r} (one of {', '.join(POLICIES)})")
         search = Search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
@@ -295,7 +297,8 @@ class BisectRun:
                     break
                 n = len(self.trials) + 1
                 self.on_event("trial-start", {"n": n, "purpose": nxt.purpose, "config": runner.delta_ids(sorted(nxt.config)),
-                                              "eta_s": self._eta(search), "units": len(unit_ids),
+                                              "eta_s": self._eta(nxt.purpose), "units": len(unit_ids),
+                                              "expected_total": n - 1 + self._remaining(nxt.purpose),
                                               "total_deltas": len(deltas)})
                 trial = runner.run(n, sorted(nxt.config), nxt.probes, nxt.purpose)
                 self.trials.append(trial)
@@ -349,14 +352,25 @@ class BisectRun:
             self.on_event("warning", {"message": f"restored files, but the co-restart failed: {rs.message}"})
         return "original"
 
-    def _eta(self, search: Search) -> float | None:
+    def _remaining(self, purpose: str) -> int:
+        """Restarts still expected, this one included: an estimate for the ETA, nothing decides on it.
+        A bisection over the units the search still suspects (its purpose says how many), plus the
+        confirmation the policy asks for, plus the premise checks not yet done."""
+        confirm = 0 if self.opts.policy == "fast" else 1
+        m = re.search(r"(\d+) suspects left", purpose)
+        if m:
+            return max(1, math.ceil(math.log2(max(1, int(m.group(1))))) + confirm)
+        if purpose.startswith("premise"):
+            n = len(self.playbook_units)
+            return max(0, 2 - len(self.trials)) + (math.ceil(math.log2(n)) if n > 1 else 0) + confirm
+        return 1
+
+    def _eta(self, purpose: str) -> float | None:
         resolved = [t for t in self.trials if t.restart_s > 0]
         if not resolved:
             return None
         per = sum(t.restart_s + t.probe_s for t in resolved) / len(resolved)
-        remaining = getattr(search, "expected_remaining", None)
-        left = remaining() if callable(remaining) else max(1, math.ceil(math.log2(max(2, len(search.units)))))
-        return per * left
+        return per * self._remaining(purpose)
 
 
 def capture_environment(playbook, transports) -> dict[str, Any]:  # noqa: ANN001

@@ -229,7 +229,8 @@ class _Progress:
         if kind == "trial-start":
             self.total = data.get("total_deltas", self.total)
             eta = f" · ETA {_fmt_s(data['eta_s'])}" if data.get("eta_s") else ""
-            err.print(f"[bold]trial {data['n']}[/bold] · {data['purpose']} · "
+            total = f"/~{data['expected_total']}" if data.get("expected_total") else ""
+            err.print(f"[bold]trial {data['n']}{total}[/bold] · {data['purpose']} · "
                       f"{_config_label(data['config'], data.get('total_deltas', 0))}{eta}")
         elif kind == "trial-end":
             t = data["trial"]
