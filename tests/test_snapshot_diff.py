@@ -393,3 +393,22 @@ def test_agent_keys_work_without_identity_file(tmp_path, sshd, monkeypatch):
                 dep.snapshot()
     finally:
         os.kill(pid, 15)
+
+
+@pytest.mark.parametrize("tz", ["Asia/Tokyo", "America/New_York"])
+def test_since_is_read_in_the_hosts_timezone(tmp_path, monkeypatch, tz):
+    """`noon` means the host's most recent noon, whatever the controller's timezone."""
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    monkeypatch.setenv("TZ", tz)  # the "host" (a local transport) inherits it; the collector reports it
+    tree = make_tree(tmp_path / "host")
+    with Deployment(load_playbook(tree.playbook()), Store(tmp_path / "s")) as dep:
+        since = dep.resolve_since("noon")["node1"]
+        clock = dep.snapshot(save=False).hosts["node1"]
+    assert clock.tz == tz
+    now = datetime.now(ZoneInfo(tz))
+    noon = now.replace(hour=12, minute=0, second=0, microsecond=0)
+    if noon > now:
+        noon = (noon - timedelta(days=1)).replace(hour=12)
+    assert abs(since - noon.timestamp()) < 1
