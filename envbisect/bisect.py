@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -23,13 +23,13 @@ from .configuration import check_applicable, touched
 from .deltas import Delta, Diff, linked_units
 from .deployment import Deployment
 from .diagnose import PathReport, check_path
-from .errors import EnvbisectError, ExitStatus, RemoteError, UsageError
+from .errors import ExitStatus, RemoteError, UsageError
 from .journal import HostEditor, Journal
 from .playbook import Probe
 from .restart import co_restart
-from .search import Observation, Prior, Search, TrialRequest, Verdict
+from .search import Observation, Prior, Search, Verdict
 from .store import write_private
-from .trials import Trial, TrialRunner, probe_repeatedly
+from .trials import Trial, TrialRunner
 
 VERDICT_EXIT = {"culprit": ExitStatus.OK, "interaction": ExitStatus.OK, "not-config": ExitStatus.NOT_CONFIG,
                 "not-reproduced": ExitStatus.NOT_REPRODUCED, "inconclusive": ExitStatus.INCONCLUSIVE}
@@ -244,8 +244,6 @@ class BisectRun:
         else:
             files, repos = touched(deltas)
             original = editor.begin(files, repos)
-        from .deltas import Diff as _Diff  # noqa: F401 - the diff is only needed for drift hints
-
         diff_doc = doc.get("diff", {})
         self.on_event("resumed", {"run": self.run_id, "trials_done": len(done)})
         return self._loop(None, deltas, contents, units, probe, editor, original, done, [], diff_doc=diff_doc)
@@ -477,5 +475,4 @@ def restore_deployment(dep: Deployment, *, on_event: Callable[[str, dict], None]
             "repos": len(journal.original.repos), "co_restart_ok": rs.ok, "co_restart": rs.message or "ok"}
 
 
-__all__ = ["BisectRun", "BisectOptions", "BisectResult", "restore_deployment", "EnvbisectError", "RemoteError",
-           "field", "TrialRequest", "probe_repeatedly"]
+__all__ = ["BisectRun", "BisectOptions", "BisectResult", "POLICIES", "restore_deployment"]

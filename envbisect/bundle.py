@@ -26,7 +26,6 @@ import gzip
 import hashlib
 import io
 import json
-import os
 import tarfile
 import time
 import zlib

@@ -328,7 +328,7 @@ def _file_delta(host: str, path: str, f: FileState, old: _Old | None, since: flo
     return [Delta(did, "file", host, None, path, None, "changed", old_sha, new_sha, old.source, detail)]
 
 
-def linked_units(deltas: Iterable[Delta], links: Iterable[Iterable[str]] = (), link_keys: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
+def linked_units(deltas: Iterable[Delta], link_keys: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
     """Group deltas into bisection units: by default every delta alone, `--link KEY` pins all deltas of
     that variable into one unit. Returns unit id -> delta ids."""
     deltas = list(deltas)

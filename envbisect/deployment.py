@@ -79,14 +79,9 @@ class Deployment:
             self.store.save(snap)
         return snap
 
-    def host_clocks(self) -> dict[str, float]:
-        """Each host's idea of now (one cheap round trip each), as epoch seconds."""
-        states = for_each_host(self.playbook, self.transports,
-                               lambda h, t: collect_host(self.playbook, h, t, clock_only=True))
-        return {h: s.clock_epoch for h, s in states.items()}
-
     def resolve_since(self, spec: str) -> dict[str, float]:
         """TIME per host, interpreted in each host's own timezone."""
+        # One cheap round trip per host: only the clock and timezone.
         states = for_each_host(self.playbook, self.transports,
                                lambda h, t: collect_host(self.playbook, h, t, clock_only=True))
         out = {}
@@ -123,9 +118,4 @@ class Deployment:
         return result
 
 
-def open_deployment(playbook: str | Path, store: str | Path, *, ssh_config: str | None = None,
-                    accept_new_host_key: bool = False) -> Deployment:
-    return Deployment.open(playbook, store, ConnectOptions(ssh_config, accept_new_host_key))
-
-
-__all__: Iterable[str] = ["Deployment", "ConnectOptions", "open_deployment"]
+__all__: Iterable[str] = ["Deployment", "ConnectOptions"]

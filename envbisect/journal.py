@@ -11,11 +11,11 @@ import json
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .configuration import FileOriginal, Key, OriginalState, RepoOriginal, TargetState
+from .configuration import FileOriginal, Key, OriginalState, RepoOriginal, RepoTarget, TargetState
 from .errors import LockHeld, RemoteError, UsageError
 from .hostops import b64, run_ops, unb64
 from .playbook import Playbook
@@ -180,7 +180,7 @@ class HostEditor:
         assert self.journal is not None
         o = self.journal.original
         self.apply(TargetState({k: (v.content if v.exists else None) for k, v in o.files.items()},
-                               {k: _repo_target(v) for k, v in o.repos.items()}), exact_metadata=True)
+                               {k: RepoTarget(v.head, v.ref) for k, v in o.repos.items()}), exact_metadata=True)
 
     def finish(self) -> None:
         """After a verified restore (or a deliberate --leave fixed): the journal is history now."""
@@ -202,12 +202,6 @@ class HostEditor:
         # After a crash the live state is unknown: force every resource to be rewritten.
         ed.live, ed.live_repos = {}, {}
         return ed
-
-
-def _repo_target(r: RepoOriginal):  # noqa: ANN202
-    from .configuration import RepoTarget
-
-    return RepoTarget(r.head, r.ref)
 
 
 def find_journal(playbook: Playbook, transports: Mapping[str, Transport], runs_dir: Path) -> Journal | None:

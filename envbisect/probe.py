@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping
 from urllib.parse import urlsplit
 
@@ -141,7 +141,3 @@ def _run_command(probe: Probe, transport: Transport, t0: float) -> ProbeRun:
     rec = RequestRecord(1, code == 0, code, time.monotonic() - t0, None if code == 0 else f"exit status {code}",
                         text[-EXCERPT:].replace("\n", " "))
     return ProbeRun(probe.name, "command", outcome, f"exit status {code}", (rec,), time.monotonic() - t0, probe.command or "")
-
-
-def with_url(probe: Probe, url: str) -> Probe:
-    return replace(probe, url=url)

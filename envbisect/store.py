@@ -11,10 +11,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .errors import StoreError
-from .snapshot import FallbackSources, FileState, HostState, ProcessState, RepoState, Snapshot
+from .snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -183,11 +183,3 @@ def snapshot_from_json(doc: dict[str, Any], get_blob) -> Snapshot:  # noqa: ANN0
             fallback=None,
         )
     return Snapshot(id=doc["id"], label=doc.get("label"), taken_at=doc["taken_at"], playbook=doc["playbook"], hosts=hosts)
-
-
-def iter_runs(store: Store) -> Iterator[Path]:
-    if store.runs_dir.exists():
-        yield from sorted(p for p in store.runs_dir.iterdir() if p.is_dir())
-
-
-__all__ = ["Store", "write_private", "FallbackSources"]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 
 import pytest
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from envbisect.deployment import ConnectOptions, Deployment
-from envbisect.errors import ConnectionFailed, HostKeyError, PlaybookError
+from envbisect.errors import ConnectionFailed, PlaybookError
 from envbisect.playbook import load_playbook
 from envbisect.store import Store
 

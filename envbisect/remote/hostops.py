@@ -155,11 +155,6 @@ def unlock(op):
     return {"unlocked": False, "held_by": held}
 
 
-def touch(op):
-    os.utime(op["path"], None)
-    return {}
-
-
 def put(op):
     """A small private file (the host-side copy of the journal)."""
     path = os.path.expanduser(op["path"])
@@ -215,13 +210,13 @@ def tail(op):
                 size = f.tell()
                 f.seek(max(0, size - op.get("bytes", 16384)))
                 out[path] = base64.b64encode(f.read()).decode()
-        except OSError as e:
+        except OSError:
             out[path] = None
     return out
 
 
 OPS = {"read_state": read_state, "write": write_file, "checkout": checkout, "lock": lock, "unlock": unlock,
-       "touch": touch, "put": put, "get": get, "remove": remove, "alive": alive, "tail": tail}
+       "put": put, "get": get, "remove": remove, "alive": alive, "tail": tail}
 results = []
 error = None
 for op in req["ops"]:
