@@ -23,7 +23,7 @@ from .configuration import check_applicable, touched
 from .deltas import Delta, Diff, linked_units
 from .deployment import Deployment
 from .diagnose import PathReport, check_path
-from .errors import ExitStatus, RemoteError, UsageError
+from .errors import EnvbisectError, ExitStatus, RemoteError, UsageError
 from .journal import HostEditor, Journal
 from .playbook import Probe
 from .restart import co_restart
@@ -305,6 +305,9 @@ class BisectRun:
                 if trial.aborted:
                     raise UsageError(f"probe asked to abort the bisection: {trial.reason}")
                 search.observe(_observation(trial))
+                if trial.outcome == "unresolved" and "ssh connection" in trial.reason:
+                    self.on_event("step", {"message": "the ssh connection was lost: reconnecting"})
+                    self.dep.reconnect()  # ConnectionFailed here ends the run (and restores if it can)
             if verdict.kind == "not-config":
                 self.on_event("step", {"message": "checking the request path layer by layer"})
                 path_report = check_path(self.playbook, transports, probe)
@@ -326,9 +329,14 @@ class BisectRun:
             # Ctrl-C, SIGTERM, lost connection, bug: the hosts go back to where they were.
             self.on_event("interrupted", {"error": str(exc) or type(exc).__name__, "run": self.run_id})
             try:
-                self._restore(editor)
+                try:
+                    self._restore(editor)
+                except (RemoteError, EnvbisectError):
+                    self.on_event("step", {"message": "restore failed; reconnecting and trying once more"})
+                    self.dep.reconnect()
+                    self._restore(editor)
             except BaseException as e2:  # noqa: BLE001 - report, keep the journal for `envbisect restore`
-                self.on_event("restore-failed", {"error": str(e2)})
+                self.on_event("restore-failed", {"error": f"{e2}; the journal is kept: run `envbisect restore`"})
             raise
         finally:
             stop()

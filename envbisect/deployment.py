@@ -60,6 +60,22 @@ class Deployment:
     def round_trips(self) -> dict[str, int]:
         return {h: t.round_trips for h, t in (self._transports or {}).items()}
 
+    def reconnect(self) -> None:
+        """Replace every connection *in place* (holders of `transports` see the new ones): after a
+        lost connection, the run goes on, or at least the hosts can still be restored."""
+        if self._transports is None:
+            return
+        o = self.options
+        fresh = for_each_host(
+            self.playbook, self._transports,
+            lambda h, _: connect(self.playbook.hosts[h], ssh_config=o.ssh_config,
+                                 accept_new_host_key=o.accept_new_host_key, attempts=o.attempts, backoff_s=o.backoff_s),
+        )
+        for h, t in fresh.items():
+            with contextlib.suppress(Exception):
+                self._transports[h].close()
+            self._transports[h] = t
+
     def close(self) -> None:
         for t in (self._transports or {}).values():
             with contextlib.suppress(Exception):

@@ -76,6 +76,10 @@ class Transport:
         """Yield a local (host, port) whose TCP connections arrive at host:port as seen from this host."""
         yield host, port
 
+    def alive(self) -> bool:
+        """Is the connection still up? A probe that failed over a dead connection proves nothing."""
+        return True
+
     def close(self) -> None:
         pass
 
@@ -282,7 +286,13 @@ class SSHTransport(Transport):
         return client
 
     # commands -----------------------------------------------------------------------------
+    def alive(self) -> bool:
+        t = self.client.get_transport()
+        return t is not None and t.is_active()
+
     def _run(self, command: str, *, stdin: bytes | None, timeout: float | None) -> CommandResult:
+        if not self.alive():
+            raise RemoteError(f"{self.host}: lost the ssh connection")
         try:
             chan = self.client.get_transport().open_session(timeout=self.target.connect_timeout)
             if timeout:

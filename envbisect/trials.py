@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 from .configuration import OriginalState, target_state
@@ -88,6 +88,11 @@ class TrialRunner:
 
     def run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str) -> Trial:
         trial = self._run(n, unit_ids, probes, purpose)
+        dead = [h for h, t in self.transports.items() if not t.alive()]
+        if dead and trial.outcome != "unresolved":
+            # A failure seen through a dropped connection is evidence of nothing.
+            trial = replace(trial, outcome="unresolved",
+                            reason=f"lost the ssh connection to {', '.join(dead)} during the trial ({trial.reason})")
         if self.evidence_dir is not None:
             capture_evidence(self.playbook, self.transports, self.evidence_dir / f"trial-{n:03d}")
         return trial

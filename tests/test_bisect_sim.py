@@ -272,3 +272,29 @@ def test_bisect_over_real_sshd(scenario, sshd):
     r = s.bisect(probe="multi_round")
     assert r.verdict.kind == "culprit" and r.culprit_deltas == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",)
     assert tree_fingerprint(s.sim) == before
+
+
+def test_lost_ssh_connection_is_unresolved_not_blamed(scenario, sshd):
+    """The ssh connection dies while a trial is probing: that trial proves nothing (unresolved),
+    envbisect reconnects, the search goes on, and the verdict and the restore are still right."""
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
+    s.baseline()
+    plant(s.sim, INNOCENT[:2] + [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")] + INNOCENT[2:3])
+    before = tree_fingerprint(s.sim)
+    state = {"armed": False, "cut": False}
+
+    def cut_connections(kind, data):
+        if kind == "trial-start" and data["n"] == 3:
+            state["armed"] = True
+        if kind == "step" and data["message"].startswith("probing") and state["armed"] and not state["cut"]:
+            children = subprocess.run(["pgrep", "-P", str(sshd.proc.pid)], capture_output=True, text=True).stdout.split()
+            for pid in children:  # the per-connection sshd processes: the connection drops
+                os.kill(int(pid), signal.SIGKILL)
+            state["cut"] = bool(children)
+
+    with s.deployment() as dep:
+        r = BisectRun(dep, BisectOptions(probe="e2e"), on_event=cut_connections).start(dep.diff(against="good"))
+    assert state["cut"]
+    assert r.trials[2].outcome == "unresolved" and "lost the ssh connection" in r.trials[2].reason
+    assert r.verdict.kind == "culprit" and r.culprit_deltas == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",)
+    assert tree_fingerprint(s.sim) == before
