@@ -359,7 +359,11 @@ def bisect(ctx: typer.Context,
 
 def _print_resume(o: Options, run_id: str) -> None:
     if run_id:
-        err.print(f"To resume, run: envbisect -p {o.playbook} --store {o.store} bisect --resume --run {run_id}")
+        import shlex
+
+        cfg = f" --ssh-config {shlex.quote(o.ssh_config)}" if o.ssh_config else ""
+        err.print(f"To resume, run: envbisect -p {shlex.quote(str(o.playbook))} --store {shlex.quote(str(o.store))}{cfg} "
+                  f"bisect --resume --run {run_id}", soft_wrap=True)
 
 
 @app.command()
