@@ -322,7 +322,8 @@ class BisectRun:
                     state_left = "fixed"
                     editor.finish()
                 else:
-                    notes.append("current minus the culprits still fails: restored the original state instead")
+                    notes.append("current minus the culprits still fails, so at least one more delta breaks it: "
+                                 "restored the original state; re-run with --policy thorough to find them all")
             if state_left != "fixed":
                 state_left = self._restore(editor)
         except BaseException as exc:
@@ -342,6 +343,8 @@ class BisectRun:
             stop()
         drift_hint = ()
         if verdict.kind == "not-reproduced":
+            notes.append("after a full ordered co-restart the current configuration passes; the hosts were left at "
+                         "it, co-restarted - which is itself the fix for a stack restarted piecemeal")
             drift_hint = tuple(_drift_hint(diff.to_json(self.dep.masker) if diff else diff_doc or {}))
         result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, units, path_report, drift_hint,
                               final, tuple(notes))
