@@ -19,14 +19,19 @@ from .transport import Transport
 
 @dataclass(frozen=True)
 class Layer:
-    name: str  # "health: prefill", "router", "client path"
+    """One step along the request path (also the rows of `envbisect verify`)."""
+
+    name: str  # "health: prefill", "router (router) directly", "client path", "direct: decode"
     target: str
-    ok: bool
+    ok: bool | None  # None: not run because an earlier layer failed
     reason: str
     run: ProbeRun | None = None
+    seconds: float = 0.0
+    informational: bool = False  # reported, but never the layer that "fails" the check
 
     def to_json(self) -> dict:
         return {"layer": self.name, "target": self.target, "ok": self.ok, "reason": self.reason,
+                "seconds": round(self.seconds, 3), "informational": self.informational,
                 "probe": self.run.to_json() if self.run else None}
 
 

@@ -11,33 +11,17 @@ import time
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from .diagnose import entry_service, rebase
+from .diagnose import Layer, entry_service, rebase
 from .errors import UsageError
 from .playbook import Playbook, Probe
-from .probe import PASS, ProbeRun, run_probe
+from .probe import PASS, run_probe
 from .restart import health_ok
 from .transport import Transport
 
 
 @dataclass(frozen=True)
-class VerifyLayer:
-    name: str
-    target: str
-    ok: bool | None  # None: not run (an earlier layer failed)
-    reason: str
-    seconds: float
-    run: ProbeRun | None = None
-    informational: bool = False
-
-    def to_json(self) -> dict:
-        return {"layer": self.name, "target": self.target, "ok": self.ok, "reason": self.reason,
-                "seconds": round(self.seconds, 3), "informational": self.informational,
-                "probe": self.run.to_json() if self.run else None}
-
-
-@dataclass(frozen=True)
 class VerifyReport:
-    layers: tuple[VerifyLayer, ...]
+    layers: tuple[Layer, ...]
     failed_at: str | None
     summary: str
 
@@ -70,21 +54,21 @@ def default_layers(playbook: Playbook, concurrency: int = 16, rounds: int = 6) -
 
 def verify(playbook: Playbook, transports: Mapping[str, Transport], probes: Sequence[Probe] | None = None, *,
            concurrency: int = 16) -> VerifyReport:
-    layers: list[VerifyLayer] = []
+    layers: list[Layer] = []
     failed: str | None = None
     for name in playbook.restart.order:
         s = playbook.services[name]
         t0 = time.monotonic()
         ok, why = health_ok(transports[s.host], s.health)
-        layers.append(VerifyLayer(f"health: {name}", s.health, ok, why, time.monotonic() - t0))
+        layers.append(Layer(f"health: {name}", s.health, ok, why, seconds=time.monotonic() - t0))
         if not ok and failed is None:
             failed = f"health: {name}"
     for p in (probes if probes else default_layers(playbook, concurrency)):
         if failed is not None:
-            layers.append(VerifyLayer(p.name, p.url or p.command or "", None, "not run: an earlier layer failed", 0.0))
+            layers.append(Layer(p.name, p.url or p.command or "", None, "not run: an earlier layer failed"))
             continue
         r = run_probe(p, transports)
-        layers.append(VerifyLayer(p.name, r.target, r.outcome == PASS, r.reason, r.duration_s, r))
+        layers.append(Layer(p.name, r.target, r.outcome == PASS, r.reason, r, r.duration_s))
         if r.outcome != PASS:
             failed = p.name
     # Straight to each engine: separates "an engine is broken" from "routing / client path".
@@ -96,11 +80,11 @@ def verify(playbook: Playbook, transports: Mapping[str, Transport], probes: Sequ
         s = playbook.services[name]
         p = replace(base, name=f"direct: {name}", kind="http", url=rebase(base.url or "", s.health), vantage=s.host)
         r = run_probe(p, transports)
-        layers.append(VerifyLayer(p.name, r.target, r.outcome == PASS, r.reason, r.duration_s, r, informational=True))
+        layers.append(Layer(p.name, r.target, r.outcome == PASS, r.reason, r, r.duration_s, informational=True))
     return VerifyReport(tuple(layers), failed, _summary(layers, failed))
 
 
-def _summary(layers: list[VerifyLayer], failed: str | None) -> str:
+def _summary(layers: list[Layer], failed: str | None) -> str:
     engines_ok = all(l.ok for l in layers if l.informational)
     if failed is None:
         return "every layer passed"
