@@ -317,6 +317,7 @@ def bisect(ctx: typer.Context,
                 _print_resume(o, run.run_id)
                 raise
         else:
+            run.probe()  # a bad --probe is reported before any host is contacted
             diff = dep.diff(since=since, against=against)
             if not diff.deltas:
                 msg = "no deltas since the baseline: nothing to bisect (the config did not change)"
