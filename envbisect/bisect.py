@@ -28,7 +28,7 @@ from .journal import HostEditor, Journal
 from .playbook import Probe
 from .restart import co_restart
 from .search import Observation, Prior, Search, Verdict
-from .store import write_private
+from .store import Store, write_private
 from .trials import Trial, TrialRunner
 
 VERDICT_EXIT = {"culprit": ExitStatus.OK, "interaction": ExitStatus.OK, "not-config": ExitStatus.NOT_CONFIG,
@@ -214,7 +214,7 @@ class BisectRun:
 
     def resume(self, run_id: str | None) -> BisectResult:
         store = self.dep.store
-        run_dir = _find_run_dir(store.runs_dir, run_id, self.playbook.name)
+        run_dir = _find_run_dir(store, run_id, self.playbook.name)
         doc = json.loads((run_dir / "run.json").read_text())
         self.run_id, self.run_dir = doc["run_id"], run_dir
         if (run_dir / "verdict.json").exists():
@@ -432,21 +432,14 @@ def _drift_hint(diff_doc: Mapping[str, Any]) -> list[str]:
     return hints
 
 
-def _find_run_dir(runs_dir: Path, run_id: str | None, deployment: str) -> Path:
+def _find_run_dir(store: Store, run_id: str | None, deployment: str) -> Path:
     if run_id:
-        p = runs_dir / run_id
+        p = store.runs_dir / run_id
         if not (p / "run.json").exists():
-            raise UsageError(f"no run {run_id!r} in {runs_dir}")
+            raise UsageError(f"no run {run_id!r} in {store.runs_dir}")
         return p
-    cands = []
-    if runs_dir.exists():
-        for p in runs_dir.iterdir():
-            if (p / "run.json").exists() and not (p / "verdict.json").exists():
-                try:
-                    if json.loads((p / "run.json").read_text()).get("deployment") == deployment:
-                        cands.append(p)
-                except ValueError:
-                    continue
+    cands = [p for p, doc in store.runs()
+             if doc.get("deployment") == deployment and not (p / "verdict.json").exists()]
     if not cands:
         raise UsageError("no unfinished run to resume for this deployment")
     return max(cands, key=lambda p: p.stat().st_mtime)

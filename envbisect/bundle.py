@@ -36,7 +36,7 @@ from typing import Any, Mapping
 
 from .errors import UsageError
 from .masking import SecretMasker
-from .store import write_private
+from .store import Store, write_private
 from .report import (Redactor, _get_blob, _read_json, journal_summary, load_run, load_snapshot_doc, make_redactor,
                      masked_deltas, render_html, render_markdown)
 
@@ -66,15 +66,10 @@ def find_run(store_root: Path, run_id: str | None) -> Path:
         if "/" in run_id or run_id.startswith(".") or not (p / "run.json").is_file():
             raise UsageError(f"no run {run_id!r} in {runs} (see `envbisect runs`)")
         return p
-    cands = []
-    if runs.is_dir():
-        for p in runs.iterdir():
-            doc = _read_json(p / "run.json") if p.is_dir() else None
-            if isinstance(doc, dict) and doc.get("kind", "bisect") == "bisect":
-                cands.append((float(doc.get("created_at") or 0), p.name, p))
+    cands = [p for p, doc in Store(store_root).runs() if doc.get("kind", "bisect") == "bisect"]
     if not cands:
         raise UsageError(f"no bisection run in {runs}")
-    return max(cands)[2]
+    return cands[-1]  # the newest
 
 
 def _iso(t: float | None) -> str | None:

@@ -535,13 +535,7 @@ def apply_cmd(ctx: typer.Context, ids: List[str] = typer.Argument(..., help="Del
 
 def _runs(store: Store) -> list[dict]:
     rows = []
-    if not store.runs_dir.exists():
-        return rows
-    for p in sorted(store.runs_dir.iterdir()):
-        try:
-            doc = json.loads((p / "run.json").read_text())
-        except (OSError, ValueError):
-            continue
+    for p, doc in store.runs():
         kind = doc.get("kind", "bisect")
         row = {"run": p.name, "kind": kind, "deployment": doc.get("deployment"), "created_at": doc.get("created_at"),
                "status": "unfinished", "culprits": [], "restarts": None}

@@ -44,17 +44,28 @@ def split_url(url: str) -> tuple[str, int, str]:
     return u.hostname or "127.0.0.1", port, path
 
 
+def fetch(transport: Transport, url: str, timeout: float = 5.0) -> httpx.Response:
+    """GET a URL as seen from the host (through its forward); raises httpx.HTTPError."""
+    host, port, path = split_url(url)
+    with transport.forward(host, port) as (h, p):
+        return _response(h, p, path, url, timeout)
+
+
 def health_ok(transport: Transport, url: str, timeout: float = 5.0) -> tuple[bool, str]:
     host, port, path = split_url(url)
     with transport.forward(host, port) as (h, p):
         return _get(h, p, path, url, timeout)
 
 
-def _get(h: str, p: int, path: str, url: str, timeout: float) -> tuple[bool, str]:
+def _response(h: str, p: int, path: str, url: str, timeout: float) -> httpx.Response:
     scheme = urlsplit(url).scheme or "http"
+    return httpx.get(f"{scheme}://{h}:{p}{path}", timeout=timeout, headers={"Host": urlsplit(url).netloc}, verify=False)
+
+
+def _get(h: str, p: int, path: str, url: str, timeout: float) -> tuple[bool, str]:
+    """Health as (ok, why) over an already open forward."""
     try:
-        r = httpx.get(f"{scheme}://{h}:{p}{path}", timeout=timeout, headers={"Host": urlsplit(url).netloc},
-                      verify=False)
+        r = _response(h, p, path, url, timeout)
         return r.status_code == 200, f"HTTP {r.status_code}"
     except httpx.HTTPError as e:
         return False, type(e).__name__

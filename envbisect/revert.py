@@ -40,26 +40,16 @@ class RunDeltas:
 
 
 def load_run_deltas(dep: Deployment, run_id: str | None) -> RunDeltas:
-    runs = dep.store.runs_dir
-    cands = []
-    if runs.exists():
-        for p in runs.iterdir():
-            rj = p / "run.json"
-            if rj.exists():
-                try:
-                    doc = json.loads(rj.read_text())
-                except ValueError:
-                    continue
-                if doc.get("kind", "bisect") == "bisect" and doc.get("deployment") == dep.playbook.name:
-                    cands.append((doc.get("created_at", 0), p, doc))
+    cands = [(p, doc) for p, doc in dep.store.runs()
+             if doc.get("kind", "bisect") == "bisect" and doc.get("deployment") == dep.playbook.name]
     if run_id:
-        cands = [c for c in cands if c[1].name == run_id]
+        cands = [c for c in cands if c[0].name == run_id]
         if not cands:
             raise UsageError(f"no bisect run {run_id!r} for deployment {dep.playbook.name!r} (see `envbisect runs`)")
     if not cands:
         raise UsageError("no bisect run recorded for this deployment: run `envbisect bisect` first, "
                          "or name the deltas' run with --run")
-    _, path, doc = max(cands, key=lambda c: c[0])
+    path, doc = cands[-1]  # the newest
     deltas = tuple(Delta(**{**d, "detail": tuple(d.get("detail", ()))}) for d in doc["deltas"])
     contents = {sha: dep.store.get_blob(ref) or b"" for sha, ref in doc.get("contents", {}).items()}
     culprits: tuple[str, ...] = ()

@@ -121,6 +121,20 @@ class Store:
             raise StoreError(f"snapshot {ref!r} is ambiguous: {', '.join(s.id for s in prefixed[:5])}")
         raise StoreError(f"no snapshot {ref!r} in {self.root} (see `envbisect snapshots`)")
 
+    def runs(self) -> list[tuple[Path, dict[str, Any]]]:
+        """Every recorded run (bisect, revert, apply) as (folder, run.json), oldest first.
+        An unreadable run.json is skipped, like a damaged snapshot in `list`."""
+        found = []
+        if self.runs_dir.is_dir():
+            for p in self.runs_dir.iterdir():
+                try:
+                    doc = json.loads((p / "run.json").read_text())
+                except (OSError, ValueError):
+                    continue
+                if isinstance(doc, dict):
+                    found.append((p, doc))
+        return sorted(found, key=lambda r: (float(r[1].get("created_at") or 0), r[0].name))
+
     def newest_at_or_before(self, playbook: str, when: float) -> Snapshot | None:
         cands = [s for s in self.list() if s.playbook == playbook and s.taken_at <= when]
         return cands[-1] if cands else None

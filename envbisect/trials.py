@@ -129,7 +129,7 @@ class TrialRunner:
 def capture_evidence(playbook: Playbook, transports: Mapping[str, Transport], out: Path) -> None:
     """Log tail and /metrics of every service, right after a trial. Best effort: evidence must
     never turn a trial into a failure. Written raw (0600); the bundle redacts secrets."""
-    from .restart import log_tail, split_url
+    from .restart import fetch, log_tail
     from .store import write_private
 
     for name, s in playbook.services.items():
@@ -140,11 +140,6 @@ def capture_evidence(playbook: Playbook, transports: Mapping[str, Transport], ou
             if s.log:
                 write_private(out / f"{name}.log.txt", log_tail(t, s, 16384).encode())
             if s.metrics:
-                import httpx
-
-                host, port, path = split_url(s.metrics)
-                with t.forward(host, port) as (fh, fp):
-                    r = httpx.get(f"http://{fh}:{fp}{path}", timeout=5)
-                write_private(out / f"{name}.metrics.txt", r.text.encode())
+                write_private(out / f"{name}.metrics.txt", fetch(t, s.metrics).text.encode())
         except (RemoteError, OSError, Exception) as e:  # noqa: BLE001 - evidence is best effort
             write_private(out / f"{name}.error.txt", f"{type(e).__name__}: {e}".encode())
