@@ -438,8 +438,9 @@ def _find_run_dir(store: Store, run_id: str | None, deployment: str) -> Path:
         if not (p / "run.json").exists():
             raise UsageError(f"no run {run_id!r} in {store.runs_dir}")
         return p
-    cands = [p for p, doc in store.runs()
-             if doc.get("deployment") == deployment and not (p / "verdict.json").exists()]
+    # revert/apply runs never have a verdict.json: only bisections can be resumed
+    cands = [p for p, doc in store.runs() if doc.get("kind", "bisect") == "bisect"
+             and doc.get("deployment") == deployment and not (p / "verdict.json").exists()]
     if not cands:
         raise UsageError("no unfinished run to resume for this deployment")
     return max(cands, key=lambda p: p.stat().st_mtime)

@@ -65,3 +65,20 @@ def test_a_start_command_that_cannot_run_is_unresolved(tmp_path):
     pb = playbook(tmp_path, "/nonexistent/start-engine")
     r = co_restart(pb, {"h": LocalTransport("h")})
     assert not r.ok and r.failure == "infra" and "start command failed" in r.message
+
+
+def test_resume_picks_the_unfinished_bisection_not_a_later_revert(tmp_path):
+    import json
+    import os
+
+    from envbisect.bisect import _find_run_dir
+    from envbisect.store import Store
+
+    store = Store(tmp_path)
+    for name, kind, t in (("r1-bisect", None, 1.0), ("r2-revert", "revert", 2.0)):
+        d = store.runs_dir / name
+        d.mkdir(parents=True)
+        doc = {"deployment": "dep", "created_at": t, **({"kind": kind} if kind else {})}
+        (d / "run.json").write_text(json.dumps(doc))
+        os.utime(d, (t + 1000, t + 1000))
+    assert _find_run_dir(store, None, "dep").name == "r1-bisect"
