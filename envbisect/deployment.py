@@ -46,15 +46,18 @@ class Deployment:
         return cls(load_playbook(playbook), Store(store), options)
 
     # connections ------------------------------------------------------------------------------
+    def _connect_all(self) -> dict[str, Transport]:
+        o = self.options
+        return for_each_host(
+            self.playbook, dict.fromkeys(self.playbook.hosts),  # type: ignore[arg-type]
+            lambda h, _: connect(self.playbook.hosts[h], ssh_config=o.ssh_config,
+                                 accept_new_host_key=o.accept_new_host_key, attempts=o.attempts, backoff_s=o.backoff_s),
+        )
+
     @property
     def transports(self) -> Mapping[str, Transport]:
         if self._transports is None:
-            o = self.options
-            self._transports = for_each_host(
-                self.playbook, {h: None for h in self.playbook.hosts},  # type: ignore[misc]
-                lambda h, _: connect(self.playbook.hosts[h], ssh_config=o.ssh_config,
-                                     accept_new_host_key=o.accept_new_host_key, attempts=o.attempts, backoff_s=o.backoff_s),
-            )
+            self._transports = self._connect_all()
         return self._transports
 
     def round_trips(self) -> dict[str, int]:
@@ -65,13 +68,7 @@ class Deployment:
         lost connection, the run goes on, or at least the hosts can still be restored."""
         if self._transports is None:
             return
-        o = self.options
-        fresh = for_each_host(
-            self.playbook, self._transports,
-            lambda h, _: connect(self.playbook.hosts[h], ssh_config=o.ssh_config,
-                                 accept_new_host_key=o.accept_new_host_key, attempts=o.attempts, backoff_s=o.backoff_s),
-        )
-        for h, t in fresh.items():
+        for h, t in self._connect_all().items():
             with contextlib.suppress(Exception):
                 self._transports[h].close()
             self._transports[h] = t
