@@ -416,17 +416,17 @@ def demo(keep: bool = typer.Option(False, "--keep", help="Leave the demo deploym
             result = BisectRun(dep, BisectOptions(probe="e2e"), on_event=_Progress(quiet=as_json)).start(diff)
         if as_json:
             emit_json({"diff": diff.to_json(dep.masker), "bisect": result.to_json(),
-                       "planted": {"bad": "%s:%s" % demo_mod.BAD_CHANGE[:2]},
+                       "planted": {"bad": demo_mod.BAD_DELTA_ID},
                        "seconds": round(_time.monotonic() - t0, 1)})
         else:
             render_verdict(result)
-            planted = "%s:%s" % demo_mod.BAD_CHANGE[:2]
+            planted = demo_mod.BAD_DELTA_ID
             ok = result.culprit_deltas == (planted,)
             say(f"\nplanted bad change: {planted} -> envbisect {'found it' if ok else 'DID NOT find it'}"
                 f" in {len(result.trials)} restarts ({_time.monotonic() - t0:.0f} s in all)")
     finally:
         d.cleanup(keep)
-    raise typer.Exit(0 if result.culprit_deltas == ("%s:%s" % demo_mod.BAD_CHANGE[:2],) else 1)
+    raise typer.Exit(0 if result.culprit_deltas == (demo_mod.BAD_DELTA_ID,) else 1)
 
 
 

@@ -23,6 +23,7 @@ INNOCENT_CHANGES = [
 ]
 # In the simulation, decode hangs on every request with this value (see sim DEFAULT_RULES).
 BAD_CHANGE = ("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")
+BAD_DELTA_ID = f"{BAD_CHANGE[0]}:{BAD_CHANGE[1]}"  # the id envbisect diff gives it
 
 
 @dataclass
