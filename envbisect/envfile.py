@@ -3,12 +3,20 @@
 A serve-env file is a shell fragment that the start script *sources*, so the truth about what a
 process sees is whatever ``sh``/``bash`` would make of it.  This module therefore follows shell
 lexing rules (quotes, escapes, continuations, comments) instead of ``KEY=VALUE`` line splitting,
-and never executes anything: ``$(...)`` and backquotes are kept as literal text.
+and never executes anything: ``$(...)`` and backquotes are kept as text (as their own part kind,
+so that ``$(nproc)`` and ``'$(nproc)'`` are told apart).
+
+Two assignments are *the same* when bash makes the same of them: `EnvAssignment.meaning` (the lexed
+parts: literal text, parameter expansions, tilde prefixes, command substitutions), not the text
+(``X=512`` and ``X="512"`` are the same) and not the unquoted value (``X='$HOME/t'`` and
+``X="$HOME/t"`` are not).
 
 Bisection flips one variable at a time on production hosts, so edits are byte-surgical: only the
-value word of one assignment is replaced, every other byte stays identical, new values are always
-written in a form that the shell cannot execute (`shell_quote`), and every edit is re-parsed and
-checked before it is returned.
+value word of one assignment is replaced, every other byte stays identical, and every edit is
+re-parsed and checked (by meaning) before it is returned.  A literal value is written in a form that
+the shell cannot execute (`EnvFile.with_value`, `shell_quote`); a word that the file once held is
+written back as exactly that shell text (`EnvFile.with_word`), so a baseline such as
+``"${HF_HOME%/*}/kv"`` means again what it meant.
 
 Supported: ``export K=V``, ``K=V``, leading blanks, comments, blank lines, single quotes, double
 quotes (``\\" \\\\ \\$ \\``` escapes), backslash escapes, backslash-newline continuations,
@@ -34,8 +42,11 @@ __all__ = [
     "EnvAssignment",
     "EnvFile",
     "EnvFileError",
+    "Meaning",
+    "meaning_refs",
     "parse_env",
     "shell_quote",
+    "word_meaning",
 ]
 
 
@@ -56,9 +67,13 @@ class EnvFileError(UsageError, ValueError):
 
 
 # Parts of a value as the lexer saw it, kept so that `resolved` knows which `$` were live:
-# ("lit", text) is literal (quoted, escaped, or never expanded by us such as $(...)),
-# ("ref", raw) is a parameter expansion like "$X" / "${X:-d}", ("tilde", "~") a tilde prefix.
+# ("lit", text) is literal (quoted or escaped), ("ref", raw) a parameter expansion like "$X" /
+# "${X:-d}", ("tilde", "~") a tilde prefix, ("cmd", raw) a command or arithmetic substitution
+# ("$(...)", "$((...))", "`...`"): bash runs it, envbisect never does (`resolved` keeps its text).
 _Part = tuple[str, str]
+# What bash makes of a value word, as a comparable value: its parts, normalised (empty literals
+# dropped, adjacent literals joined, "${X}" written "$X").
+Meaning = tuple[_Part, ...]
 
 
 @dataclass(frozen=True)
@@ -70,8 +85,9 @@ class EnvAssignment:
     `value_end` cover only the value word, which is all that `EnvFile.with_value` replaces.
 
     `value` is the shell-unquoted text with references left as written, so ``'$HOME'``,
-    ``\\$HOME`` and ``$HOME`` all give ``"$HOME"``; `refs` (and `EnvFile.resolved`) tell them
-    apart.  References inside ``$(...)``/backquotes are not listed: that text is never run.
+    ``\\$HOME`` and ``$HOME`` all give ``"$HOME"``; `refs`, `meaning` (and `EnvFile.resolved`) tell
+    them apart.  References inside ``$(...)``/backquotes are not listed: that text is never run.
+    `word` is the exact shell text of the value word (``"${HF_HOME%/*}/kv"`` with its quotes).
     """
 
     key: str
@@ -84,6 +100,12 @@ class EnvAssignment:
     value_start: int = -1
     value_end: int = -1
     parts: tuple[_Part, ...] = field(default=(), repr=False, compare=False)
+    word: str = field(default="", repr=False, compare=False)
+
+    @property
+    def meaning(self) -> Meaning:
+        """What bash makes of the value (see `Meaning`): equal meanings, equal assignments."""
+        return _normalise(self.parts)
 
 
 @dataclass(frozen=True)
@@ -96,6 +118,10 @@ class EnvFile:
     def values(self) -> dict[str, str]:
         """Key -> literal value, last assignment winning, because that is what sourcing leaves."""
         return {a.key: a.value for a in self.assignments}
+
+    def meanings(self) -> dict[str, Meaning]:
+        """Key -> what bash makes of its value (`EnvAssignment.meaning`), last assignment winning."""
+        return {a.key: a.meaning for a in self.assignments}
 
     def duplicates(self) -> dict[str, list[int]]:
         """Keys assigned more than once -> their line numbers; an early copy is a common trap."""
@@ -124,15 +150,29 @@ class EnvFile:
         """
         _check_key(key)
         quoted = shell_quote(value)
+        return self._set_word(key, quoted, _normalise((("lit", value),)))
+
+    def with_word(self, key: str, word: str) -> str:
+        """New file text with key's value word replaced by exactly `word`: shell text as a file held
+        it (``"${HF_HOME%/*}/kv"``, ``$(nproc)``, ``~/x``), written back byte for byte, never
+        re-quoted, so that sourcing gives what it gave then.  Placement, the append rule and the
+        safety re-parse are those of `with_value`; the check compares by meaning (the key must mean
+        what `word` means, every other key what it meant).  Raises `EnvFileError` when `word` is
+        not exactly one value word (``a b``, a trailing comment, an unterminated quote...).
+        """
+        _check_key(key)
+        return self._set_word(key, word, word_meaning(word))
+
+    def _set_word(self, key: str, word: str, want: Meaning) -> str:
         cur = self.get(key)
         if cur is not None:
-            candidates = [self.text[: cur.value_start] + quoted + self.text[cur.value_end :]]
+            candidates = [self.text[: cur.value_start] + word + self.text[cur.value_end :]]
         else:
             sep = "" if not self.text or self.text.endswith("\n") else "\n"
-            line = f"export {key}={quoted}\n"
+            line = f"export {key}={word}\n"
             candidates = [self.text + sep + line, self.text + sep + "\n" + line]
         for candidate in candidates:
-            if self._edit_keeps_others(candidate, key, value):
+            if self._edit_keeps_others(candidate, key, want):
                 return candidate
         where = cur.lineno if cur is not None else 0
         raise EnvFileError(where, f"cannot set {key} without changing other assignments "
@@ -186,6 +226,8 @@ class EnvFile:
                 elif kind == "tilde":
                     home = lookup("HOME")
                     pieces.append("~" if home is None else home)
+                elif kind == "cmd":
+                    pieces.append(text)  # never run here: kept as written
                 else:
                     pieces.append(_expand_ref(text, lookup, assign))
             val = "".join(pieces)
@@ -193,18 +235,19 @@ class EnvFile:
             out[a.key] = val
         return out
 
-    def _edit_keeps_others(self, new_text: str, key: str, value: str | None) -> bool:
-        # A production edit must not change anything but `key`: re-parse and compare.
+    def _edit_keeps_others(self, new_text: str, key: str, want: Meaning | None) -> bool:
+        # A production edit must not change anything but `key`: re-parse and compare what bash
+        # makes of every assignment (`want` None: key must be gone).
         try:
             new = parse_env(new_text)
         except EnvFileError:
             return False
-        old_vals = self.values()
-        new_vals = new.values()
-        if value is None:
+        old_vals = self.meanings()
+        new_vals = new.meanings()
+        if want is None:
             if key in new_vals:
                 return False
-        elif new_vals.get(key) != value:
+        elif new_vals.get(key) != want:
             return False
         old_vals.pop(key, None)
         new_vals.pop(key, None)
@@ -254,12 +297,56 @@ def parse_env(text: str) -> EnvFile:
             value_start=vs,
             value_end=ve,
             parts=tuple(parts),
+            word=text[vs:ve],
         ))
         i = j + 1
     return EnvFile(text=text, assignments=tuple(out))
 
 
 _SAFE_RE = re.compile(r"[A-Za-z0-9_./:,+=@%^-]+\Z")
+
+
+def word_meaning(word: str) -> Meaning:
+    """What bash makes of `word` as the value of an assignment (see `Meaning`).
+
+    Raises `EnvFileError` when `word` is not exactly one value word."""
+    text = "X=" + word
+    try:
+        env = parse_env(text)
+    except EnvFileError as e:
+        raise EnvFileError(0, f"not a shell value word: {word!r} ({e.problem})") from None
+    a = env.assignments[0] if len(env.assignments) == 1 else None
+    if a is None or a.key != "X" or a.start != 0 or a.value_end != len(text):
+        raise EnvFileError(0, f"not a single shell value word: {word!r}")
+    return a.meaning
+
+
+def meaning_refs(meaning: Meaning) -> set[str]:
+    """Every variable name a value may read: its parameter expansions, and the ``$NAME`` /
+    ``${NAME...}`` found in the text of its command substitutions (over-approximated: that text is
+    never run here)."""
+    names: set[str] = set()
+    for kind, text in meaning:
+        if kind in ("ref", "cmd"):
+            names.update(_ANY_REF_RE.findall(text))
+    return names
+
+
+def _normalise(parts) -> Meaning:  # noqa: ANN001
+    out: list[_Part] = []
+    for kind, text in parts:
+        if kind == "lit":
+            if not text:
+                continue
+            if out and out[-1][0] == "lit":
+                out[-1] = ("lit", out[-1][1] + text)
+                continue
+        elif kind == "ref":
+            m = _PLAIN_BRACE_RE.match(text)
+            if m:
+                text = "$" + m.group(1)
+        out.append((kind, text))
+    return tuple(out)
 
 
 def shell_quote(value: str) -> str:
@@ -286,6 +373,8 @@ _WORD_END = frozenset(" \t\n;&|<>()")
 _BRACE_NAME_RE = re.compile(r"[#!]?([A-Za-z_][A-Za-z0-9_]*)")
 _BRACE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-+=])(.*))?\}\Z", re.S)
 _SIMPLE_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_PLAIN_BRACE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}\Z")
+_ANY_REF_RE = re.compile(r"\$\{?[#!]?([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def _check_key(key: str) -> None:
@@ -490,7 +579,7 @@ class _Lexer:
                 j = self._lex_dq(j, lit, parts, refs)
             elif c == "`":
                 k = self.skip_bt(j)
-                lit(t[j:k])
+                parts.append(("cmd", t[j:k]))
                 j = k
             elif c == "$":
                 j = self._lex_dollar(j, False, lit, parts, refs)
@@ -524,7 +613,7 @@ class _Lexer:
                 j += 2
             elif c == "`":
                 k = self.skip_bt(j)
-                lit(t[j:k])
+                parts.append(("cmd", t[j:k]))
                 j = k
             elif c == "$":
                 j = self._lex_dollar(j, True, lit, parts, refs)
@@ -547,7 +636,7 @@ class _Lexer:
             return k
         if nxt == "(":
             k = self.skip_group(i)
-            lit(t[i:k])  # command/arithmetic substitution: kept, never run
+            parts.append(("cmd", t[i:k]))  # command/arithmetic substitution: kept, never run
             return k
         m = _NAME_RE.match(t, i + 1)
         if m:
