@@ -2,17 +2,23 @@
 
 Pure: from the original (journaled) state of each touched resource and the set of applied deltas,
 compute the bytes each file must hold and the commit each repo must be at. Env deltas are made by
-rewriting only the affected line of the *current* file (`EnvFile.with_value` / `without`), so a
-trial differs from what the operator wrote by exactly the reverted variables.
+rewriting only the affected line of the *current* file (`EnvFile.with_word` / `without`), so a
+trial differs from what the operator wrote by exactly the reverted variables, and each line is
+written back as the exact shell text it had (`Delta.old_word` / `new_word`), never re-quoted.
+
+Every env file a trial edits also gets an `EnvCheck`: what bash must make of it for each key of its
+deltas, checked on the host right after the write and before any restart (`HostEditor.apply`, op
+``env_check`` in remote/hostops.py), so that a baseline trial that is not the baseline is an error,
+not a silent wrong trial.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from .deltas import Delta
-from .envfile import parse_env
+from .envfile import EnvFile, meaning_refs, parse_env, word_meaning
 from .errors import UsageError
 
 Key = tuple[str, str]  # (host, path)
@@ -48,9 +54,33 @@ class RepoTarget:
 
 
 @dataclass(frozen=True)
+class Expect:
+    """What bash must make of one key of an edited env file: `value` (None: unset), recorded by a
+    snapshot; or, when no snapshot recorded it, whatever bash makes of the reference text `ref`
+    ("old": the file with all its deltas in their old state, "new": all in their new state)."""
+
+    key: str
+    side: str  # old | new: the state of this key's delta in the trial
+    value: str | None = None
+    ref: str | None = None
+    source: str = ""  # where the expectation comes from, for the error message
+
+
+@dataclass(frozen=True)
+class EnvCheck:
+    """The post-apply check of one env file (see `env_checks`)."""
+
+    env: Mapping[str, str] | None  # the environment the file is sourced in; None: a minimal one
+    expect: tuple[Expect, ...]
+    refs: Mapping[str, bytes] = field(default_factory=dict)  # "old"/"new" -> reference text
+    skipped: Mapping[str, str] = field(default_factory=dict)  # key -> why it is not checked
+
+
+@dataclass(frozen=True)
 class TargetState:
     files: Mapping[Key, bytes | None]  # None: the file must not exist
     repos: Mapping[Key, RepoTarget]
+    checks: Mapping[Key, EnvCheck] = field(default_factory=dict)  # env files: checked after the write
 
 
 def touched(deltas: Iterable[Delta]) -> tuple[set[Key], set[Key]]:
@@ -101,15 +131,98 @@ def target_state(original: OriginalState, deltas: Sequence[Delta], applied: Iter
             pass  # already holds it (e.g. a large file recorded by hash only)
         else:
             raise UsageError(f"{d.id}: content {sha[:12]} is not in the store")
-    for key in {(d.host, d.path) for d in deltas if d.kind == "env"}:
+    checks: dict[Key, EnvCheck] = {}
+    for key in sorted({(d.host, d.path) for d in deltas if d.kind == "env"}):
         data = files.get(key)
         text = (data or b"").decode("utf-8", "surrogateescape")
-        for d in (d for d in deltas if d.kind == "env" and (d.host, d.path) == key):
-            value = d.new if d.id in applied else d.old
-            env = parse_env(text)
-            current = env.values().get(d.key or "")
-            if value == current:
+        file_deltas = [d for d in deltas if d.kind == "env" and (d.host, d.path) == key]
+        new_text = _env_text(text, file_deltas, applied)
+        files[key] = new_text.encode("utf-8", "surrogateescape")
+        checks[key] = env_check(text, new_text, file_deltas, applied)
+    return TargetState(files, repos, checks)
+
+
+def holds(env: EnvFile, d: Delta, side: str) -> bool:
+    """Does `env` hold `d` in its `side` ("old" | "new") state, by shell meaning?
+
+    A delta with no shell text on either side (recorded before shell text was kept) is compared by
+    its unquoted value, as it was recorded."""
+    cur = env.get(d.key or "")
+    word = d.word(side)
+    if word is None:
+        return cur is None
+    if cur is None:
+        return False
+    if d.old_word is None and d.new_word is None:
+        return cur.value == (d.old if side == "old" else d.new)
+    return cur.meaning == word_meaning(word)
+
+
+def _env_text(text: str, file_deltas: Sequence[Delta], applied: Iterable[str]) -> str:
+    """The text with each delta of this file in its state (applied: new, else old); a key already
+    holding what its state means is not touched, so the file changes by exactly the lines that must."""
+    applied = set(applied)
+    for d in file_deltas:
+        side = "new" if d.id in applied else "old"
+        env = parse_env(text)
+        if holds(env, d, side):
+            continue
+        word = d.word(side)
+        text = env.without(d.key or "") if word is None else env.with_word(d.key or "", word)
+    return text
+
+
+def env_check(text: str, new_text: str, file_deltas: Sequence[Delta], applied: Iterable[str]) -> EnvCheck:
+    """What bash must make of `new_text` for each key of the file's deltas: the value a snapshot
+    recorded for that side (`old_eval` from the baseline, `new_eval` from the current one), else
+    what bash makes of the reference text of that side. A key whose value reads (directly or through
+    other keys of the file) a key whose delta is on the other side in this trial is skipped: a mixed
+    configuration has no reference value."""
+    applied = set(applied)
+    side = {d.key: ("new" if d.id in applied else "old") for d in file_deltas if d.key}
+    env = parse_env(new_text)
+    file_keys = set(env.values())
+    expects: list[Expect] = []
+    skipped: dict[str, str] = {}
+    refs_needed: set[str] = set()
+    for d in file_deltas:
+        k = d.key or ""
+        s = side[k]
+        other = _reads_other_side(env, k, s, side, file_keys)
+        if other:
+            skipped[k] = (f"reads {other}, whose delta is in its {'new' if s == 'old' else 'old'} state in this "
+                          "trial: a mixed configuration has no reference value")
+            continue
+        value = d.old_eval if s == "old" else d.new_eval
+        if value is not None:
+            src = (f"recorded by {d.baseline_source}" if s == "old" else "recorded by the current snapshot")
+            expects.append(Expect(k, s, value=value, source=src))
+        else:
+            refs_needed.add(s)
+            expects.append(Expect(k, s, ref=s, source=f"the file with all its deltas {s}, sourced the same way"))
+    refs = {}
+    for s in sorted(refs_needed):
+        ref_text = _env_text(text, file_deltas, [d.id for d in file_deltas] if s == "new" else [])
+        refs[s] = ref_text.encode("utf-8", "surrogateescape")
+    start_env = next((d.start_env for d in file_deltas if d.start_env is not None), None)
+    return EnvCheck(start_env, tuple(expects), refs, skipped)
+
+
+def _reads_other_side(env: EnvFile, key: str, side: str, sides: Mapping[str, str], file_keys: set[str]) -> str | None:
+    """The first key of the file that `key`'s value reads (transitively through the file's own
+    assignments) whose delta is on the other side, or None."""
+    seen = {key}
+    todo = [key]
+    while todo:
+        a = env.get(todo.pop())
+        if a is None:
+            continue
+        for name in sorted(meaning_refs(a.meaning)):
+            if name in seen:
                 continue
-            text = env.without(d.key or "") if value is None else env.with_value(d.key or "", value)
-        files[key] = text.encode("utf-8", "surrogateescape")
-    return TargetState(files, repos)
+            seen.add(name)
+            if name in sides and sides[name] != side:
+                return name
+            if name in file_keys:
+                todo.append(name)
+    return None

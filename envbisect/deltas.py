@@ -3,6 +3,13 @@
 Pure: takes snapshots (the current one carrying fallback material for TIME), returns a `Diff`.
 Every delta says where its old value came from (`baseline_source`), because "old value from a
 .bak file of unknown age" and "old value from a snapshot taken at 11:58" are different evidence.
+
+An env delta is a change of *shell meaning* (`envfile.EnvAssignment.meaning`): ``X=512`` ->
+``X="512"`` is none, ``X='$HOME/t'`` -> ``X="$HOME/t"`` is one. Each side keeps the exact shell
+text of its value word (`Delta.old_word` / `new_word`, written back byte for byte by a trial) and,
+when the host evaluated the file in bash (`snapshot.ProcessState.file_eval`), what bash made of it
+(`old_eval` / `new_eval`): drift compares a process with that, and the post-apply check of a trial
+compares the host's evaluation of the edited file with it.
 """
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
-from .envfile import EnvFile, EnvFileError, parse_env
+from .envfile import EnvFile, EnvFileError, parse_env, shell_quote, word_meaning
 from .masking import SecretMasker
 from .snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
 
@@ -31,6 +38,26 @@ class Delta:
     new: str | None
     baseline_source: str  # "snapshot:ID", "backup:PATH", "git:COMMIT", "reflog", "process:SERVICE", "mtime"
     detail: tuple[str, ...] = ()  # commits in between, "old content unknown", duplicate keys...
+    # env only. The exact shell text of the value word on each side (``"${HF_HOME%/*}/kv"``, quotes
+    # included): what a trial writes back. None when unknown (a value read from a process
+    # environment, an absent side): then the value is a literal, written as shell_quote(value).
+    old_word: str | None = None
+    new_word: str | None = None
+    # env only. What bash made of each side on the host (baseline snapshot for old, current for new;
+    # ProcessState.file_eval). None when unknown (no process, no evaluation, absent side).
+    old_eval: str | None = None
+    new_eval: str | None = None
+    # env only. The environment the service's env file is sourced in (its process's start
+    # environment minus the file's keys, from the current snapshot, else the baseline's); the
+    # post-apply check evaluates the edited file in it. None: unknown (a minimal one is used).
+    start_env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
+
+    def word(self, side: str) -> str | None:
+        """The shell text a trial writes for `side` ("old" | "new"); None: the key is absent there."""
+        value, word = (self.old, self.old_word) if side == "old" else (self.new, self.new_word)
+        if value is None and word is None:
+            return None
+        return word if word is not None else shell_quote(value or "")
 
     @property
     def applicable(self) -> bool:
@@ -43,11 +70,25 @@ class Delta:
 
     def to_json(self, masker: SecretMasker) -> dict[str, Any]:
         old, new = self.old, self.new
+        extra: dict[str, Any] = {}
         if self.kind == "env":
-            old, new = masker.mask_value(self.key or "", old), masker.mask_value(self.key or "", new)
+            k = self.key or ""
+            old, new = masker.mask_value(k, old), masker.mask_value(k, new)
+            extra = {"old_word": masker.mask_value(k, self.old_word), "new_word": masker.mask_value(k, self.new_word),
+                     "old_eval": masker.mask_value(k, self.old_eval), "new_eval": masker.mask_value(k, self.new_eval),
+                     "old_shown": self.shown("old", masker), "new_shown": self.shown("new", masker)}
         return {"id": self.id, "kind": self.kind, "host": self.host, "service": self.service, "path": self.path,
                 "key": self.key, "change": self.change, "old": old, "new": new,
-                "baseline_source": self.baseline_source, "detail": [masker.redact_text(d) for d in self.detail]}
+                "baseline_source": self.baseline_source, "detail": [masker.redact_text(d) for d in self.detail],
+                **extra}
+
+    def shown(self, side: str, masker: SecretMasker) -> str | None:
+        """One side for people, masked: the value; the shell text instead when it is not a plain
+        literal (or the change is one of quoting only), followed by what bash made of it when that
+        differs: ``"${HF_HOME%/*}/cache"  (= /data/cache)``."""
+        value, word, ev = ((self.old, self.old_word, self.old_eval) if side == "old"
+                           else (self.new, self.new_word, self.new_eval))
+        return shown_value(self.key or "", value, word, ev, masker, quoting_only=self.old == self.new)
 
 
 @dataclass(frozen=True)
@@ -61,12 +102,52 @@ class Drift:
     process_value: str | None
     pid: int | None
     started_at: float | None
+    # the file's shell text for the key (its value word), and whether file_value is what bash made
+    # of the file on the host (True) or envbisect's own reading of it (EnvFile.resolved: False)
+    file_text: str | None = None
+    evaluated: bool = False
 
     def to_json(self, masker: SecretMasker) -> dict[str, Any]:
         return {"host": self.host, "service": self.service, "key": self.key,
                 "file": masker.mask_value(self.key, self.file_value),
+                "file_text": masker.mask_value(self.key, self.file_text), "evaluated": self.evaluated,
+                "file_shown": self.shown(masker),
                 "process": masker.mask_value(self.key, self.process_value), "pid": self.pid,
                 "started_at": _iso(self.started_at)}
+
+    def shown(self, masker: SecretMasker) -> str | None:
+        """The file side for people, masked: its text, and the value where they differ."""
+        if self.file_text is None:
+            return masker.mask_value(self.key, self.file_value)
+        return shown_value(self.key, self.file_value, self.file_text, self.file_value, masker)
+
+
+def shown_value(key: str, value: str | None, word: str | None, ev: str | None, masker: SecretMasker, *,
+                quoting_only: bool = False) -> str | None:
+    """``TEXT  (= VALUE)`` for a value word whose shell text and value differ, else the value; masked."""
+    if value is None and word is None:
+        return None
+    text = value
+    if word is not None:
+        try:
+            plain = all(kind == "lit" for kind, _ in word_meaning(word))
+        except EnvFileError:
+            plain = False
+        if quoting_only or not plain:
+            text = word
+    shown = masker.mask_value(key, text)
+    if ev is not None and ev != text and (word is None or not all_literal_equal(word, ev)):
+        shown = f"{shown}  (= {masker.mask_value(key, ev)})"
+    return shown
+
+
+def all_literal_equal(word: str, value: str) -> bool:
+    """Is `word` the plain literal `value` (so that showing the value again says nothing)?"""
+    try:
+        m = word_meaning(word)
+    except EnvFileError:
+        return False
+    return m == ((("lit", value),) if value else ())
 
 
 @dataclass(frozen=True)
@@ -186,16 +267,27 @@ def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float |
                              f"{', '.join(map(str, lines))}); the last one wins")
             old = _old_file(path, base, base_id, cur, since)
             proc = cur.processes.get(service)
+            base_proc = base.processes.get(service) if base is not None else None
+            # what bash made of the current file on the host (None: not evaluated there)
+            new_eval = proc.evaluated(f.sha256) if proc is not None and f.exists else None
+            old_env = None
             if old is not None:
                 old_env = EnvFile("", ()) if old.absent else _parse(old.content)
+            keys = set(new_env.values()) | set(old_env.values() if old_env else ())
+            start_env = _start_env(keys, proc, base_proc)
+            if old is not None:
                 if old_env is None:
                     notes.append(f"{service}: baseline of {path} ({old.source}) is not parseable")
                     continue
-                deltas.extend(_env_deltas(hname, service, path, old_env.values(), new_env.values(), old.source))
+                old_eval = None
+                if base_proc is not None and old.source == f"snapshot:{base_id}" and not old.absent:
+                    old_eval = base_proc.evaluated(old.sha or (_sha(old.content) if old.content is not None else None))
+                deltas.extend(_env_deltas(hname, service, path, _file_sides(old_env, old_eval),
+                                          _file_sides(new_env, new_eval), old.source, start_env))
             elif proc is not None and proc.status == "ok" and since is not None and proc.started_at is not None \
                     and proc.started_at <= since:
                 # The process started before TIME still carries the old environment.
-                deltas.extend(_env_deltas_from_process(hname, service, path, proc, new_env))
+                deltas.extend(_env_deltas_from_process(hname, service, path, proc, new_env, new_eval, start_env))
             elif f.mtime is not None and since is not None and f.mtime > since:
                 deltas.append(Delta(f"{service}:*", "env", hname, service, path, None, "changed", None, None, "mtime",
                                     (f"modified at {_iso(f.mtime)}, after {_iso(since)}; its old content is unknown "
@@ -207,7 +299,7 @@ def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float |
                     if old is not None and not old.absent:
                         oe = _parse(old.content)
                         old_keys = set(oe.values()) if oe else set()
-                    drift.extend(_drift(hname, service, proc, new_env, old_keys))
+                    drift.extend(_drift(hname, service, proc, new_env, old_keys, new_eval))
                 elif proc.status == "unknown":
                     unknown.append(service)
         # --- repos -------------------------------------------------------------------------
@@ -241,43 +333,92 @@ def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float |
     return Diff(since, baseline, current, tuple(deltas), tuple(drift), tuple(unknown), tuple(notes), contents)
 
 
-def _env_deltas(host: str, service: str, path: str, old: Mapping[str, str], new: Mapping[str, str],
-                source: str) -> list[Delta]:
-    out = []
-    for key in sorted(set(old) | set(new)):
-        o, n = old.get(key), new.get(key)
-        if o == n:
-            continue
-        change = "added" if o is None else "removed" if n is None else "changed"
-        out.append(Delta(f"{service}:{key}", "env", host, service, path, key, change, o, n, source))
+@dataclass(frozen=True)
+class _Side:
+    """One side of an env delta: the value, its shell text, what bash made of it, and what equality
+    is decided on (the shell meaning between two files; the evaluated value against a process)."""
+
+    value: str
+    word: str | None
+    eval: str | None
+    same: Any
+
+
+def _file_sides(env: EnvFile, evaluated: Mapping[str, str] | None) -> dict[str, _Side]:
+    out = {}
+    for key in env.values():
+        a = env.get(key)
+        assert a is not None
+        out[key] = _Side(a.value, a.word, evaluated.get(key) if evaluated is not None else None, a.meaning)
     return out
 
 
-def _env_deltas_from_process(host: str, service: str, path: str, proc: ProcessState,
-                             new_env: EnvFile) -> list[Delta]:
+def _start_env(keys: Iterable[str], proc: ProcessState | None, base_proc: ProcessState | None) -> dict[str, str] | None:
+    """The environment the env file is sourced in: the current process's, else the baseline's."""
+    for p in (proc, base_proc):
+        env = p.start_environ(keys) if p is not None else None
+        if env is not None:
+            return env
+    return None
+
+
+def _env_deltas(host: str, service: str, path: str, old: Mapping[str, _Side], new: Mapping[str, _Side],
+                source: str, start_env: Mapping[str, str] | None = None) -> list[Delta]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        o, n = old.get(key), new.get(key)
+        if o is not None and n is not None and o.same == n.same:
+            continue
+        change = "added" if o is None else "removed" if n is None else "changed"
+        out.append(Delta(f"{service}:{key}", "env", host, service, path, key, change,
+                         o.value if o else None, n.value if n else None, source,
+                         old_word=o.word if o else None, new_word=n.word if n else None,
+                         old_eval=o.eval if o else None, new_eval=n.eval if n else None, start_env=start_env))
+    return out
+
+
+def _env_deltas_from_process(host: str, service: str, path: str, proc: ProcessState, new_env: EnvFile,
+                             new_eval: Mapping[str, str] | None = None,
+                             start_env: Mapping[str, str] | None = None) -> list[Delta]:
     """Old values from the environment of a process started before TIME.
 
     A process environment also holds everything inherited (PATH, HOME...), so only keys the file
     sets, or that share a prefix family with them (SGLANG_, NCCL_...), can be told apart as removed.
+    The process holds values, not shell text: they are compared with what bash makes of the file
+    (evaluated on the host when it could be, else `EnvFile.resolved`), and written back as literals.
     """
     env = dict(proc.environ or {})
     resolved = new_env.resolved({k: v for k, v in env.items() if k not in new_env.values()})
+    if new_eval is not None:
+        resolved = {k: new_eval.get(k) for k in resolved}
     families = {k.split("_", 1)[0] + "_" for k in resolved if "_" in k}
     keys = set(resolved) | {k for k in env if any(k.startswith(f) for f in families)}
-    old = {k: env[k] for k in keys if k in env}
-    new = {k: resolved[k] for k in keys if k in resolved}
-    return _env_deltas(host, service, path, old, new, f"process:{service}")
+    old = {k: _Side(env[k], None, env[k], env[k]) for k in keys if k in env}
+    new = {}
+    for k in keys:
+        a = new_env.get(k)
+        if a is not None:
+            new[k] = _Side(a.value, a.word, resolved[k] if new_eval is not None else None, resolved[k])
+    return _env_deltas(host, service, path, old, new, f"process:{service}", start_env)
 
 
-def _drift(host: str, service: str, proc: ProcessState, file_env: EnvFile, old_keys: set[str]) -> list[Drift]:
+def _drift(host: str, service: str, proc: ProcessState, file_env: EnvFile, old_keys: set[str],
+           evaluated: Mapping[str, str] | None = None) -> list[Drift]:
+    """Keys whose value in the process differs from what bash makes of the file: evaluated on the
+    host when it could be (`evaluated`), else envbisect's own reading (`EnvFile.resolved`)."""
     env = dict(proc.environ or {})
     values = file_env.values()
-    resolved = file_env.resolved({k: v for k, v in env.items() if k not in values})
+    if evaluated is not None:
+        got: dict[str, str | None] = {k: evaluated.get(k) for k in values}
+    else:
+        got = dict(file_env.resolved({k: v for k, v in env.items() if k not in values}))
     out = []
-    for key in sorted(resolved):
-        if env.get(key) != resolved[key]:
-            out.append(Drift(host, service, key, resolved[key], env.get(key), proc.pid, proc.started_at))
-    for key in sorted(old_keys - set(resolved)):
+    for key in sorted(got):
+        if env.get(key) != got[key]:
+            a = file_env.get(key)
+            out.append(Drift(host, service, key, got[key], env.get(key), proc.pid, proc.started_at,
+                             a.word if a is not None else None, evaluated is not None))
+    for key in sorted(old_keys - set(got)):
         if key in env:  # removed from the file, still set in the running process
             out.append(Drift(host, service, key, None, env[key], proc.pid, proc.started_at))
     return out

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from importlib import resources
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .errors import ConnectionFailed, EnvbisectError, RemoteError
 from .playbook import Playbook
@@ -63,6 +63,29 @@ class ProcessState:
     environ: Mapping[str, str] | None = None
     cmdline: str | None = None
     why: str | None = None
+    # What bash makes of the service's env file, evaluated on the host the way the start script
+    # sources it (``set -a; . FILE``) in this process's inherited environment (`environ` minus the
+    # keys the file assigns, `file_eval_keys`): key -> value for those keys (a key missing from it is
+    # unset after sourcing). None: not evaluated (no process, bash missing or failing: then
+    # `file_eval_error` says why). `file_eval_sha256` names the file bytes that were evaluated.
+    file_eval: Mapping[str, str] | None = None
+    file_eval_keys: tuple[str, ...] = ()
+    file_eval_sha256: str | None = None
+    file_eval_error: str | None = None
+
+    def start_environ(self, extra_keys: Iterable[str] = ()) -> dict[str, str] | None:
+        """The environment the env file was sourced in: `environ` minus the keys the file assigns
+        (and `extra_keys`). None when the start environment is not known."""
+        if self.status != "ok" or self.environ is None:
+            return None
+        drop = set(self.file_eval_keys) | set(extra_keys)
+        return {k: v for k, v in self.environ.items() if k not in drop}
+
+    def evaluated(self, sha256: str | None) -> Mapping[str, str] | None:
+        """`file_eval`, when it was made of the file with this sha256 (else None)."""
+        if self.file_eval is None or not sha256 or self.file_eval_sha256 != sha256:
+            return None
+        return self.file_eval
 
 
 @dataclass(frozen=True)
@@ -123,7 +146,7 @@ def collect_host(playbook: Playbook, host: str, transport: Transport, *, since: 
         "env_files": [s.env_file for s in services],
         "watch": list(playbook.watch_paths.get(host, ())),
         "repos": [{"path": r.path, "log_from": (log_from or {}).get(r.path)} for r in playbook.repos_on(host)],
-        "processes": [{"service": s.name, "pid_file": s.pid_file} for s in services],
+        "processes": [{"service": s.name, "pid_file": s.pid_file, "env_file": s.env_file} for s in services],
         "since": since,
         "backups": list(playbook.backups),
         "clock_only": clock_only,
@@ -160,7 +183,9 @@ def host_state_from_raw(host: str, raw: Mapping[str, Any], env_files: Mapping[st
         )
     procs = {
         s: ProcessState(service=s, status=p.get("status", "unknown"), pid=p.get("pid"), started_at=p.get("started_at"),
-                        environ=p.get("environ"), cmdline=p.get("cmdline"), why=p.get("why"))
+                        environ=p.get("environ"), cmdline=p.get("cmdline"), why=p.get("why"),
+                        file_eval=p.get("file_eval"), file_eval_keys=tuple(p.get("file_eval_keys") or ()),
+                        file_eval_sha256=p.get("file_eval_sha256"), file_eval_error=p.get("file_eval_error"))
         for s, p in raw.get("processes", {}).items()
     }
     clock = raw["clock"]

@@ -1,12 +1,16 @@
 # Runs ON THE HOST (sent as `python3 -c`, stdlib only, Python >= 3.6): gathers everything a
 # snapshot needs in one round trip. Input is JSON on stdin, output is JSON on stdout.
-# Never follows symlinks when walking, never descends into .git, never executes file contents.
+# Never follows symlinks when walking, never descends into .git. The one thing it executes is
+# what the start script executes anyway: each running service's env file, sourced by bash in the
+# environment that service was started with (eval_env_file), to learn what bash makes of it.
 import base64
 import grp
 import hashlib
 import json
 import os
 import pwd
+import re
+import signal
 import socket
 import stat
 import subprocess
@@ -243,6 +247,55 @@ def process_state(service, pid_file):
     return out
 
 
+ASSIGN_RE = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)\+?=", re.M)
+EVAL_DONE = b"\0ENVBISECT_EVAL_DONE=1\0"
+EVAL_SCRIPT = 'set -a; . "$1" >&2 </dev/null; env -0; printf "\\0ENVBISECT_EVAL_DONE=1\\0"'
+EVAL_TIMEOUT_S = 10
+
+
+def eval_env_file(path, environ):
+    """What bash makes of the env file, the way the start script sources it (set -a; . FILE), in the
+    environment the process inherited: its start environment minus the keys the file assigns."""
+    out = {}
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        out["file_eval_error"] = "cannot read %s: %s" % (path, e.strerror or e)
+        return out
+    keys = sorted(set(ASSIGN_RE.findall(data.decode("utf-8", "surrogateescape"))))
+    env = dict((k, v) for k, v in environ.items() if k not in keys)
+    out["file_eval_keys"] = keys
+    out["file_eval_sha256"] = hashlib.sha256(data).hexdigest()
+    try:
+        p = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", EVAL_SCRIPT, "envbisect-eval", path], env=env,
+                             cwd=os.path.dirname(path) or "/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError as e:
+        out["file_eval_error"] = "cannot run bash: %s" % (e.strerror or e)
+        return out
+    try:
+        stdout, _ = p.communicate(timeout=EVAL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        p.communicate()
+        out["file_eval_error"] = "sourcing %s with bash took more than %d s" % (path, EVAL_TIMEOUT_S)
+        return out
+    if not stdout.endswith(EVAL_DONE):
+        out["file_eval_error"] = "sourcing %s with bash did not finish (exit status %s)" % (path, p.returncode)
+        return out
+    values = {}
+    for entry in stdout[: -len(EVAL_DONE)].split(b"\0"):
+        k, sep, v = entry.partition(b"=")
+        if sep and k.decode("ascii", "replace") in keys:
+            values[k.decode("ascii")] = v.decode("utf-8", "replace")
+    out["file_eval"] = values
+    return out
+
+
 def clock():
     now = time.time()
     lt = time.localtime(now)
@@ -281,7 +334,10 @@ for root in req.get("watch", []):
 for item in req.get("repos", []):
     result["repos"][item["path"]] = repo_state(item["path"], item.get("log_from"))
 for item in req.get("processes", []):
-    result["processes"][item["service"]] = process_state(item["service"], item.get("pid_file"))
+    ps = process_state(item["service"], item.get("pid_file"))
+    if ps.get("status") == "ok" and item.get("env_file"):
+        ps.update(eval_env_file(item["env_file"], ps["environ"]))
+    result["processes"][item["service"]] = ps
 if SINCE is not None:
     fb = {"backups": {}, "git": {}}
     for path, st in result["files"].items():
