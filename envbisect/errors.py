@@ -40,6 +40,16 @@ class StoreError(UsageError):
     pass
 
 
+class EnvCheckFailed(UsageError):
+    """After an edit, before any restart: bash makes of an edited env file something else than the
+    configuration under test should give (the baseline cannot be re-created as it was). The run stops
+    and the hosts are restored; the message names host, file, key, expected and got (masked)."""
+
+    def __init__(self, message: str, host: str = "", path: str = "", key: str = ""):
+        super().__init__(message)
+        self.host, self.path, self.key = host, path, key
+
+
 class ConnectionFailed(EnvbisectError):
     exit_status = ExitStatus.CONNECTION
 
