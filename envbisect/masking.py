@@ -1,9 +1,18 @@
 """Mask secrets in env diffs, logs and bundles without hiding real deltas.
 
-Pure, no I/O.  Two entry points:
+Pure, no I/O.  One masker (`Deployment.masker`) is the one redaction path of every output
+(docs/safety.md, "Secrets and terminal output").  Entry points:
 
 * :meth:`SecretMasker.mask_value` for one ``NAME=value`` (snapshot/diff output);
-* :meth:`SecretMasker.redact_text` for free text (logs, JSON, bundles).
+* :meth:`SecretMasker.redact_text` for free text (logs, JSON, bundles);
+* :meth:`SecretMasker.redact_obj` for a JSON-like document (run records, ``--json``);
+* :meth:`SecretMasker.learn_env` / :meth:`SecretMasker.learn_values`: raw values of
+  secret-named variables seen in env files and process environments, replaced literally
+  wherever they turn up later (a log line, a probe's answer) even without a recognisable shape.
+
+And two text-hygiene helpers that are not about secrets: :func:`printable` (what may reach a
+terminal: control characters and escape sequences made visible) and :func:`encodable` (text
+that can be written as UTF-8: the bytes of a non-UTF-8 value shown as ``\\xNN``).
 
 A masked value keeps a harmless hint (a well-known token prefix such as ``hf_``)
 and the first 8 hex digits of the value's SHA-256, so two snapshots can show
@@ -19,11 +28,12 @@ those 32 bits; that is the price of seeing that a masked value changed.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from fnmatch import fnmatchcase
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
-__all__ = ["MASK", "SecretMasker", "mask_hash"]
+__all__ = ["MASK", "SecretMasker", "mask_hash", "printable", "encodable", "strip_escapes"]
 
 MASK = "••••"
 
@@ -31,15 +41,24 @@ MASK = "••••"
 
 # A name is secret if one of its words (split on non-alphanumerics and camelCase
 # boundaries, upper-cased) is one of these.  Whole words only: TOKENS, AUTHOR,
-# PASSTHROUGH, KEY are not secret.
+# PASSTHROUGH, KEY, PATH, PATCH are not secret.  PAT is a personal access token
+# (GITHUB_PAT); DSN carries a password (SENTRY_DSN, DATABASE_DSN).
 _SECRET_WORDS = frozenset(
     {
         "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE",
-        "CREDENTIALS", "CREDENTIAL", "AUTH", "AUTHORIZATION", "APIKEY",
+        "CREDENTIALS", "CREDENTIAL", "AUTH", "AUTHORIZATION", "APIKEY", "PAT", "DSN",
+    }
+)
+# TOKEN next to one of these words is a count of language-model tokens, not a credential:
+# SGLANG_MAX_TOKEN_LEN, TOKEN_LIMIT, NUM_TOKEN_BUDGET.
+_TOKEN_QUANTITY = frozenset(
+    {
+        "LEN", "LENGTH", "LIMIT", "LIMITS", "COUNT", "NUM", "SIZE", "BUDGET", "MAX", "MIN",
+        "TOTAL", "RATIO", "RATE", "CAPACITY", "PER", "THRESHOLD",
     }
 )
 # ... or contains one of these adjacent pairs (KEY alone is not secret).
-_KEY_QUALIFIERS = frozenset({"API", "ACCESS", "PRIVATE", "SECRET"})
+_KEY_QUALIFIERS = frozenset({"API", "ACCESS", "PRIVATE", "SECRET", "ENCRYPTION", "SIGNING", "HMAC", "MASTER"})
 _KEY_WORDS = frozenset({"KEY", "KEYS"})
 # PWD is a password only as part of a longer name (MYSQL_PWD, DB_PWD); PWD and
 # OLDPWD are working directories.  SSH_AUTH_SOCK is a socket path.
@@ -82,6 +101,7 @@ _SHAPES: tuple[re.Pattern[str], ...] = tuple(
             0,
         ),
         (r"(?<![A-Za-z0-9])(?P<hint>xox[abposr]-)[A-Za-z0-9-]{10,}", 0),
+        (r"(?<![A-Za-z0-9_])(?P<hint>glpat-)[A-Za-z0-9_-]{20,}", 0),
         # "Bearer <token>" anywhere (the token only; "Bearer" is the hint-less context)
         (r"(?<![A-Za-z0-9])(?i:bearer)[ \t]+(?P<value>[A-Za-z0-9._~+/-]{8,}=*)", 0),
     )
@@ -120,7 +140,7 @@ def _mask(value: str) -> str:
 # built from mask_value() output can safely go through redact_text().
 _ALREADY_MASKED_RE = re.compile(
     r"(?:-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----|hf_|sk-|gh[pousr]_|github_pat_|AKIA|ASIA"
-    r"|eyJ|xox[abposr]-)?" + re.escape(MASK) + r"\(masked, sha256:[0-9a-f]{8}\)"
+    r"|eyJ|xox[abposr]-|glpat-)?" + re.escape(MASK) + r"\(masked, sha256:[0-9a-f]{8}\)"
 )
 
 
@@ -197,8 +217,28 @@ _COLON_IN_QUOTES = {
     ),
 }
 
-# scheme://user:PASSWORD@host
-_URL_CRED_RE = re.compile(r"://[^/\s:@]*:(?P<pw>[^/\s@]+)@")
+# scheme://user:PASSWORD@host -- the password runs to the *last* "@" before the host, so a
+# password that contains "@" (user:p@ss@host) is masked whole.
+_URL_CRED_RE = re.compile(
+    r"://[^/\s:@\"'<>]*:(?P<pw>[^/\s\"'<>]+)@(?=[^/\s@\"'<>]*(?:[/\s?#\"'<>]|\Z))"
+)
+
+# A bare run of 40+ hex digits as the whole value of a variable is an API token or HMAC key
+# (40-hex GitHub classic tokens, Sentry/Datadog keys) -- unless the name says it is a commit or
+# a digest, which envbisect must keep showing (git deltas are HEADs).
+_HEX_TOKEN_RE = re.compile(r"[0-9a-fA-F]{40,}")
+_DIGEST_WORDS = frozenset(
+    {"COMMIT", "SHA", "SHA1", "SHA256", "SHA512", "REV", "REVISION", "HASH", "DIGEST", "HEAD",
+     "CHECKSUM", "REF", "VERSION", "BUILD", "ID"}
+)
+_ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+# Learned raw values shorter than this, plain numbers and these literals are not replaced
+# literally (they would match everywhere); they are still masked as NAME=VALUE.
+_MIN_RAW_SECRET = 4
+_TRIVIAL_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off", "unset", "empty"})
+_NUMBER_RE = re.compile(r"[+-]?\d+(?:\.\d+)?")
+_VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _JSON_LITERALS = frozenset({"null", "true", "false"})
 
@@ -216,6 +256,30 @@ class SecretMasker:
         vals = {v for v in extra_values if v and v.strip()}
         self._extra_values = tuple(sorted(vals, key=len, reverse=True))
         self._name_cache: dict[str, bool] = {}
+        self._learned: set[str] = set()
+
+    # ------------------------------------------------------------- learning
+
+    def learn_values(self, values: Iterable[str | None]) -> None:
+        """Raw secret values to replace literally wherever they appear from now on.  Values
+        shorter than 4 characters, plain numbers and words such as ``true`` are skipped (they
+        would match everywhere); they are still masked as ``NAME=VALUE``."""
+        new = {v for v in values if isinstance(v, str) and len(v.strip()) >= _MIN_RAW_SECRET
+               and v.strip().lower() not in _TRIVIAL_VALUES and not _NUMBER_RE.fullmatch(v.strip())
+               and not _ALREADY_MASKED_RE.fullmatch(v)}
+        if new - self._learned:
+            self._learned |= new
+            self._extra_values = tuple(sorted(set(self._extra_values) | new, key=len, reverse=True))
+
+    def learn_env(self, items: Iterable[tuple[str, str | None]]) -> None:
+        """Learn the values of the secret-named variables among ``(name, value)`` pairs (an env
+        file's assignments, a process environment)."""
+        self.learn_values(v for k, v in items if v and self.is_secret_name(k))
+
+    @property
+    def known_values(self) -> tuple[str, ...]:
+        """The literal values replaced everywhere (playbook [secrets].values and learned ones)."""
+        return self._extra_values
 
     # ------------------------------------------------------------ predicates
 
@@ -237,7 +301,11 @@ class SecretMasker:
         if up in _NEVER_SECRET:
             return False
         words = _words(name.strip())
-        if any(w in _SECRET_WORDS for w in words):
+        for i, w in enumerate(words):
+            if w not in _SECRET_WORDS:
+                continue
+            if w == "TOKEN" and _TOKEN_QUANTITY.intersection(words[max(0, i - 1):i] + words[i + 1:i + 2]):
+                continue  # MAX_TOKEN_LEN: a count of tokens
             return True
         if "PWD" in words and len(words) > 1:
             return True
@@ -252,6 +320,10 @@ class SecretMasker:
             return True
         return any(pat.search(value) for pat in _SHAPES)
 
+    def _hex_token(self, name: str, value: str) -> bool:
+        """A whole value of 40+ hex digits under a name that does not say commit/digest."""
+        return bool(_HEX_TOKEN_RE.fullmatch(value)) and not _DIGEST_WORDS.intersection(_words(name))
+
     # --------------------------------------------------------------- masking
 
     def mask_value(self, name: str, value: str | None) -> str | None:
@@ -264,7 +336,7 @@ class SecretMasker:
         """
         if value is None or value == "" or _ALREADY_MASKED_RE.fullmatch(value):
             return value
-        if self.is_secret_name(name):
+        if self.is_secret_name(name) or self._hex_token(name, value.strip()):
             return _mask(value)
         return self.redact_text(value)
 
@@ -292,6 +364,12 @@ class SecretMasker:
                 if m is None:
                     break
                 if not self.is_secret_name(m.group("name")):
+                    if kind == "assign" and _ENV_NAME_RE.fullmatch(m.group("name")):
+                        v = value_re.match(text, m.end())
+                        if v is not None:
+                            group = next(g for g, val in v.groupdict().items() if val is not None)
+                            if self._hex_token(m.group("name"), v.group(group)):
+                                spans.append((*v.span(group), False))
                     pos = m.end("name")
                     continue
                 if kind == "colon" and m.start() and text[m.start() - 1] in _COLON_IN_QUOTES:
@@ -338,3 +416,76 @@ class SecretMasker:
             last = e
         out.append(text[last:])
         return "".join(out)
+
+    def redact_obj(self, o: Any, key: str | None = None) -> Any:
+        """A JSON-like value with every string (dict keys too) redacted; a string under a
+        secret-named key (``"HF_TOKEN": "…"``, as in a process environment) is masked whole.  Only
+        keys shaped like a variable name count: ``"decode:HF_TOKEN"`` is a delta id.  Numbers and
+        literals are kept (a secret-named number is masked: ``"PIN_PASSWORD": 1234``)."""
+        if isinstance(o, str):
+            if key is not None and self.is_secret_name(key):
+                return self.mask_value(key, self.redact_text(o))
+            return self.redact_text(o)
+        if isinstance(o, Mapping):
+            return {self.redact_text(str(k)): self.redact_obj(v, str(k) if _VAR_NAME_RE.fullmatch(str(k)) else None)
+                    for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [self.redact_obj(v, key) for v in o]
+        if key is not None and isinstance(o, (int, float)) and not isinstance(o, bool) and self.is_secret_name(key):
+            return _mask(str(o))
+        return o
+
+    def redact_json(self, o: Any, *, indent: int | None = 1, **kw: Any) -> str:
+        """``json.dumps`` of :meth:`redact_obj` (the form every run record is written in)."""
+        return json.dumps(self.redact_obj(o), indent=indent, default=str, **kw)
+
+
+# ------------------------------------------------------------ text hygiene
+
+# Terminal escape sequences: CSI (colours, cursor), OSC (titles, hyperlinks, clipboard), DCS/APC/
+# PM/SOS strings, and two-byte escapes.
+_ESCAPE_SEQ_RE = re.compile(
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]?|[\]P^_X][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]*[0-~]?)"
+)
+# What a terminal acts on: C0 controls (tab and newline handled by the caller), DEL, C1 controls,
+# bidirectional overrides/isolates (text that reads differently than it is), lone surrogates
+# (the bytes of a non-UTF-8 value, decoded with surrogateescape).
+_UNSAFE_CHAR_RE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+_UNSAFE_ONE_LINE_RE = re.compile("[\t\n" + _UNSAFE_CHAR_RE.pattern[1:])
+
+
+def _escape_char(c: str) -> str:
+    o = ord(c)
+    if 0xDC80 <= o <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{o - 0xDC00:02x}"
+    if o < 0x100:
+        return {"\r": "\\r", "\t": "\\t", "\n": "\\n"}.get(c, f"\\x{o:02x}")
+    return f"\\u{o:04x}"
+
+
+def printable(text: str, *, keep_newlines: bool = True) -> str:
+    """``text`` safe for a terminal: every escape sequence, control character (``\\x1b``, ``\\r``,
+    ``\\x07``, C1), bidi override and undecodable byte is shown as a visible ``\\xNN``/``\\uNNNN``
+    instead of being acted on.  Newlines (and tabs) are kept unless ``keep_newlines`` is false;
+    a value shown on one line should pass ``keep_newlines=False``."""
+    if not text:
+        return text
+    pattern = _UNSAFE_CHAR_RE if keep_newlines else _UNSAFE_ONE_LINE_RE
+    return pattern.sub(lambda m: _escape_char(m.group()), text)
+
+
+def strip_escapes(text: str) -> str:
+    """``text`` without terminal escape sequences (for records: a colour code between NAME and
+    ``=VALUE`` would hide the pair from the masker)."""
+    return _ESCAPE_SEQ_RE.sub("", text) if text and "\x1b" in text else text
+
+
+def encodable(text: str) -> str:
+    """``text`` that encodes as UTF-8: lone surrogates (undecodable bytes of a value read with
+    ``surrogateescape``) become visible ``\\xNN`` escapes."""
+    if not text:
+        return text
+    return re.sub("[\ud800-\udfff]", lambda m: _escape_char(m.group()), text)

@@ -372,3 +372,88 @@ def test_prop_extra_values_never_survive(text, extra):
 def test_prop_redact_never_crashes_and_is_idempotent(text):
     once = M.redact_text(text)
     assert M.redact_text(once) == once
+
+
+# ------------------------------------------- issue 8: names, shapes, over-mask, hygiene
+
+from envbisect.masking import encodable, printable, strip_escapes  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["GITHUB_PAT", "GITLAB_PAT", "MY_PAT", "ENCRYPTION_KEY", "SIGNING_KEY", "JWT_SIGNING_KEY",
+     "SENTRY_DSN", "DATABASE_DSN", "HMAC_KEY", "MASTER_KEY", "HF_TOKEN", "ACCESS_TOKEN", "TOKEN"],
+)
+def test_secret_names_issue8(name):
+    assert M.is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["SGLANG_MAX_TOKEN_LEN", "MAX_TOKENS", "SGLANG_TOKEN_LIMIT", "TOKEN_BUDGET", "NUM_TOKEN",
+     "PATH", "PATCH_LEVEL", "HTTP_PATH", "PATTERN", "DSNAME", "SIGNING_ALGORITHM", "ENCRYPTION"],
+)
+def test_not_secret_names_issue8(name):
+    assert not M.is_secret_name(name)
+    assert M.mask_value(name, "4096") == "4096"
+
+
+def test_password_containing_at_is_masked_whole():
+    for url, pw in [("https://user:p@ss@host/x", "p@ss"), ("redis://:p@ss@w0rd@cache:6379", "p@ss@w0rd"),
+                    ("SENTRY=https://k:s3@cr@t@o1.ingest.sentry.io/5", "s3@cr@t")]:
+        out = M.redact_text(url)
+        assert pw not in out and "ss@" not in out and "@cr" not in out, out
+        assert f"{MASK}(masked, sha256:{h8(pw)})@" in out
+    assert M.redact_text("postgres://admin:pw123@db:5432/app") == \
+        f"postgres://admin:{MASK}(masked, sha256:{h8('pw123')})@db:5432/app"
+
+
+def test_40_hex_token_value_is_masked_but_commits_are_kept():
+    tok = "0123456789abcdef0123456789abcdef01234567"
+    assert M.mask_value("WEBHOOK", tok) == f"{MASK}(masked, sha256:{h8(tok)})"
+    assert M.mask_value("DD_APP", tok + "89abcdef") != tok + "89abcdef"
+    out = M.redact_text(f"export WEBHOOK={tok}\nGIT_COMMIT={tok} SRC_SHA={tok}\nHEAD {tok}")
+    assert out.count(tok) == 3 and f"WEBHOOK={MASK}" in out  # commits, digests and free text kept
+    assert M.mask_value("X", "0123abcd") == "0123abcd"  # short hex is not a token
+
+
+@pytest.mark.parametrize("value", [GH, GH_PAT, AWS, JWT, "glpat-" + "abcdefghij0123456789"])
+def test_token_shapes_in_any_context(value):
+    for text in (value, f"x={value}", f'"v": "{value}"', f"https://{value}@github.com/o/r",
+                 f"Authorization: Bearer {value}", f"[{value}]"):
+        assert value not in M.redact_text(text), text
+
+
+def test_learned_values_are_replaced_literally_everywhere():
+    m = SecretMasker()
+    m.learn_env([("HF_TOKEN", "plain-looking-secret"), ("PORT", "30000"), ("DB_PASSWORD", "abc"),
+                 ("API_KEY", "4096"), ("AUTH", "true")])
+    out = m.redact_text("worker said: plain-looking-secret rejected; port 30000 4096 true abc")
+    assert "plain-looking-secret" not in out and "port 30000 4096 true abc" in out
+    assert m.known_values == ("plain-looking-secret",)
+
+
+def test_redact_obj_masks_keys_values_and_numbers():
+    doc = {"HF_TOKEN": "anything", "PIN_PASSWORD": 1234, "n": 5, "ok": True, "decode:HF_TOKEN": "id",
+           "log": [f"GITHUB_PAT={GH}", "MAX_TOKENS=7"], "nested": {"SENTRY_DSN": "https://a:b@s/1"}}
+    out = M.redact_obj(doc)
+    assert out["HF_TOKEN"].startswith(MASK) and out["PIN_PASSWORD"].startswith(MASK)
+    assert out["n"] == 5 and out["ok"] is True and out["decode:HF_TOKEN"] == "id"
+    assert out["log"][1] == "MAX_TOKENS=7" and GH not in out["log"][0]
+    assert out["nested"]["SENTRY_DSN"].startswith(MASK)
+    assert json.loads(M.redact_json(doc)) == out
+
+
+def test_printable_makes_escapes_visible():
+    assert printable("a\x1b[31mred\x1b[0m") == "a\\x1b[31mred\\x1b[0m"
+    assert printable("\x1b]0;pwned\x07") == "\\x1b]0;pwned\\x07"
+    assert printable("x\r\x00y\x9b\u202e") == "x\\r\\x00y\\x9b\\u202e"
+    assert printable("caf\udce9") == "caf\\xe9"  # a byte that was not UTF-8
+    assert printable("a\tb\nc") == "a\tb\nc"
+    assert printable("a\tb\nc", keep_newlines=False) == "a\\tb\\nc"
+    assert printable("plain [bold]é ✓") == "plain [bold]é ✓"
+
+
+def test_strip_escapes_and_encodable():
+    assert strip_escapes("HF_TOKEN\x1b[0m=x\x1b]8;;http://e\x1b\\link") == "HF_TOKEN=xlink"
+    assert encodable("caf\udce9").encode("utf-8") == b"caf\\xe9"
