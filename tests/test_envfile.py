@@ -592,3 +592,104 @@ def test_exported_flag_reflects_only_the_export_keyword():
     # `set -a`/`set +a` are not modelled: whether a plain K=V reaches the process depends on them.
     f = parse_env("set +a\nA=1\nset -a\nB=2\nexport C=3\n")
     assert [(a.key, a.exported) for a in f.assignments] == [("A", False), ("B", False), ("C", True)]
+
+
+# ------------------------------------------------------------------------------ shell meaning
+
+from envbisect.envfile import word_meaning  # noqa: E402
+
+
+@pytest.mark.parametrize("a,b", [
+    ("512", '"512"'), ("512", "'512'"), ("'a b'", '"a b"'), ("'a b'", "a\\ b"), ('"$HOME"', "$HOME"),
+    ('"${HOME}/x"', "$HOME/x"), ("'$HOME'", "\\$HOME"), ("'$HOME'", '"\\$HOME"'), ("", "''"), ('""', "''"),
+    ('"$(nproc)"', "$(nproc)"),
+])
+def test_same_shell_meaning(a, b):
+    assert word_meaning(a) == word_meaning(b)
+    assert parse_env(f"X={a}\n").meanings() == parse_env(f"X={b}\n").meanings()
+
+
+@pytest.mark.parametrize("a,b", [
+    ("'$HOME/t'", '"$HOME/t"'), ("'$(nproc)'", "$(nproc)"), ("'`nproc`'", "`nproc`"), ("'~/x'", "~/x"),
+    ("'${HF_HOME%/*}/kv'", '"${HF_HOME%/*}/kv"'), ("\\~/x", "~/x"), ("'$((1+2))'", "$((1+2))"),
+])
+def test_different_shell_meaning_same_unquoted_value(a, b):
+    # EnvAssignment.value (the unquoted text) cannot tell these apart; the meaning can
+    ea, eb = parse_env(f"X={a}\n").get("X"), parse_env(f"X={b}\n").get("X")
+    assert ea.value == eb.value
+    assert ea.meaning != eb.meaning
+
+
+def test_command_substitution_is_its_own_part_and_resolved_keeps_its_text():
+    f = parse_env("A=$(nproc)\nB='$(nproc)'\nC=\"x`hostname`y\"\n")
+    assert f.get("A").meaning == (("cmd", "$(nproc)"),)
+    assert f.get("B").meaning == (("lit", "$(nproc)"),)
+    assert f.get("C").meaning == (("lit", "x"), ("cmd", "`hostname`"), ("lit", "y"))
+    assert f.resolved() == {"A": "$(nproc)", "B": "$(nproc)", "C": "x`hostname`y"}
+
+
+def test_word_is_the_exact_value_text():
+    text = "export DIR=\"${HF_HOME%/*}/kv\"   # kv cache\nN=$(nproc)\nexport T=~/x\nQ='a b'\\\n'c'\n"
+    f = parse_env(text)
+    assert [a.word for a in f.assignments] == ['"${HF_HOME%/*}/kv"', "$(nproc)", "~/x", "'a b'\\\n'c'"]
+    for a in f.assignments:
+        assert text[a.value_start:a.value_end] == a.word
+
+
+def test_with_word_writes_the_word_byte_for_byte():
+    text = "# noon\nexport DIR=/tmp/other   # kv cache\nexport N=8\nexport T=/abs\n"
+    f = parse_env(text)
+    new = parse_env(f.with_word("DIR", '"${HF_HOME%/*}/kv"')).with_word("N", "$(nproc)")
+    new = parse_env(new).with_word("T", "~/x")
+    assert new == '# noon\nexport DIR="${HF_HOME%/*}/kv"   # kv cache\nexport N=$(nproc)\nexport T=~/x\n'
+    # absent key: appended as export KEY=WORD
+    assert f.with_word("NEW", "'$HOME'") == text + "export NEW='$HOME'\n"
+    # a literal value is still written so that nothing runs
+    assert f.with_value("N", "$(nproc)") == text.replace("N=8", "N='$(nproc)'")
+
+
+@pytest.mark.parametrize("word", ["a b", "x # c", "'open", "a;b", "$(", "a\nb"])
+def test_with_word_refuses_what_is_not_one_value_word(word):
+    with pytest.raises(EnvFileError):
+        parse_env("export A=1\n").with_word("A", word)
+
+
+def test_edits_keep_others_by_meaning():
+    # the safety re-parse compares meanings: an edit that would turn another key's quoted text into
+    # a live expansion (or the other way round) is refused, not just one that changes its value
+    g = parse_env("export A=1\nexport B='$HOME'\n")
+    out = g.with_word("A", '"$HOME"')
+    assert parse_env(out).get("B").meaning == (("lit", "$HOME"),)
+    assert parse_env(out).get("A").meaning == (("ref", "$HOME"),)
+
+
+@needs_bash
+def test_written_back_words_give_the_noon_values_in_bash():
+    # The baseline trial is the baseline: the words a noon file held, written back into tonight's
+    # file, make bash give exactly the noon values (not the literal text).
+    noon = ('export HF_HOME=/data/hf\nexport DIR="${HF_HOME%/*}/kv"\nexport WORKERS=$(nproc)\n'
+            "export CACHE=~/x\nexport STAMP=`echo ok`\n")
+    tonight = "export HF_HOME=/data/hf\nexport DIR=/tmp/kv\nexport WORKERS=4\nexport CACHE=/var/cache\nexport STAMP=no\n"
+    words = {a.key: a.word for a in parse_env(noon).assignments}
+    text = tonight
+    for key in ("DIR", "WORKERS", "CACHE", "STAMP"):
+        text = parse_env(text).with_word(key, words[key])
+    assert text == noon
+    # the same, the old way (literal values) would not be the noon configuration
+    literal = tonight
+    for key in ("DIR", "WORKERS", "CACHE", "STAMP"):
+        literal = parse_env(literal).with_value(key, parse_env(noon).get(key).value)
+    with tempfile.TemporaryDirectory() as d:
+        def env_of(t):
+            path = os.path.join(d, "f.serve-env")
+            with open(path, "w") as fh:
+                fh.write(t)
+            proc = _source(path, ENV, "HOME=/home/op", BASH, "-c", 'set -a; . "$0"; exec env -0', path)
+            assert proc.returncode == 0, proc.stderr
+            return dict(item.split("=", 1) for item in proc.stdout.decode().split("\0") if item)
+        got = env_of(text)
+        lit = env_of(literal)
+    nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    assert got["DIR"] == "/data/kv" and got["WORKERS"] == nproc and got["CACHE"] == "/home/op/x"
+    assert got["STAMP"] == "ok"
+    assert lit["DIR"] == "${HF_HOME%/*}/kv" and lit["WORKERS"] == "$(nproc)" and lit["CACHE"] == "~/x"
