@@ -423,10 +423,13 @@ def _expand_ref(raw: str, lookup: Callable[[str], str | None],
 class _Lexer:
     """Shell-lexing helpers over one text; every method takes and returns offsets."""
 
+    MAX_NESTING = 100  # $( ${ inside each other: deeper is no env file, and would exhaust the stack
+
     def __init__(self, text: str):
         self.t = text
         self.n = len(text)
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self.depth = 0
 
     def lineno(self, off: int) -> int:
         return bisect.bisect_right(self.line_starts, off)
@@ -482,6 +485,15 @@ class _Lexer:
 
     def skip_group(self, i: int) -> int:
         """Skip ``$(...)``, ``$((...))`` or ``${...}`` starting at i, honouring nested quotes."""
+        if self.depth >= self.MAX_NESTING:
+            self.error(i, f"$( or ${{ nested more than {self.MAX_NESTING} levels deep")
+        self.depth += 1
+        try:
+            return self._skip_group(i)
+        finally:
+            self.depth -= 1
+
+    def _skip_group(self, i: int) -> int:
         t = self.t
         opener = t[i + 1]
         closer = ")" if opener == "(" else "}"
