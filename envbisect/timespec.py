@@ -172,14 +172,17 @@ def parse_time(text: str, now: datetime) -> datetime:
     if not norm:
         raise _bad(text, "empty time")
     now_utc = now.astimezone(_UTC)
-    inst = _parse_utc(text, norm, now, now_utc)
-    if inst > now_utc:
-        shown = inst.astimezone(now.tzinfo).isoformat(timespec="seconds")
-        raise TimeSpecError(
-            f"time {text!r} is in the future ({shown}; host now is "
-            f"{now.isoformat(timespec='seconds')})"
-        )
-    return inst.astimezone(now.tzinfo)
+    try:
+        inst = _parse_utc(text, norm, now, now_utc)
+        if inst > now_utc:
+            shown = inst.astimezone(now.tzinfo).isoformat(timespec="seconds")
+            raise TimeSpecError(
+                f"time {text!r} is in the future ({shown}; host now is "
+                f"{now.isoformat(timespec='seconds')})"
+            )
+        return inst.astimezone(now.tzinfo)
+    except OverflowError:  # 0001-01-01 in a timezone east of UTC is before year 1
+        raise _bad(text, "time out of range:") from None
 
 
 def _zone(tz_name: str | None) -> ZoneInfo | None:

@@ -357,3 +357,19 @@ def test_host_now_feeds_parse_time_across_dst():
     # a fixed-offset host gets plain arithmetic
     fixed = host_now(epoch, None, -4 * 3600)
     assert fixed.timestamp() - parse_time("midnight", fixed).timestamp() == 12 * 3600
+
+
+@pytest.mark.parametrize("tz,offset", [("Asia/Tokyo", 9 * 3600), ("America/New_York", -5 * 3600), ("UTC", 0)])
+@pytest.mark.parametrize("spec", ["0001-01-01", "0001-01-01T00:00+09:00", "9999-12-31T23:59:59-12:00"])
+def test_dates_at_the_ends_of_the_calendar_are_an_error_or_a_time_never_an_overflow(tz, offset, spec):
+    # issue 8: `--since 0001-01-01` on a host east of UTC raised OverflowError (a traceback)
+    import time as _time
+
+    from envbisect.timespec import TimeSpecError, host_now, parse_time
+
+    try:
+        got = parse_time(spec, host_now(_time.time(), tz, offset))
+    except TimeSpecError as e:
+        assert "\n" not in str(e) and repr(spec) in str(e)
+    else:
+        assert got.year == 1
