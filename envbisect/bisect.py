@@ -7,6 +7,7 @@ trials into a fresh Search and continues exactly where the run stopped.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -17,14 +18,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from .configuration import check_applicable, touched
 from .deltas import Delta, Diff, linked_units
 from .deployment import Deployment
 from .diagnose import PathReport, check_path
-from .errors import EnvbisectError, ExitStatus, RemoteError, UsageError
-from .journal import HostEditor, Journal
+from .errors import EnvbisectError, ExitStatus, LockLost, RemoteError, UsageError
+from .journal import HostEditor, describe_conflict, find_journal
 from .playbook import Probe
 from .restart import co_restart
 from .search import Observation, Prior, Search, Verdict
@@ -121,8 +122,10 @@ def make_units(deltas: Sequence[Delta], link: Iterable[str], auto_link: bool) ->
 
 
 class BisectRun:
-    def __init__(self, dep: Deployment, opts: BisectOptions, *, on_event: Callable[[str, dict], None] | None = None):
+    def __init__(self, dep: Deployment, opts: BisectOptions, *, on_event: Callable[[str, dict], None] | None = None,
+                 break_lock: bool = False):
         self.dep, self.opts = dep, opts
+        self.break_lock = break_lock  # --break-lock: take a live lock of another controller (says whose)
         self._listener = on_event or (lambda _kind, _data: None)
         self.playbook = dep.playbook
         self.run_id = ""
@@ -202,13 +205,14 @@ class BisectRun:
         write_private(self.run_dir / "environment.json",
                       json.dumps(capture_environment(self.playbook, self.dep.transports), indent=1).encode())
         editor = HostEditor(self.playbook, self.dep.transports, self.run_dir, self.run_id)
-        editor.lock()
+        for note in editor.lock(break_lock=self.break_lock):
+            self.on_event("warning", {"message": note})
         try:
             files, repos = touched(deltas)
-            original = editor.begin(files, repos)
+            original = editor.begin(files, repos)  # refuses here when an owner could not be kept
             self._check_original_is_current(original, diff, deltas)
         except BaseException:
-            editor.unlock()
+            editor.abandon()  # nothing was edited: the journal is closed, the lock released
             raise
         return self._loop(diff, deltas, dict(diff.contents), units, probe, editor, original, [], notes)
 
@@ -234,16 +238,23 @@ class BisectRun:
             for line in tpath.read_text().splitlines():
                 if line.strip():
                     done.append(_trial_from_json(json.loads(line)))
-        jpath = run_dir / "journal.json"
-        editor = HostEditor(self.playbook, self.dep.transports, run_dir, self.run_id)
-        editor.lock(force=False)
-        jdoc = json.loads(jpath.read_text()) if jpath.exists() else None
-        if jdoc and jdoc.get("state") == "active":
-            editor = HostEditor.resume_from(self.playbook, self.dep.transports, run_dir, Journal.from_json(jdoc))
-            original = editor.journal.original  # type: ignore[union-attr]
+        journal = find_journal(self.playbook, self.dep.transports, store.runs_dir, self.run_id)
+        if journal is not None:
+            # the run's own journal: its edits may be live, and are (only) this run's to go on from
+            editor = HostEditor.resume_from(self.playbook, self.dep.transports, run_dir, journal)
         else:
-            files, repos = touched(deltas)
-            original = editor.begin(files, repos)
+            editor = HostEditor(self.playbook, self.dep.transports, run_dir, self.run_id)
+        for note in editor.lock(break_lock=self.break_lock):
+            self.on_event("warning", {"message": note})
+        if journal is not None:
+            original = journal.original
+        else:
+            try:
+                files, repos = touched(deltas)
+                original = editor.begin(files, repos)
+            except BaseException:
+                editor.abandon()
+                raise
         diff_doc = doc.get("diff", {})
         self.on_event("resumed", {"run": self.run_id, "trials_done": len(done)})
         return self._loop(None, deltas, contents, units, probe, editor, original, done, [], diff_doc=diff_doc)
@@ -321,23 +332,30 @@ class BisectRun:
                 if final.outcome == "pass":
                     state_left = "fixed"
                     editor.finish()
+                    editor.unlock()
                 else:
                     notes.append("current minus the culprits still fails, so at least one more delta breaks it: "
                                  "restored the original state; re-run with --policy thorough to find them all")
             if state_left != "fixed":
-                state_left = self._restore(editor)
+                state_left = self._restore(editor, notes)
         except BaseException as exc:
-            # Ctrl-C, SIGTERM, lost connection, bug: the hosts go back to where they were.
+            # Ctrl-C, SIGTERM, lost connection, someone else's change, bug: the hosts go back to where
+            # they were (what is provably envbisect's own), and the lock is kept until they are.
             self.on_event("interrupted", {"error": str(exc) or type(exc).__name__, "run": self.run_id})
             try:
-                try:
-                    self._restore(editor)
-                except (RemoteError, EnvbisectError):
-                    self.on_event("step", {"message": "restore failed; reconnecting and trying once more"})
-                    self.dep.reconnect()
-                    self._restore(editor)
-            except BaseException as e2:  # noqa: BLE001 - report, keep the journal for `envbisect restore`
-                self.on_event("restore-failed", {"error": f"{e2}; the journal is kept: run `envbisect restore`"})
+                with shield_signals(lambda m: self.on_event("warning", {"message": m})):
+                    try:
+                        self._restore(editor)
+                    except LockLost:
+                        raise
+                    except (RemoteError, EnvbisectError):
+                        self.on_event("step", {"message": "restore failed; reconnecting and trying once more"})
+                        self.dep.reconnect()
+                        self._restore(editor)
+            except BaseException as e2:  # noqa: BLE001 - report, keep the journal (and the lock) for `restore`
+                editor.stop_heartbeat()
+                self.on_event("restore-failed", {"error": f"{e2}; the journal is kept: run "
+                                                          f"`envbisect restore --run {self.run_id}`"})
             raise
         finally:
             stop()
@@ -351,10 +369,14 @@ class BisectRun:
         write_private(self.run_dir / "verdict.json", json.dumps(result.to_json(), indent=1).encode())
         return result
 
-    def _restore(self, editor: HostEditor) -> str:
+    def _restore(self, editor: HostEditor, notes: list[str] | None = None) -> str:
         self.on_event("step", {"message": "restoring the original files and co-restarting"})
-        editor.restore()
-        rs = co_restart(self.playbook, self.dep.transports, on_step=lambda m: self.on_event("step", {"message": m}))
+        for c in editor.restore():
+            self.on_event("warning", {"message": describe_conflict(c)})
+            if notes is not None:
+                notes.append(describe_conflict(c))
+        rs = co_restart(self.playbook, self.dep.transports, on_step=lambda m: self.on_event("step", {"message": m}),
+                        guard=editor.guard)
         editor.finish()
         editor.unlock()
         if not rs.ok:
@@ -458,26 +480,61 @@ def _install_signal_handlers() -> Callable[[], None]:
     return lambda: signal.signal(signal.SIGTERM, old)
 
 
-def restore_deployment(dep: Deployment, *, on_event: Callable[[str, dict], None] | None = None) -> dict[str, Any]:
-    """`envbisect restore`: undo an interrupted or crashed run from its journal, then co-restart."""
-    from .journal import find_journal
+@contextlib.contextmanager
+def shield_signals(say: Callable[[str], None]) -> Iterator[None]:
+    """While the hosts are being put back: a first Ctrl-C or SIGTERM is noted, not obeyed (an
+    interrupted restore leaves hosts half-restored); a second one interrupts (the journal is kept)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen = []
 
+    def on_signal(signum, frame):  # noqa: ANN001
+        seen.append(signum)
+        if len(seen) > 1:
+            raise KeyboardInterrupt(f"signal {signum} during restore")
+        say("putting the hosts back first; signal again to abandon that (the journal is kept for `envbisect restore`)")
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def restore_deployment(dep: Deployment, *, run_id: str | None = None, break_lock: bool = False,
+                       on_event: Callable[[str, dict], None] | None = None) -> dict[str, Any]:
+    """`envbisect restore [--run ID]`: undo an interrupted or crashed run from its journal, then
+    co-restart. The lock is taken first; refused while the run that owns the journal is alive.
+    Resources someone else changed meanwhile are left as found and listed under "conflicts"."""
     ev = on_event or (lambda _k, _d: None)
-    journal = find_journal(dep.playbook, dep.transports, dep.store.runs_dir)
+    journal = find_journal(dep.playbook, dep.transports, dep.store.runs_dir, run_id)
     if journal is None:
-        return {"restored": False, "reason": "no active journal for this deployment: nothing to undo"}
+        why = f"run {run_id} has no active journal" if run_id else "no active journal for this deployment"
+        return {"restored": False, "reason": f"{why}: nothing to undo"}
     run_dir = dep.store.runs_dir / journal.run_id
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     editor = HostEditor.resume_from(dep.playbook, dep.transports, run_dir, journal)
-    ev("step", {"message": f"restoring {len(journal.original.files)} file(s) and {len(journal.original.repos)} repo(s) "
-                           f"from run {journal.run_id}"})
-    editor.restore()
-    rs = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}))
-    editor.finish()
-    editor.lock(force=True)  # take over the crashed run's lock, then release it
+    for note in editor.lock(restoring=journal.run_id, break_lock=break_lock):
+        ev("warning", {"message": note})
+    try:
+        with shield_signals(lambda m: ev("warning", {"message": m})):
+            ev("step", {"message": f"restoring {len(journal.original.files)} file(s) and "
+                                   f"{len(journal.original.repos)} repo(s) from run {journal.run_id}"})
+            conflicts = editor.restore()
+            for c in conflicts:
+                ev("warning", {"message": describe_conflict(c)})
+            rs = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}),
+                            guard=editor.guard)
+            editor.finish()
+    except BaseException:
+        editor.stop_heartbeat()  # the lock stays until the hosts are consistent; restore again
+        raise
     editor.unlock()
     return {"restored": True, "run": journal.run_id, "files": len(journal.original.files),
-            "repos": len(journal.original.repos), "co_restart_ok": rs.ok, "co_restart": rs.message or "ok"}
+            "repos": len(journal.original.repos), "co_restart_ok": rs.ok, "co_restart": rs.message or "ok",
+            "conflicts": conflicts}
 
 
 __all__ = ["BisectRun", "BisectOptions", "BisectResult", "POLICIES", "restore_deployment"]

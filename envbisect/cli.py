@@ -296,6 +296,9 @@ def bisect(ctx: typer.Context,
            dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; touch nothing."),
            resume: bool = typer.Option(False, "--resume", help="Continue the last interrupted run."),
            run_id: Optional[str] = typer.Option(None, "--run", help="With --resume: which run."),
+           break_lock: bool = typer.Option(False, "--break-lock",
+                                 help="Take the deployment lock even from a live run of another controller "
+                                      "(prints whose it was). Never over an active journal."),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Find the guilty delta(s) on the live deployment, after checking the premises."""
     from .bisect import BisectOptions, BisectRun
@@ -309,7 +312,7 @@ def bisect(ctx: typer.Context,
                          max_trials=max_trials, leave=leave, policy=policy, auto_link=not no_auto_link)
     progress = _Progress(quiet=False)
     with o.deployment() as dep:
-        run = BisectRun(dep, opts, on_event=progress)
+        run = BisectRun(dep, opts, on_event=progress, break_lock=break_lock)
         if resume:
             try:
                 result = run.resume(run_id)
@@ -368,18 +371,28 @@ def _print_resume(o: Options, run_id: str) -> None:
 
 
 @app.command()
-def restore(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
-    """Undo an interrupted or crashed run from its journal (exact bytes, mode, owner, mtime, HEAD), then co-restart."""
+def restore(ctx: typer.Context,
+            run_id: Optional[str] = typer.Option(None, "--run", help="The run to undo (default: the newest with an "
+                                                                     "active journal)."),
+            break_lock: bool = typer.Option(False, "--break-lock",
+                                 help="Take the deployment lock even from a live run of another controller "
+                                      "(prints whose it was). Never over an active journal."),
+            as_json: bool = typer.Option(False, "--json")) -> None:
+    """Undo an interrupted or crashed run from its journal (exact bytes, mode, owner, mtime, HEAD), then co-restart.
+    Files someone else changed meanwhile are left as found and listed."""
     from .bisect import restore_deployment
 
     o = _opts(ctx)
     with o.deployment() as dep:
-        res = restore_deployment(dep, on_event=_Progress(quiet=as_json))
+        res = restore_deployment(dep, run_id=run_id, break_lock=break_lock, on_event=_Progress(quiet=as_json))
     if as_json:
         emit_json(res)
     elif res["restored"]:
         out.print(f"restored {res['files']} file(s) and {res['repos']} repo(s) from run {res['run']}; "
                   f"co-restart: {res['co_restart']}")
+        if res["conflicts"]:
+            out.print(f"left as found (changed by someone else during the run): "
+                      + ", ".join(f"{c['host']}:{c['path']}" for c in res["conflicts"]))
     else:
         out.print(res["reason"])
     raise typer.Exit(0 if res.get("co_restart_ok", True) else int(ExitStatus.CONNECTION))
@@ -466,7 +479,8 @@ def verify_cmd(ctx: typer.Context,
 
 
 def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_id: Optional[str],
-            probe: Optional[str], run_verify: bool, keep_on_fail: bool, as_json: bool) -> None:
+            probe: Optional[str], run_verify: bool, keep_on_fail: bool, as_json: bool,
+            break_lock: bool = False) -> None:
     from .revert import change, load_run_deltas
 
     o = _opts(ctx)
@@ -490,7 +504,7 @@ def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_
             return True
 
         res = change(dep, action, ids, src, probe=pr, run_verify=run_verify, put_back_on_fail=decide,
-                     on_event=_Progress(quiet=as_json))
+                     on_event=_Progress(quiet=as_json), break_lock=break_lock)
     if as_json:
         emit_json(res.to_json())
     else:
@@ -516,9 +530,12 @@ def revert(ctx: typer.Context, ids: List[str] = typer.Argument(None, help="Delta
            probe: Optional[str] = typer.Option(None, "--probe", help="Probe that must pass afterwards (default: the run's)."),
            run_verify: bool = typer.Option(False, "--verify", help="Also run the layered verify."),
            keep_on_fail: bool = typer.Option(False, "--keep-on-fail", help="Keep the revert even if the probe still fails."),
+           break_lock: bool = typer.Option(False, "--break-lock",
+                                 help="Take the deployment lock even from a live run of another controller "
+                                      "(prints whose it was). Never over an active journal."),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Take deltas out of the live configuration (journaled, co-restart), then prove the symptom is gone."""
-    _change(ctx, "revert", ids or [], verdict, run_id, probe, run_verify, keep_on_fail, as_json)
+    _change(ctx, "revert", ids or [], verdict, run_id, probe, run_verify, keep_on_fail, as_json, break_lock)
 
 
 @app.command("apply")
@@ -526,9 +543,12 @@ def apply_cmd(ctx: typer.Context, ids: List[str] = typer.Argument(..., help="Del
               run_id: Optional[str] = typer.Option(None, "--run"),
               probe: Optional[str] = typer.Option(None, "--probe"),
               run_verify: bool = typer.Option(False, "--verify"),
+              break_lock: bool = typer.Option(False, "--break-lock",
+                                 help="Take the deployment lock even from a live run of another controller "
+                                      "(prints whose it was). Never over an active journal."),
               as_json: bool = typer.Option(False, "--json")) -> None:
     """Put deltas back into the live configuration (journaled, co-restart), then probe."""
-    _change(ctx, "apply", ids, False, run_id, probe, run_verify, True, as_json)
+    _change(ctx, "apply", ids, False, run_id, probe, run_verify, True, as_json, break_lock)
 
 
 # --- history -------------------------------------------------------------------------------------
@@ -586,7 +606,7 @@ def show(ctx: typer.Context, run: str = typer.Argument(..., help="Run id (see `e
         return
     if res is None:
         out.print(f"run {run} ({kind}) did not finish; resume it with `envbisect bisect --resume --run {run}` "
-                  "or undo it with `envbisect restore`")
+                  "or undo it with `envbisect restore --run {run}`")
         return
     if kind == "bisect":
         out.print(f"run {run}: verdict [bold]{res['verdict']}[/bold] (confidence {res['confidence']}), "

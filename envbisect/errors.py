@@ -16,6 +16,7 @@ class ExitStatus(IntEnum):
     NOT_CONFIG = 4         # bisect: the baseline fails too; the config is not the cause
     NOT_REPRODUCED = 5     # bisect: the current config passes after a proper co-restart
     INCONCLUSIVE = 6       # bisect: budget spent before the confidence threshold
+    CONFLICT = 7           # someone else changed a host during the run; their change was left in place
     INTERRUPTED = 130
 
 
@@ -66,3 +67,19 @@ class RemoteError(EnvbisectError):
 
 class LockHeld(UsageError):
     pass
+
+
+class HostConflict(EnvbisectError):
+    """A host is not in the state envbisect journaled or last made: someone else changed it. The run
+    stops, that change is left in place, and only what is provably envbisect's own is restored."""
+
+    exit_status = ExitStatus.CONFLICT
+
+    def __init__(self, host: str, info: dict, message: str):
+        super().__init__(message)
+        self.host, self.info = host, info
+        self.path = info.get("path")
+
+
+class LockLost(HostConflict):
+    """The deployment lock is no longer this run's (broken with --break-lock by someone else)."""

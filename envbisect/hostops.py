@@ -7,7 +7,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping, Sequence
 
-from .errors import RemoteError
+from .errors import HostConflict, LockLost, RemoteError
 from .transport import Transport
 
 
@@ -27,6 +27,10 @@ def run_ops(transport: Transport, ops: Sequence[Mapping[str, Any]], *, timeout: 
         doc = json.loads(res.stdout)
     except ValueError:
         raise RemoteError(f"{transport.host}: unexpected output from host operation: {res.stdout[:80]!r}") from None
+    if doc.get("conflict"):
+        c = doc["conflict"]
+        cls = LockLost if c.get("lock_lost") else HostConflict
+        raise cls(transport.host, c, f"{transport.host}: {doc['error']}")
     if doc.get("error"):
         raise RemoteError(f"{transport.host}: {doc['error']}")
     return doc["results"]

@@ -1,32 +1,58 @@
 """Journal and lock: every change envbisect makes on a host is recorded before it is made.
 
-`HostEditor.begin` takes the deployment lock on every host, reads the exact original state of
-everything the run may touch (bytes, mode, owner, mtime, HEAD and branch), and writes it to the
-local store AND to the host before the first edit. `restore` puts all of it back from either
-copy, so a run killed with -9 can still be undone exactly (`envbisect restore`).
+`HostEditor.lock` takes the deployment lock on every host (never over another run's active journal;
+kept fresh by a heartbeat). `HostEditor.begin` reads the exact original state of everything the run
+may touch (bytes, mode, owner, mtime, HEAD and branch), refuses when the ssh user could not put an
+owner back, and writes it to the local store AND to the host before the first edit. Before each
+edit, the state envbisect is about to make is recorded too ("made"), so after a crash the host can
+only hold the original or a state envbisect made; anything else is someone else's change.
+
+Every write, checkout, stop and start is compare-and-swap: it first checks that the host holds the
+state envbisect journaled or last made, and stops the run with a `HostConflict` if not. `restore`
+puts back every resource that is provably envbisect's own and leaves the others as it found them,
+recording each conflict in the run (`conflicts.json`). A run killed with -9 can still be undone
+exactly (`envbisect restore`).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
+import threading
 import time
-from dataclasses import dataclass
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from . import faults
 from .configuration import FileOriginal, Key, OriginalState, RepoOriginal, RepoTarget, TargetState
-from .errors import LockHeld, RemoteError, UsageError
+from .errors import EnvbisectError, HostConflict, LockHeld, LockLost, RemoteError, UsageError
 from .hostops import b64, run_ops, unb64
 from .playbook import Playbook
 from .snapshot import for_each_host
 from .store import write_private
 from .transport import Transport
 
+HEARTBEAT_S = 20.0  # the lock holder refreshes its lock this often
+STALE_AFTER_S = 300.0  # a lock of another controller with no heartbeat for this long is stale
+
+RepoState = tuple[str, "str | None"]  # (HEAD commit, "refs/heads/main" or None when detached)
+
 
 def remote_paths(deployment: str) -> tuple[str, str]:
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in deployment)
     return f"~/.envbisect/{safe}.lock", f"~/.envbisect/{safe}.journal.json"
+
+
+def made_path(deployment: str) -> str:
+    return remote_paths(deployment)[1][: -len(".journal.json")] + ".made.json"
+
+
+def sha(data: bytes | None) -> str | None:
+    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -35,7 +61,11 @@ class Journal:
     deployment: str
     created_at: float
     original: OriginalState
-    state: str = "active"  # active | restored
+    state: str = "active"  # active | closed
+    conflicts: tuple[dict, ...] = ()
+    # the states envbisect made (or was about to make) on each resource: kept in made.json
+    made_files: Mapping[Key, frozenset] = field(default_factory=dict, compare=False)
+    made_repos: Mapping[Key, frozenset] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         hosts: dict[str, dict[str, Any]] = {}
@@ -46,7 +76,7 @@ class Journal:
         for (h, p), r in self.original.repos.items():
             hosts.setdefault(h, {"files": {}, "repos": {}})["repos"][p] = {"head": r.head, "ref": r.ref}
         return {"format": 1, "run_id": self.run_id, "deployment": self.deployment, "created_at": self.created_at,
-                "state": self.state, "hosts": hosts}
+                "state": self.state, "hosts": hosts, "conflicts": list(self.conflicts)}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "Journal":
@@ -59,56 +89,190 @@ class Journal:
             for p, r in hd.get("repos", {}).items():
                 repos[(h, p)] = RepoOriginal(r["head"], r.get("ref"))
         return cls(doc["run_id"], doc["deployment"], doc["created_at"], OriginalState(files, repos),
-                   doc.get("state", "active"))
+                   doc.get("state", "active"), tuple(doc.get("conflicts", ())))
+
+    def with_made(self, doc: Mapping[str, Any] | None) -> "Journal":
+        """Add the states recorded in a made.json document (of this run) to what is known."""
+        if not doc or doc.get("run_id") != self.run_id:
+            return self
+        mf = {k: set(v) for k, v in self.made_files.items()}
+        mr = {k: set(v) for k, v in self.made_repos.items()}
+        for h, hd in doc.get("hosts", {}).items():
+            for p, shas in hd.get("files", {}).items():
+                mf.setdefault((h, p), set()).update(shas)
+            for p, states in hd.get("repos", {}).items():
+                mr.setdefault((h, p), set()).update((s[0], s[1]) for s in states)
+        return Journal(**{**self.__dict__, "made_files": {k: frozenset(v) for k, v in mf.items()},
+                          "made_repos": {k: frozenset(v) for k, v in mr.items()}})
+
+
+def made_json(run_id: str, files: Mapping[Key, Iterable], repos: Mapping[Key, Iterable]) -> dict[str, Any]:
+    hosts: dict[str, dict[str, Any]] = {}
+    for (h, p), v in files.items():
+        hosts.setdefault(h, {"files": {}, "repos": {}})["files"][p] = sorted(v, key=lambda x: (x is None, x or ""))
+    for (h, p), v in repos.items():
+        hosts.setdefault(h, {"files": {}, "repos": {}})["repos"][p] = sorted([list(s) for s in v], key=str)
+    return {"format": 1, "run_id": run_id, "hosts": hosts}
 
 
 def controller_id() -> dict[str, Any]:
     return {"controller": socket.gethostname(), "pid": os.getpid()}
 
 
-class HostEditor:
-    """Applies target states to the hosts, journaled, and undoes them."""
+def _who(held: Mapping[str, Any], age_s: float | None) -> str:
+    beat = f", last heartbeat {int(age_s)} s ago" if age_s is not None else ""
+    return f"controller {held.get('controller')}, pid {held.get('pid')}{beat}"
 
-    def __init__(self, playbook: Playbook, transports: Mapping[str, Transport], run_dir: Path, run_id: str):
+
+def describe_conflict(c: Mapping[str, Any]) -> str:
+    """One line for a resource someone else changed during the run."""
+    keep = f"; its original is in {c['original_copy']}" if c.get("original_copy") else ""
+    return f"{c['host']}:{c['path']} {c['why']}: left as found{keep}"
+
+
+_KIND = {"write": "write", "checkout": "checkout", "put": "journal", "remove": "journal"}
+
+
+def _send(t: Transport, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """run_ops, with the test-only crash hook (envbisect/faults.py) at each mutation."""
+    cut = faults.crash_index([_KIND.get(op["op"]) for op in ops])
+    if cut is not None:
+        if cut:
+            run_ops(t, ops[:cut])
+        faults.kill()
+    return run_ops(t, ops)
+
+
+class _Heartbeat:
+    """Refreshes the lock on every host every `interval` s while the run holds it; notices a lock
+    broken by someone else (the next mutation batch then stops the run)."""
+
+    def __init__(self, editor: "HostEditor", interval: float):
+        self.editor, self.interval = editor, interval
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"envbisect-heartbeat-{editor.run_id}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop_event.wait(self.interval):
+            for h, t in list(self.editor.transports.items()):
+                if self.stop_event.is_set():
+                    return
+                try:
+                    run_ops(t, [self.editor._lock_op()], timeout=max(10.0, self.interval))
+                except LockLost as e:
+                    self.editor.lock_lost = str(e)
+                except Exception:  # noqa: BLE001 - a lost connection is the main thread's business
+                    pass
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=30)
+
+
+class HostEditor:
+    """Applies target states to the hosts, journaled and compare-and-swap, and undoes them."""
+
+    def __init__(self, playbook: Playbook, transports: Mapping[str, Transport], run_dir: Path, run_id: str, *,
+                 heartbeat_s: float = HEARTBEAT_S, stale_after_s: float = STALE_AFTER_S):
         self.playbook, self.transports, self.run_dir, self.run_id = playbook, transports, run_dir, run_id
         self.lock_path, self.remote_journal = remote_paths(playbook.name)
+        self.remote_made = made_path(playbook.name)
+        self.heartbeat_s, self.stale_after_s = heartbeat_s, stale_after_s
+        self.owner = {"run_id": run_id, **controller_id(), "token": uuid.uuid4().hex}
         self.journal: Journal | None = None
-        self.live: dict[Key, bytes | None] = {}
+        self.live: dict[Key, bytes | None] = {}  # exact content known to be on the host
         self.live_repos: dict[Key, tuple[str, str | None]] = {}
+        # compare-and-swap: the state(s) each resource may be in now (two after a failed batch: the
+        # edit is atomic, so the old or the new). Missing: unknown (after a crash) -> original or made.
+        self.expect: dict[Key, set[str | None]] = {}
+        self.expect_repos: dict[Key, set[RepoState]] = {}
+        self.made: dict[Key, set[str | None]] = {}
+        self.made_repos: dict[Key, set[RepoState]] = {}
+        self.conflicts: list[dict[str, Any]] = []
+        self.edited = False  # has any edit been sent (after begin)?
+        self.lock_lost: str | None = None
+        self._locked = False
+        self._beat: _Heartbeat | None = None
 
     @property
     def local_journal(self) -> Path:
         return self.run_dir / "journal.json"
 
+    @property
+    def local_made(self) -> Path:
+        return self.run_dir / "made.json"
+
     # --- lock ----------------------------------------------------------------------------------
-    def lock(self, *, force: bool = False, stale_after_s: float = 3600) -> None:
-        me = {"run_id": self.run_id, "started_at": time.time(), **controller_id()}
+    def lock(self, *, break_lock: bool = False, restoring: str | None = None) -> list[str]:
+        """Take the lock on every host. Refused while another run's journal is active on a host (its
+        changes must be undone first), and while a live run holds it (unless `break_lock`). A lock
+        whose holder is provably dead is taken over. `restoring`: the run whose journal `restore`
+        undoes (refused while that run is alive). Returns notes on locks taken over or broken."""
+        me = {**self.owner, "started_at": time.time(), "heartbeat_s": self.heartbeat_s}
         locked: list[str] = []
+        notes: list[str] = []
         try:
             for h, t in self.transports.items():
-                res = run_ops(t, [{"op": "lock", "path": self.lock_path, "owner": me, "force": force,
-                                   "stale_after_s": stale_after_s}])[0]
+                res = run_ops(t, [{"op": "lock", "path": self.lock_path, "journal": self.remote_journal, "owner": me,
+                                   "break": break_lock, "restoring": restoring,
+                                   "stale_after_s": self.stale_after_s}])[0]
                 if not res.get("locked"):
+                    if res.get("journal_run") and not res.get("held_by"):
+                        raise LockHeld(f"{h}: run {res['journal_run']} left changes on this host that are not undone "
+                                       f"yet (its journal is active); run `envbisect restore --run {res['journal_run']}` "
+                                       "first")
                     held = res.get("held_by", {})
+                    if res.get("running"):
+                        raise LockHeld(f"{h}: run {held.get('run_id')} is still running ({_who(held, res.get('age_s'))}); "
+                                       "stop it (Ctrl-C or SIGTERM puts the hosts back) instead of restoring under it")
                     raise LockHeld(
                         f"{h}: deployment {self.playbook.name!r} is locked by run {held.get('run_id')} "
-                        f"(controller {held.get('controller')}, pid {held.get('pid')}, {int(res.get('age_s', 0))} s ago); "
-                        "wait for it, or if it crashed run `envbisect restore`")
+                        f"({_who(held, res.get('age_s'))}); wait for it, or if that controller is gone for good, "
+                        "run again with --break-lock")
                 locked.append(h)
+                if res.get("broke"):
+                    b = res["broke"]
+                    notes.append(f"{h}: broke the lock of run {b.get('run_id')} ({_who(b, res.get('age_s'))})")
+                elif res.get("took_over"):
+                    b = res["took_over"]
+                    notes.append(f"{h}: took over the stale lock of run {b.get('run_id')} "
+                                 f"({_who(b, res.get('age_s'))}: its holder is gone)")
         except BaseException:
             for h in locked:
                 self._unlock_host(h)
             raise
+        self._locked = True
+        if self.heartbeat_s > 0 and self._beat is None:
+            self._beat = _Heartbeat(self, self.heartbeat_s)
+        return notes
+
+    def _lock_op(self) -> dict[str, Any]:
+        return {"op": "assert_lock", "path": self.lock_path, "token": self.owner["token"]}
+
+    def _guarded(self, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A mutation batch starts by checking (and refreshing) that the lock is still this run's."""
+        if self.lock_lost:
+            raise LockLost("", {"lock_lost": True}, self.lock_lost)
+        return ([self._lock_op()] if self._locked else []) + ops
 
     def _unlock_host(self, host: str) -> None:
         try:
-            run_ops(self.transports[host], [{"op": "unlock", "path": self.lock_path, "run_id": self.run_id}])
+            run_ops(self.transports[host], [{"op": "unlock", "path": self.lock_path, "token": self.owner["token"]}])
         except RemoteError:
             pass
 
+    def stop_heartbeat(self) -> None:
+        if self._beat is not None:
+            self._beat.stop()
+            self._beat = None
+
     def unlock(self) -> None:
+        self.stop_heartbeat()
         for h in self.transports:
             self._unlock_host(h)
+        self._locked = False
 
     # --- journal -------------------------------------------------------------------------------
     def begin(self, files: Iterable[Key], repos: Iterable[Key]) -> OriginalState:
@@ -120,6 +284,11 @@ class HostEditor:
             return run_ops(t, [{"op": "read_state", "paths": paths, "repos": rps}])[0]
 
         states = for_each_host(self.playbook, self.transports, read)
+        # Premise: every owner and group can be put back by this ssh user. Refused before any edit.
+        for h, st in states.items():
+            if st.get("problems"):
+                more = f" (and {len(st['problems']) - 1} more)" if len(st["problems"]) > 1 else ""
+                raise UsageError(f"{h}:{st['problems'][0]}{more}; refusing before any edit")
         fo: dict[Key, FileOriginal] = {}
         ro: dict[Key, RepoOriginal] = {}
         for h, st in states.items():
@@ -132,22 +301,95 @@ class HostEditor:
         self.journal = Journal(self.run_id, self.playbook.name, time.time(), original)
         data = json.dumps(self.journal.to_json()).encode()
         # Local copy first (fsync'd), then the host copy, and only then any edit.
+        faults.before("journal")
         write_private(self.local_journal, data)
         for h, t in self.transports.items():
-            run_ops(t, [{"op": "put", "path": self.remote_journal, "content_b64": b64(data)}])
+            _send(t, self._guarded([{"op": "put", "path": self.remote_journal, "content_b64": b64(data),
+                                     "run_id": self.run_id}]))
         self.live = {k: (v.content if v.exists else None) for k, v in fo.items()}
         self.live_repos = {k: (v.head, v.ref) for k, v in ro.items()}
+        self.expect = {k: {sha(v)} for k, v in self.live.items()}
+        self.expect_repos = {k: {v} for k, v in self.live_repos.items()}
         return original
+
+    def _original_sha(self, key: Key) -> str | None:
+        o = self.journal.original.files[key]  # type: ignore[union-attr]
+        return sha(o.content) if o.exists else None
+
+    def expected(self, key: Key) -> set[str | None]:
+        """What the file may hold now: what envbisect last made, or (after a crash) the original or
+        any state envbisect recorded it was about to make."""
+        if key in self.expect:
+            return set(self.expect[key])
+        return {self._original_sha(key)} | set(self.made.get(key, ()))
+
+    def expected_repo(self, key: Key) -> set[RepoState]:
+        if key in self.expect_repos:
+            return set(self.expect_repos[key])
+        o = self.journal.original.repos[key]  # type: ignore[union-attr]
+        return {(o.head, o.ref)} | set(self.made_repos.get(key, ()))
+
+    def _record_made(self, files: Mapping[Key, str | None], repos: Mapping[Key, RepoState]) -> list[str]:
+        """Write-ahead: before a state is made, it is recorded as envbisect's own (locally, fsync'd; the
+        host copy goes first in the same batch as the edit). Returns the hosts whose record changed."""
+        changed = set()
+        for k, v in files.items():
+            if v not in self.made.setdefault(k, set()):
+                self.made[k].add(v)
+                changed.add(k[0])
+        for k, r in repos.items():
+            if r not in self.made_repos.setdefault(k, set()):
+                self.made_repos[k].add(r)
+                changed.add(k[0])
+        if changed:
+            faults.before("journal")
+            write_private(self.local_made, json.dumps(made_json(self.run_id, self.made, self.made_repos)).encode())
+        return sorted(changed)
+
+    def _check_op(self, host: str, files: Mapping[Key, Iterable], repos: Mapping[Key, Iterable], **kw: Any) -> dict:
+        return {"op": "check", "files": {p: list(v) for (h, p), v in files.items() if h == host},
+                "repos": {p: [list(s) for s in v] for (h, p), v in repos.items() if h == host}, **kw}
+
+    def _each_host(self, fn: Callable[[str, Transport], Any], hosts: Sequence[str]) -> dict[str, Any]:
+        """fn on each host in parallel; every host's result or exception (a batch that failed on one
+        host says nothing about the others, whose edits did happen)."""
+        def safe(h: str) -> Any:
+            try:
+                return fn(h, self.transports[h])
+            except Exception as e:  # noqa: BLE001 - sorted out by the caller
+                return e
+        if len(hosts) <= 1:
+            return {h: safe(h) for h in hosts}
+        with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+            futs = {h: pool.submit(safe, h) for h in hosts}
+            return {h: f.result() for h, f in futs.items()}
+
+    @staticmethod
+    def _first_error(outcomes: Mapping[str, Any]) -> None:
+        errors = [e for e in outcomes.values() if isinstance(e, Exception)]
+        if not errors:
+            return
+        # someone else's change outranks a lost connection: it must stop the run
+        for e in errors:
+            if isinstance(e, HostConflict):
+                raise e
+        for e in errors:
+            if isinstance(e, EnvbisectError):
+                raise e
+        if isinstance(errors[0], OSError):
+            raise RemoteError(str(errors[0])) from errors[0]
+        raise errors[0]
 
     # --- apply ---------------------------------------------------------------------------------
     def apply(self, target: TargetState, *, exact_metadata: bool = False) -> dict[str, int]:
-        """Make the hosts hold `target`; only what differs from the live state is written.
-        Returns the number of edits per host."""
+        """Make the hosts hold `target`; only what differs from the live state is written. Each edit
+        is compare-and-swap against the state envbisect last made; afterwards each host's state is
+        checked against the target (same round trip). Returns the number of edits per host."""
         assert self.journal is not None, "begin() first"
         original = self.journal.original
         per_host: dict[str, list[dict[str, Any]]] = {h: [] for h in self.transports}
         for key, data in target.files.items():
-            if not exact_metadata and self.live.get(key, b"\0missing") == data:
+            if not exact_metadata and key in self.live and self.live[key] == data:
                 continue
             h, p = key
             orig = original.files.get(key)
@@ -159,70 +401,222 @@ class HostEditor:
                     op.update(mode=orig.mode, uid=orig.uid, gid=orig.gid)
                     if exact_metadata and data == orig.content:
                         op.update(mtime_ns=orig.mtime_ns, atime_ns=orig.atime_ns)
+            op["expect"] = list(self.expected(key))
             per_host[h].append(op)
         for key, rt in target.repos.items():
             if not exact_metadata and self.live_repos.get(key) == (rt.commit, rt.ref):
                 continue
             h, p = key
-            per_host[h].append({"op": "checkout", "repo": p, "commit": rt.commit, "ref": rt.ref})
+            per_host[h].append({"op": "checkout", "repo": p, "commit": rt.commit, "ref": rt.ref,
+                                "expect": [list(s) for s in self.expected_repo(key)]})
+        want_files = {k: sha(v) for k, v in target.files.items()}
+        want_repos = {k: (v.commit, v.ref) for k, v in target.repos.items()}
+        sent = {h for h, ops in per_host.items() if ops}
+        made_hosts = self._record_made({k: want_files[k] for h in sent for k in want_files if k[0] == h},
+                                       {k: want_repos[k] for h in sent for k in want_repos if k[0] == h})
+        made_doc = b64(json.dumps(made_json(self.run_id, self.made, self.made_repos)).encode())
 
         def do(h: str, t: Transport) -> int:
-            run_ops(t, per_host[h])
+            if not per_host[h]:
+                return 0
+            batch = [{"op": "put", "path": self.remote_made, "content_b64": made_doc}] if h in made_hosts else []
+            batch += per_host[h]
+            # verify the applied state (hashes) before anything is restarted on it
+            batch.append(self._check_op(h, {k: [v] for k, v in want_files.items()},
+                                        {k: [v] for k, v in want_repos.items()},
+                                        why="is not what envbisect just wrote: changed by someone else"))
+            _send(t, self._guarded(batch))
             return len(per_host[h])
 
-        counts = for_each_host(self.playbook, self.transports, do)
-        self.live.update(target.files)
-        self.live_repos.update({k: (v.commit, v.ref) for k, v in target.repos.items()})
-        return counts
+        if sent:
+            self.edited = True
+        outcomes = self._each_host(do, sorted(sent))
+        for h in self.transports:
+            ok = not isinstance(outcomes.get(h, 0), Exception)
+            for key, data in target.files.items():
+                if key[0] != h:
+                    continue
+                if ok:
+                    self.live[key], self.expect[key] = data, {want_files[key]}
+                else:  # unknown which edits of this host's batch happened: the old state or the new
+                    self.live.pop(key, None)
+                    self.expect[key] = self.expected(key) | {want_files[key]}
+            for key, rt in target.repos.items():
+                if key[0] != h:
+                    continue
+                if ok:
+                    self.live_repos[key], self.expect_repos[key] = want_repos[key], {want_repos[key]}
+                else:
+                    self.live_repos.pop(key, None)
+                    self.expect_repos[key] = self.expected_repo(key) | {want_repos[key]}
+        self._first_error(outcomes)
+        return {h: (0 if isinstance(v, Exception) else v) for h, v in outcomes.items()} | \
+            {h: 0 for h in self.transports if h not in outcomes}
 
-    def restore(self) -> None:
-        """Put every journaled resource back exactly: bytes, mode, owner, mtime, HEAD and branch."""
+    def guard(self, host: str | None = None) -> None:
+        """Before a stop or start: the host(s) must hold what envbisect last made (and the lock)."""
+        if self.journal is None:
+            return
+        hosts = [host] if host else list(self.transports)
+        o = self.journal.original
+        files = {k: self.expected(k) for k in o.files}
+        repos = {k: self.expected_repo(k) for k in o.repos}
+        self._first_error(self._each_host(
+            lambda h, t: run_ops(t, self._guarded([self._check_op(h, files, repos)])), hosts))
+
+    def restore(self) -> list[dict[str, Any]]:
+        """Put every journaled resource back exactly (bytes, mode, owner, mtime, HEAD and branch) when
+        it is provably envbisect's own: it holds the original or a state envbisect made. Anything else
+        is someone else's change: left as found and recorded. Returns the new conflicts."""
         assert self.journal is not None
         o = self.journal.original
-        self.apply(TargetState({k: (v.content if v.exists else None) for k, v in o.files.items()},
-                               {k: RepoTarget(v.head, v.ref) for k, v in o.repos.items()}), exact_metadata=True)
+        per_host: dict[str, list[dict[str, Any]]] = {h: [] for h in self.transports}
+        for key, f in o.files.items():
+            h, p = key
+            if f.exists and f.content is not None:
+                op: dict[str, Any] = {"op": "write", "path": p, "content_b64": b64(f.content), "mode": f.mode,
+                                      "uid": f.uid, "gid": f.gid, "mtime_ns": f.mtime_ns, "atime_ns": f.atime_ns}
+            else:
+                op = {"op": "write", "path": p, "delete": True}
+            op.update(expect=list(self.expected(key) | {self._original_sha(key)}), skip_conflict=True)
+            per_host[h] += [op, self._check_op(h, {key: [self._original_sha(key)]}, {}, skip_conflict=True)]
+        for key, r in o.repos.items():
+            h, p = key
+            per_host[h] += [{"op": "checkout", "repo": p, "commit": r.head, "ref": r.ref, "skip_conflict": True,
+                             "expect": [list(s) for s in self.expected_repo(key) | {(r.head, r.ref)}]},
+                            self._check_op(h, {}, {key: [(r.head, r.ref)]}, skip_conflict=True)]
+
+        def do(h: str, t: Transport) -> list[dict[str, Any]]:
+            return _send(t, self._guarded(per_host[h])) if per_host[h] else []
+
+        outcomes = self._each_host(do, [h for h in self.transports if per_host[h]])
+        new: list[dict[str, Any]] = []
+        for h, res in outcomes.items():
+            if isinstance(res, Exception):
+                for key in o.files:
+                    if key[0] == h:
+                        self.live.pop(key, None)
+                        self.expect[key] = self.expected(key) | {self._original_sha(key)}
+                for key, r in o.repos.items():
+                    if key[0] == h:
+                        self.live_repos.pop(key, None)
+                        self.expect_repos[key] = self.expected_repo(key) | {(r.head, r.ref)}
+                continue
+            results = res[1:] if self._locked else res
+            seen: set[str] = set()
+            for r in results:
+                c = r.get("conflict")
+                if c and c["path"] not in seen:
+                    seen.add(c["path"])
+                    new.append({"host": h, **c})
+            for key, f in o.files.items():
+                if key[0] != h:
+                    continue
+                if key[1] in seen:
+                    found = next(c["found"] for c in new if c["host"] == h and c["path"] == key[1])
+                    self.live.pop(key, None)
+                    self.expect[key] = {found}
+                else:
+                    self.live[key] = f.content if f.exists else None
+                    self.expect[key] = {self._original_sha(key)}
+            for key, r in o.repos.items():
+                if key[0] != h:
+                    continue
+                if key[1] in seen:
+                    found = next(c["found"] for c in new if c["host"] == h and c["path"] == key[1])
+                    self.live_repos.pop(key, None)
+                    self.expect_repos[key] = {(found[0], found[1])}
+                else:
+                    self.live_repos[key] = (r.head, r.ref)
+                    self.expect_repos[key] = {(r.head, r.ref)}
+        if new:
+            self._record_conflicts(new)
+        self._first_error(outcomes)
+        return new
+
+    def _record_conflicts(self, new: list[dict[str, Any]]) -> None:
+        """conflicts.json in the run, and each original next to it, for the operator to compare."""
+        assert self.journal is not None
+        self.conflicts.extend(new)
+        for c in new:
+            f = self.journal.original.files.get((c["host"], c["path"]))
+            if f is not None and f.exists and f.content is not None:
+                name = c["host"] + "-" + c["path"].strip("/").replace("/", "_") + ".original"
+                write_private(self.run_dir / "conflicts" / name, f.content)
+                c["original_copy"] = str(self.run_dir / "conflicts" / name)
+        write_private(self.run_dir / "conflicts.json", json.dumps(self.conflicts, indent=1).encode())
 
     def finish(self) -> None:
         """After a verified restore (or a deliberate --leave fixed): the journal is history now."""
         if self.journal is None:
             return
-        self.journal = Journal(**{**self.journal.__dict__, "state": "closed"})
+        self.journal = Journal(**{**self.journal.__dict__, "state": "closed", "conflicts": tuple(self.conflicts)})
+        faults.before("journal")
         write_private(self.local_journal, json.dumps(self.journal.to_json()).encode())
         for h, t in self.transports.items():
             try:
-                run_ops(t, [{"op": "remove", "path": self.remote_journal}])
+                _send(t, [{"op": "remove", "path": self.remote_journal, "run_id": self.run_id},
+                          {"op": "remove", "path": self.remote_made, "run_id": self.run_id}])
             except RemoteError:
                 pass
 
+    def abandon(self) -> None:
+        """The run stops before its first edit: nothing to undo, so the journal is closed and the lock released."""
+        if not self.edited:
+            self.finish()
+        self.unlock()
+
     @classmethod
     def resume_from(cls, playbook: Playbook, transports: Mapping[str, Transport], run_dir: Path,
-                    journal: Journal) -> "HostEditor":
-        ed = cls(playbook, transports, run_dir, journal.run_id)
+                    journal: Journal, **kw: Any) -> "HostEditor":
+        gone = sorted({h for h, _ in [*journal.original.files, *journal.original.repos]} - set(transports))
+        if gone:
+            raise UsageError(f"the journal of run {journal.run_id} names host(s) {', '.join(gone)} that are not in "
+                             f"{playbook.path} any more; put them back in the playbook to restore them")
+        ed = cls(playbook, transports, run_dir, journal.run_id, **kw)
         ed.journal = journal
-        # After a crash the live state is unknown: force every resource to be rewritten.
-        ed.live, ed.live_repos = {}, {}
+        ed.conflicts = list(journal.conflicts)
+        # After a crash the live state is unknown: every resource is rewritten, and may hold the
+        # original or any state recorded as made.
+        ed.live, ed.live_repos, ed.expect, ed.expect_repos = {}, {}, {}, {}
+        ed.made = {k: set(v) for k, v in journal.made_files.items()}
+        ed.made_repos = {k: set(v) for k, v in journal.made_repos.items()}
+        ed.edited = True
         return ed
 
 
-def find_journal(playbook: Playbook, transports: Mapping[str, Transport], runs_dir: Path) -> Journal | None:
-    """The newest active journal for this deployment: the local store first, then the hosts."""
+def find_journal(playbook: Playbook, transports: Mapping[str, Transport], runs_dir: Path,
+                 run_id: str | None = None) -> Journal | None:
+    """The newest active journal for this deployment (or run `run_id`'s): the local store first, then
+    the hosts; with every state recorded as made, from both."""
     cands = []
     if runs_dir.exists():
-        for p in runs_dir.glob("*/journal.json"):
+        for p in (runs_dir.glob("*/journal.json") if run_id is None else [runs_dir / run_id / "journal.json"]):
             try:
                 doc = json.loads(p.read_text())
             except (OSError, ValueError):
                 continue
             if doc.get("deployment") == playbook.name and doc.get("state") == "active":
-                cands.append(Journal.from_json(doc))
-    if cands:
-        return max(cands, key=lambda j: j.created_at)
-    _, remote = remote_paths(playbook.name)
+                j = Journal.from_json(doc)
+                try:
+                    j = j.with_made(json.loads((p.parent / "made.json").read_text()))
+                except (OSError, ValueError):
+                    pass
+                cands.append(j)
+    found = max(cands, key=lambda j: j.created_at) if cands else None
+    remote, remote_made = remote_paths(playbook.name)[1], made_path(playbook.name)
     for h, t in transports.items():
-        res = run_ops(t, [{"op": "get", "path": remote}])[0]
-        if res.get("content_b64"):
+        got = run_ops(t, [{"op": "get", "path": remote}, {"op": "get", "path": remote_made}])
+        if found is None and got[0].get("content_b64"):
             try:
-                return Journal.from_json(json.loads(unb64(res["content_b64"]) or b"{}"))
+                j = Journal.from_json(json.loads(unb64(got[0]["content_b64"]) or b"{}"))
             except (ValueError, KeyError) as e:
                 raise UsageError(f"{h}: the journal on the host is damaged ({e})") from None
-    return None
+            if j.state == "active" and (run_id is None or j.run_id == run_id):
+                found = j
+        if found is not None and got[1].get("content_b64"):
+            try:
+                found = found.with_made(json.loads(unb64(got[1]["content_b64"]) or b"{}"))
+            except ValueError:
+                pass
+    return found

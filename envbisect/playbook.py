@@ -74,6 +74,7 @@ class Restart:
     order: tuple[str, ...]
     health_timeout_s: float = 600.0
     poll_interval_s: float = 2.0
+    command_timeout_s: float = 300.0  # a stop or start command that runs longer is killed (infra failure)
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,10 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
         raise PlaybookError(path, "restart.order", f"does not list service(s) {', '.join(missing)}: a co-restart must cover every service")
     if len(set(order)) != len(order):
         raise PlaybookError(path, "restart.order", "lists a service twice")
-    restart = Restart(order, rr.get("health_timeout_s", float, 600.0), rr.get("poll_interval_s", float, 2.0))
+    restart = Restart(order, rr.get("health_timeout_s", float, 600.0), rr.get("poll_interval_s", float, 2.0),
+                      rr.get("command_timeout_s", float, 300.0))
+    if restart.command_timeout_s <= 0:
+        raise PlaybookError(path, "restart.command_timeout_s", "must be > 0")
     rr.finish()
 
     repos = []

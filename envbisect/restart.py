@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Optional
 from urllib.parse import urlsplit
 
 import httpx
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from . import faults
 from .errors import RemoteError
 from .hostops import run_ops, unb64
 from .playbook import Playbook, Service
@@ -71,10 +72,17 @@ def _get(h: str, p: int, path: str, url: str, timeout: float) -> tuple[bool, str
         return False, type(e).__name__
 
 
-def stop_all(playbook: Playbook, transports: Mapping[str, Transport], timeout: float = 300) -> None:
+Guard = Callable[[Optional[str]], None]
+
+
+def stop_all(playbook: Playbook, transports: Mapping[str, Transport], timeout: float | None = None,
+             guard: Guard | None = None) -> None:
+    if guard:
+        guard(None)  # compare-and-swap: every host still holds what envbisect made
     for name in reversed(playbook.restart.order):
         s = playbook.services[name]
-        res = transports[s.host].run(s.stop, timeout=timeout)
+        faults.before("stop")
+        res = transports[s.host].run(s.stop, timeout=timeout or playbook.restart.command_timeout_s)
         if not res.ok:
             raise RemoteError(f"{name}: stop command failed: {res.stderr_line()}")
 
@@ -90,12 +98,15 @@ def log_tail(transport: Transport, service: Service, nbytes: int = 4096) -> str:
 
 
 def start_one(playbook: Playbook, transports: Mapping[str, Transport], s: Service, *,
-              timeout: float | None = None, poll: float | None = None) -> RestartResult:
+              timeout: float | None = None, poll: float | None = None, guard: Guard | None = None) -> RestartResult:
     t = transports[s.host]
     timeout = playbook.restart.health_timeout_s if timeout is None else timeout
     poll = playbook.restart.poll_interval_s if poll is None else poll
     t0 = time.monotonic()
-    res = t.run(s.start, timeout=max(60.0, timeout))
+    if guard:
+        guard(s.host)
+    faults.before("start")
+    res = t.run(s.start, timeout=playbook.restart.command_timeout_s)
     if not res.ok:
         return RestartResult(False, "infra", s.name, f"{s.name}: start command failed: {res.stderr_line()}",
                              log_tail=log_tail(t, s))
@@ -128,17 +139,19 @@ def start_one(playbook: Playbook, transports: Mapping[str, Transport], s: Servic
 
 
 def co_restart(playbook: Playbook, transports: Mapping[str, Transport], *,
-               on_step: Callable[[str], None] | None = None) -> RestartResult:
-    """Stop every service (reverse order), then start each in order and wait for its health."""
+               on_step: Callable[[str], None] | None = None, guard: Guard | None = None) -> RestartResult:
+    """Stop every service (reverse order), then start each in order and wait for its health.
+    `guard(host or None)` runs before the stops and before each start (compare-and-swap: it raises
+    HostConflict when someone else changed a host; that is not a restart failure, it stops the run)."""
     t0 = time.monotonic()
     step = on_step or (lambda _msg: None)
     try:
         step("stopping " + ", ".join(reversed(playbook.restart.order)))
-        stop_all(playbook, transports)
+        stop_all(playbook, transports, guard=guard)
         durations: dict[str, float] = {}
         for name in playbook.restart.order:
             step(f"starting {name}")
-            r = start_one(playbook, transports, playbook.services[name])
+            r = start_one(playbook, transports, playbook.services[name], guard=guard)
             durations.update(r.durations)
             if not r.ok:
                 return RestartResult(False, r.failure, r.service, r.message, durations, time.monotonic() - t0, r.log_tail)

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from .bisect import _install_signal_handlers, shield_signals
 from .configuration import OriginalState, target_state, touched
 from .deltas import Delta
 from .deployment import Deployment
 from .errors import UsageError
-from .journal import HostEditor
+from .journal import HostEditor, describe_conflict
 from .playbook import Probe
 from .restart import RestartResult, co_restart
 from .store import write_private
@@ -116,7 +117,7 @@ class ActionResult:
 
 def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, *, probe: Probe | None,
            run_verify: bool = False, put_back_on_fail: Callable[[ActionResult], bool] | bool = True,
-           on_event: Callable[[str, dict], None] | None = None) -> ActionResult:
+           on_event: Callable[[str, dict], None] | None = None, break_lock: bool = False) -> ActionResult:
     if action not in ("revert", "apply"):
         raise ValueError(action)
     ev = on_event or (lambda _k, _d: None)
@@ -133,24 +134,31 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
         "format": 1, "kind": action, "run_id": run_id, "deployment": dep.playbook.name, "created_at": time.time(),
         "from_run": source.run_id, "deltas": list(ids), "probe": probe.name if probe else None}).encode())
     editor = HostEditor(dep.playbook, dep.transports, run_dir, run_id)
-    editor.lock()
+    for note in editor.lock(break_lock=break_lock):
+        ev("warning", {"message": note})
+    stop = _install_signal_handlers()  # SIGTERM behaves like Ctrl-C: the hosts are put back
+    guard = editor.guard
     try:
         deltas = [by_id[i] for i in ids]
         # Every delta that shares a file with the chosen ones: their state is read so it can be kept.
         paths = {(d.host, d.path) for d in deltas}
         related = [d for d in source.deltas if (d.host, d.path) in paths]
         files, repos = touched(related)
-        original = editor.begin(files, repos)
-        state = applied_now(original, related)
-        moved = [d.id for d in deltas if state[d.id] is None]
-        if moved:
-            raise UsageError(f"{moved[0]}: the live value is neither the baseline's nor the run's; "
-                             "the deployment changed since that run - run diff/bisect again")
+        try:
+            original = editor.begin(files, repos)
+            state = applied_now(original, related)
+            moved = [d.id for d in deltas if state[d.id] is None]
+            if moved:
+                raise UsageError(f"{moved[0]}: the live value is neither the baseline's nor the run's; "
+                                 "the deployment changed since that run - run diff/bisect again")
+        except BaseException:
+            editor.abandon()  # nothing was edited
+            raise
         want = {i for i, on in state.items() if on}
         want = want - set(ids) if action == "revert" else want | set(ids)
         ev("step", {"message": f"{action}: {', '.join(ids)}"})
         editor.apply(target_state(original, related, want, source.contents))
-        rs = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}))
+        rs = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}), guard=guard)
         outcome, reason = _probe(dep, probe, rs)
         vr = verify(dep.playbook, dep.transports) if run_verify and rs.ok else None
         result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr)
@@ -160,13 +168,31 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
             if decide:
                 ev("step", {"message": "the revert did not make the probe pass: putting the delta(s) back"})
                 editor.apply(target_state(original, related, want | set(ids), source.contents))
-                rs2 = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}))
+                rs2 = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}),
+                                 guard=guard)
                 after, _ = _probe(dep, probe, rs2)
                 result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr, True, after,
                                       (f"{', '.join(ids)} did not fix it and were put back: do not blame them",))
         editor.finish()
-    finally:
         editor.unlock()
+    except BaseException as exc:
+        if editor.journal is not None and editor.journal.state == "active":
+            # Ctrl-C, SIGTERM, lost connection, someone else's change: back to the state before this
+            # command, keeping the lock until the hosts are consistent.
+            ev("interrupted", {"error": str(exc) or type(exc).__name__, "run": run_id})
+            try:
+                with shield_signals(lambda m: ev("warning", {"message": m})):
+                    for c in editor.restore():
+                        ev("warning", {"message": describe_conflict(c)})
+                    co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}), guard=guard)
+                    editor.finish()
+                editor.unlock()
+            except BaseException as e2:  # noqa: BLE001 - report; the journal and the lock stay
+                editor.stop_heartbeat()
+                ev("restore-failed", {"error": f"{e2}; the journal is kept: run `envbisect restore --run {run_id}`"})
+        raise
+    finally:
+        stop()
     write_private(run_dir / "result.json", json.dumps(result.to_json(), indent=1).encode())
     return result
 

@@ -106,7 +106,8 @@ class TrialRunner:
             self.apply(config)
         except RemoteError as e:
             return Trial(n, purpose, tuple(unit_ids), config, "unresolved", f"could not apply: {e}", started_at=started)
-        rs: RestartResult = co_restart(self.playbook, self.transports, on_step=self.on_step)
+        # a HostConflict (someone else changed a host) is not a trial outcome: it stops the run
+        rs: RestartResult = co_restart(self.playbook, self.transports, on_step=self.on_step, guard=self.editor.guard)
         restart_s = time.monotonic() - t0
         if not rs.ok:
             outcome = "start-failure" if rs.failure == "start-failure" else "unresolved"
@@ -119,6 +120,11 @@ class TrialRunner:
         except RemoteError as e:
             return Trial(n, purpose, tuple(unit_ids), config, "unresolved", f"probe could not run: {e}",
                          restart_s=restart_s, restart_durations=rs.durations, started_at=started)
+        # the configuration probed must still be the one asked for (someone may have edited a file meanwhile)
+        try:
+            self.editor.guard()
+        except RemoteError:
+            pass  # a lost connection: run() makes the trial unresolved
         aborted = outcome == "abort"
         if aborted:
             outcome = "unresolved"

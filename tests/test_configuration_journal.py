@@ -132,6 +132,7 @@ def test_dirty_repo_is_refused_clearly(dep_and_tree, tmp_path):
     with pytest.raises(RemoteError, match="uncommitted changes"):
         editor.apply(target_state(orig, deltas, set(), {}))
     assert (tree.repo / "VERSION").read_text() == "local edit\n"
+    editor.finish()  # an active journal on the host would (rightly) refuse the next run
 
 
 def test_stale_lock_of_dead_controller_is_recognized(dep_and_tree, tmp_path):

@@ -3,7 +3,12 @@
 # Output: {"results": [...], "error": null | "one line"}; processing stops at the first error.
 # Contents travel base64-encoded in JSON and are written with os.replace: nothing is ever passed
 # through a shell, so a value containing $(...) or backticks is only ever bytes in a file.
+# Every change is compare-and-swap: an op carries the state(s) envbisect expects to find (sha256 of a
+# file, HEAD and branch of a repo) and refuses with {"conflict": {...}} when someone else changed it.
 import base64
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import socket
@@ -18,6 +23,55 @@ req = json.load(sys.stdin)
 
 class OpError(Exception):
     pass
+
+
+class LockLost(OpError):
+    pass
+
+
+class Conflict(OpError):
+    """The host is not in the state envbisect journaled or last made: someone else changed it."""
+
+    def __init__(self, path, expected, found, why):
+        OpError.__init__(self, "%s: %s" % (path, why))
+        self.info = {"path": path, "expected": expected, "found": found, "why": why}
+
+
+def file_sha(path):
+    """sha256 of a regular file, None when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def repo_state(repo):
+    head = git(repo, "rev-parse", "--verify", "HEAD")
+    p = subprocess.run(["git", "-C", repo, "symbolic-ref", "-q", "HEAD"], stdout=subprocess.PIPE)
+    return [head, p.stdout.decode().strip() or None]
+
+
+def short(sha):
+    return "absent" if sha is None else sha[:12]
+
+
+def owner_problem(path, st):
+    """Why the ssh user could not put this file back with its owner and group (None: it can).
+    Edits are atomic renames of a file envbisect creates, so the new file must be given the old
+    owner: only root can give a file away, and only a member of a group can give it that group."""
+    d = os.path.dirname(path) or "."
+    if not os.access(d, os.W_OK | os.X_OK):
+        return "uid %d cannot create files in %s (edits are atomic renames there)" % (os.geteuid(), d)
+    if os.geteuid() == 0 or st is None:
+        return None
+    if st.st_uid != os.geteuid():
+        return ("owned by uid %d and the ssh user is uid %d: a rewritten file would change owner; "
+                "connect as root or as uid %d" % (st.st_uid, os.geteuid(), st.st_uid))
+    if st.st_gid != os.getegid() and st.st_gid not in os.getgroups():
+        return ("group gid %d, which the ssh user (uid %d) is not a member of: a rewritten file would change group"
+                % (st.st_gid, os.geteuid()))
+    return None
 
 
 def git(repo, *args):
@@ -42,15 +96,35 @@ def read_state(op):
             data = f.read()
         out["files"][path] = {"exists": True, "content_b64": base64.b64encode(data).decode(), "mode": stat.S_IMODE(st.st_mode),
                               "uid": st.st_uid, "gid": st.st_gid, "mtime_ns": st.st_mtime_ns, "atime_ns": st.st_atime_ns}
+    for path, f in out["files"].items():
+        why = owner_problem(path, os.lstat(path) if f["exists"] else None)
+        if why:
+            out.setdefault("problems", []).append("%s: %s" % (path, why))
     for repo in op.get("repos", []):
-        head = git(repo, "rev-parse", "--verify", "HEAD")
-        p = subprocess.run(["git", "-C", repo, "symbolic-ref", "-q", "HEAD"], stdout=subprocess.PIPE)
-        out["repos"][repo] = {"head": head, "ref": p.stdout.decode().strip() or None}
+        head, ref = repo_state(repo)
+        out["repos"][repo] = {"head": head, "ref": ref}
+        st = os.stat(repo)
+        if st.st_uid != os.geteuid():
+            out.setdefault("problems", []).append(
+                "%s: repository owned by uid %d and the ssh user is uid %d: a checkout would leave files it "
+                "writes owned by uid %d; connect as uid %d" % (repo, st.st_uid, os.geteuid(), os.geteuid(), st.st_uid))
     return out
+
+
+def expect_file(op, path):
+    """Compare-and-swap: refuse when the file is not in a state envbisect expects."""
+    if "expect" not in op:
+        return None
+    found = file_sha(path)
+    if found not in op["expect"]:
+        raise Conflict(path, op["expect"], found, "changed by someone else during the run (expected %s, found %s)"
+                       % (" or ".join(short(e) for e in op["expect"]), short(found)))
+    return found
 
 
 def write_file(op):
     path = op["path"]
+    expect_file(op, path)
     if op.get("delete"):
         try:
             os.unlink(path)
@@ -73,12 +147,16 @@ def write_file(op):
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        if uid is not None and (os.geteuid() == 0 or uid == os.geteuid()):
+        # owner first: chown clears setuid/setgid bits, chmod puts them back
+        if uid is not None or gid is not None:
             try:
-                os.chown(tmp, uid, gid if gid is not None else -1)
+                os.chown(tmp, -1 if uid is None else uid, -1 if gid is None else gid)
             except PermissionError:
                 pass
+            got = os.stat(tmp)
+            if (uid is not None and got.st_uid != uid) or (gid is not None and got.st_gid != gid):
+                raise OpError("%s: uid %d cannot keep its owner %s:%s; not edited" % (path, os.geteuid(), uid, gid))
+        os.chmod(tmp, mode)
         if "mtime_ns" in op:
             os.utime(tmp, ns=(op.get("atime_ns", op["mtime_ns"]), op["mtime_ns"]))
         os.replace(tmp, path)
@@ -93,72 +171,172 @@ def write_file(op):
 
 def checkout(op):
     repo = op["repo"]
+    if "expect" in op:
+        found = repo_state(repo)
+        if found not in op["expect"]:
+            raise Conflict(repo, op["expect"], found, "HEAD moved during the run (expected %s, found %s %s)" % (
+                " or ".join("%s %s" % (e[0][:12], e[1] or "detached") for e in op["expect"]), found[0][:12],
+                found[1] or "detached"))
     status = git(repo, "status", "--porcelain", "--untracked-files=no")
+    if status and op.get("skip_conflict"):  # restore: someone's uncommitted work is theirs; left alone
+        raise Conflict(repo, op.get("expect", []), repo_state(repo), "has uncommitted changes (%s); not touched"
+                       % ", ".join(l[3:] for l in status.splitlines()[:5]))
     if status:
         raise OpError("%s has uncommitted changes (%s); commit or stash them before envbisect checks out another commit"
                       % (repo, ", ".join(l[3:] for l in status.splitlines()[:5])))
     if op.get("ref"):
-        # back onto the branch it was on, at the exact commit it had
+        # back onto the branch it was on, at the exact commit it had. envbisect never moves a branch:
+        # a branch whose tip is not that commit was advanced by someone else, and stays where it is.
+        tip = git(repo, "rev-parse", "--verify", "-q", op["ref"] + "^{commit}")
+        if tip != op["commit"]:
+            why = "branch %s moved from %s to %s during the run; not moving it back" % (
+                op["ref"], op["commit"][:12], tip[:12])
+            if op.get("skip_conflict"):
+                # restore: HEAD is envbisect's own move, the branch is not - back at the original
+                # commit, detached, so the code is as it was and their branch stays where they put it
+                git(repo, "checkout", "-q", "--detach", op["commit"])
+                why += "; HEAD left detached at %s (the original commit)" % op["commit"][:12]
+            raise Conflict(repo, op.get("expect", []), repo_state(repo), why)
         branch = op["ref"][len("refs/heads/"):] if op["ref"].startswith("refs/heads/") else op["ref"]
         git(repo, "checkout", "-q", branch)
-        if git(repo, "rev-parse", "HEAD") != op["commit"]:
-            git(repo, "reset", "-q", "--keep", op["commit"])
     else:
         git(repo, "checkout", "-q", "--detach", op["commit"])
     return {"repo": repo, "head": git(repo, "rev-parse", "HEAD")}
 
 
+@contextlib.contextmanager
+def lock_guard(path):
+    """Lock decisions (take, take over, break, refresh, release) are made one at a time per host."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd = os.open(path + ".guard", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+
+
+def write_lock(path, owner):
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".lock-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(owner, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def holder_state(held, age, me, stale_after_s):
+    """"dead" only when provably so: same controller and its pid is gone, or no heartbeat for stale_after_s."""
+    if held.get("controller") == me.get("controller") and held.get("pid"):
+        if held["pid"] == me.get("pid"):
+            return "alive"  # another editor of this very controller process
+        try:
+            os.kill(int(held["pid"]), 0)
+        except ProcessLookupError:
+            return "dead"
+        except (PermissionError, ValueError, OverflowError):
+            pass
+        return "alive"
+    return "dead" if age > stale_after_s else "alive"
+
+
 def lock(op):
+    """Take the deployment lock. Never while another run's journal is active on this host (its changes
+    are not undone). A lock whose holder is provably dead is taken over; a live one only with `break`."""
     path = os.path.expanduser(op["path"])
     me = op["owner"]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        try:
-            with open(path) as f:
-                held = json.load(f)
-        except (OSError, ValueError):
-            held = {}
-        if held.get("run_id") == me.get("run_id"):
+    with lock_guard(path):
+        held = read_json(path)
+        if held and held.get("token") and held.get("token") == me.get("token"):
             return {"locked": True, "again": True}
-        age = time.time() - os.stat(path).st_mtime
-        stale = False
-        if held.get("controller") == me.get("controller") and held.get("pid"):
-            try:
-                os.kill(int(held["pid"]), 0)
-            except ProcessLookupError:
-                stale = True
-            except PermissionError:
-                pass
-        if age > op.get("stale_after_s", 3600):
-            stale = True
-        if not stale and not op.get("force"):
-            return {"locked": False, "held_by": held, "age_s": age}
-        os.unlink(path)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(me, f)
-    return {"locked": True}
+        state, age = None, None
+        if held is not None:
+            age = time.time() - os.stat(path).st_mtime
+            state = holder_state(held, age, me, op.get("stale_after_s", 300))
+            if op.get("restoring") and held.get("run_id") == op["restoring"] and held.get("pid") == me.get("pid") \
+                    and held.get("controller") == me.get("controller"):
+                state = "dead"  # this very process ran it and gave up: restoring it is what is left to do
+        journal = read_json(os.path.expanduser(op["journal"])) if op.get("journal") else None
+        journal_run = None
+        if journal and journal.get("state", "active") == "active" and journal.get("run_id") not in (
+                me.get("run_id"), op.get("restoring")):
+            journal_run = journal.get("run_id")
+        if state == "alive":
+            if op.get("restoring") and held.get("run_id") == op["restoring"]:
+                return {"locked": False, "held_by": held, "age_s": age, "running": True}
+            if not op.get("break"):
+                return {"locked": False, "held_by": held, "age_s": age, "journal_run": journal_run}
+        if journal_run:  # never over changes that are not undone, not even with --break-lock
+            return {"locked": False, "journal_run": journal_run}
+        write_lock(path, me)
+        if held is None:
+            return {"locked": True}
+        return {"locked": True, ("broke" if state == "alive" else "took_over"): held, "age_s": age}
+
+
+def assert_lock(op):
+    """Heartbeat and guard of every mutation batch: the lock must still be this run's (refreshes it)."""
+    path = os.path.expanduser(op["path"])
+    with lock_guard(path):
+        held = read_json(path)
+        if not held or held.get("token") != op["token"]:
+            held = held or {}
+            raise LockLost("the deployment lock is no longer this run's (%s); stopping without further changes"
+                          % ("held by run %s, controller %s, pid %s" % (held.get("run_id"), held.get("controller"),
+                                                                        held.get("pid")) if held else "removed"))
+        os.utime(path)
+    return {}
 
 
 def unlock(op):
     path = os.path.expanduser(op["path"])
-    try:
-        with open(path) as f:
-            held = json.load(f)
-    except (OSError, ValueError):
-        return {"unlocked": False}
-    if held.get("run_id") == op.get("run_id") or op.get("force"):
-        os.unlink(path)
-        return {"unlocked": True}
+    with lock_guard(path):
+        held = read_json(path)
+        if not held:
+            return {"unlocked": False}
+        if (op.get("token") and held.get("token") == op["token"]) or op.get("force"):
+            os.unlink(path)
+            return {"unlocked": True}
     return {"unlocked": False, "held_by": held}
 
 
+def check(op):
+    """The state of files and repos now; with `expect`, a Conflict unless each is in an expected state."""
+    out = {"files": {}, "repos": {}}
+    for path, want in op.get("files", {}).items():
+        found = out["files"][path] = file_sha(path)
+        if found not in want:
+            raise Conflict(path, want, found, "%s (expected %s, found %s)" % (op.get("why", "changed by someone else"),
+                           " or ".join(short(e) for e in want), short(found)))
+    for repo, want in op.get("repos", {}).items():
+        found = out["repos"][repo] = repo_state(repo)
+        if found not in want:
+            raise Conflict(repo, want, found, "HEAD %s (expected %s, found %s %s)" % (
+                op.get("why", "moved by someone else"), " or ".join(e[0][:12] for e in want), found[0][:12],
+                found[1] or "detached"))
+    return out
+
+
 def put(op):
-    """A small private file (the host-side copy of the journal)."""
+    """A small private file (the host-side copy of the journal). With `run_id`, never over another
+    run's active journal."""
     path = os.path.expanduser(op["path"])
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    if op.get("run_id"):
+        old = read_json(path)
+        if old and old.get("state", "active") == "active" and old.get("run_id") != op["run_id"]:
+            raise OpError("%s holds the active journal of run %s; not overwriting it" % (path, old.get("run_id")))
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
     with os.fdopen(fd, "wb") as f:
         f.write(base64.b64decode(op["content_b64"]))
@@ -178,8 +356,14 @@ def get(op):
 
 
 def remove(op):
+    """With `run_id`: only that run's file (a journal), never another run's."""
+    path = os.path.expanduser(op["path"])
+    if op.get("run_id"):
+        old = read_json(path)
+        if old and old.get("run_id") not in (None, op["run_id"]):
+            return {"kept": old.get("run_id")}
     try:
-        os.unlink(os.path.expanduser(op["path"]))
+        os.unlink(path)
     except FileNotFoundError:
         pass
     return {}
@@ -216,16 +400,27 @@ def tail(op):
 
 
 OPS = {"read_state": read_state, "write": write_file, "checkout": checkout, "lock": lock, "unlock": unlock,
-       "put": put, "get": get, "remove": remove, "alive": alive, "tail": tail}
+       "assert_lock": assert_lock, "check": check, "put": put, "get": get, "remove": remove, "alive": alive,
+       "tail": tail}
 results = []
 error = None
+conflict = None
 for op in req["ops"]:
     try:
         results.append(OPS[op["op"]](op))
+    except Conflict as e:
+        if op.get("skip_conflict"):  # restore: leave it, say so, go on with the rest
+            results.append({"conflict": e.info})
+            continue
+        error, conflict = str(e), e.info
+        break
+    except LockLost as e:
+        error, conflict = str(e), {"lock_lost": True}
+        break
     except OpError as e:
         error = str(e)
         break
     except OSError as e:
         error = "%s: %s" % (getattr(e, "filename", None) or op.get("path", ""), e.strerror or e)
         break
-json.dump({"results": results, "error": error, "host": socket.gethostname()}, sys.stdout)
+json.dump({"results": results, "error": error, "conflict": conflict, "host": socket.gethostname()}, sys.stdout)
