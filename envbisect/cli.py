@@ -167,8 +167,10 @@ def render_diff(result, masker) -> None:  # noqa: ANN001
             j = d.to_json(masker)
             name = d.key if d.kind == "env" else d.path
             if d.kind == "env":
-                line = {"added": f"+ {name}={j['new']}", "removed": f"- {name}",
-                        "changed": f"~ {name} {j['old']} → {j['new']}"}[d.change] if d.key else f"? {d.path} changed"
+                # the value, or the shell text and what bash made of it where they differ
+                old, new = j.get("old_shown", j["old"]), j.get("new_shown", j["new"])
+                line = {"added": f"+ {name}={new}", "removed": f"- {name}",
+                        "changed": f"~ {name} {old} → {new}"}[d.change] if d.key else f"? {d.path} changed"
             elif d.kind == "git":
                 line = f"~ HEAD {(d.old or '?')[:10]} → {(d.new or '?')[:10]}"
             else:
@@ -190,7 +192,7 @@ def render_diff(result, masker) -> None:  # noqa: ANN001
         for dr in result.drift:
             j = dr.to_json(masker)
             out.print(f"  {dr.host}/{dr.service} pid {dr.pid} (started {_when(dr.started_at)}): {dr.key} "
-                      f"file={j['file']} process={j['process']}")
+                      f"file={j.get('file_shown') or j['file']} process={j['process']}")
     if result.unknown_processes:
         out.print(f"\nstart environment unknown (overwritten or unreadable) for: {', '.join(result.unknown_processes)}")
     for n in result.notes:

@@ -226,3 +226,46 @@ def _reads_other_side(env: EnvFile, key: str, side: str, sides: Mapping[str, str
             if name in file_keys:
                 todo.append(name)
     return None
+
+
+# --- the post-apply check on the host (op "env_check" in remote/hostops.py) ---------------------
+
+def env_check_ops(target: TargetState, host: str, ops: Sequence[Mapping]) -> list[dict]:
+    """The ``env_check`` ops for the env files that `ops` (one host's batch) write: appended to the
+    same batch, so the check runs in the same round trip as the write, before any restart."""
+    import base64
+
+    written = {op.get("path") for op in ops if op.get("op") == "write" and not op.get("delete")}
+    out = []
+    for (h, path), chk in sorted(target.checks.items()):
+        if h != host or path not in written or not (chk.expect or chk.skipped):
+            continue
+        out.append({"op": "env_check", "path": path, "env": dict(chk.env) if chk.env is not None else None,
+                    "expect": [{"key": e.key, "side": e.side, "value": e.value, "ref": e.ref, "source": e.source}
+                               for e in chk.expect],
+                    "refs": {s: base64.b64encode(t).decode("ascii") for s, t in chk.refs.items()},
+                    "skipped": dict(chk.skipped)})
+    return out
+
+
+def raise_on_env_check(results: Mapping[str, Sequence[Mapping]], masker) -> None:  # noqa: ANN001
+    """Raise `EnvCheckFailed` (one line, values masked) for the first host whose env_check results
+    show a mismatch or could not evaluate the file."""
+    from .errors import EnvCheckFailed
+
+    for host in sorted(results):
+        for r in results[host]:
+            path = r.get("path", "")
+            if r.get("error"):
+                raise EnvCheckFailed(f"{host}: {path}: cannot check what bash makes of the edited file "
+                                     f"({r['error']}); nothing was restarted, the run stops", host, path)
+            bad = r.get("mismatches") or []
+            if bad:
+                m = bad[0]
+                k = m["key"]
+                more = f" (and {len(bad) - 1} more key(s))" if len(bad) > 1 else ""
+                shown = lambda v: "unset" if v is None else repr(masker.mask_value(k, v))  # noqa: E731
+                raise EnvCheckFailed(
+                    f"{host}: {path}: {k}: after the edit bash gives {shown(m['got'])}, the configuration under test "
+                    f"({m.get('side')} {k}) should give {shown(m['expected'])} ({m.get('source') or 'expected'}){more}; "
+                    "nothing was restarted, the run stops", host, path, k)

@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import faults
-from .configuration import FileOriginal, Key, OriginalState, RepoOriginal, RepoTarget, TargetState
+from .configuration import (FileOriginal, Key, OriginalState, RepoOriginal, RepoTarget, TargetState, env_check_ops,
+                            raise_on_env_check)
 from .errors import EnvbisectError, HostConflict, LockHeld, LockLost, RemoteError, UsageError
 from .hostops import b64, run_ops, unb64
+from .masking import SecretMasker
 from .playbook import Playbook
 from .snapshot import for_each_host
 from .store import write_private
@@ -425,9 +427,13 @@ class HostEditor:
             batch.append(self._check_op(h, {k: [v] for k, v in want_files.items()},
                                         {k: [v] for k, v in want_repos.items()},
                                         why="is not what envbisect just wrote: changed by someone else"))
-            _send(t, self._guarded(batch))
+            # and what bash makes of each edited env file (configuration.env_check_ops)
+            env_ops = env_check_ops(target, h, per_host[h])
+            res = _send(t, self._guarded(batch + env_ops))
+            env_results[h] = res[len(res) - len(env_ops):]
             return len(per_host[h])
 
+        env_results: dict[str, list[dict[str, Any]]] = {}
         if sent:
             self.edited = True
         outcomes = self._each_host(do, sorted(sent))
@@ -450,6 +456,7 @@ class HostEditor:
                     self.live_repos.pop(key, None)
                     self.expect_repos[key] = self.expected_repo(key) | {want_repos[key]}
         self._first_error(outcomes)
+        raise_on_env_check(env_results, SecretMasker(self.playbook.secret_names, self.playbook.secret_values))
         return {h: (0 if isinstance(v, Exception) else v) for h, v in outcomes.items()} | \
             {h: 0 for h in self.transports if h not in outcomes}
 

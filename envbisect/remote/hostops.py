@@ -399,9 +399,101 @@ def tail(op):
     return out
 
 
+# --- env_check: what bash makes of an env file (the post-apply check) --------------------------
+ASSIGN_RE = None  # compiled on first use (re is only needed by this op)
+EVAL_DONE = b"\0ENVBISECT_EVAL_DONE=1\0"
+EVAL_SCRIPT = 'set -a; . "$1" >&2 </dev/null; env -0; printf "\\0ENVBISECT_EVAL_DONE=1\\0"'
+MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SHELL")
+
+
+class EvalError(Exception):
+    pass
+
+
+def bash_eval(path, env, cwd, timeout):
+    """Source `path` with bash the way the start script does (set -a; . FILE) in `env` minus the keys
+    the file assigns; returns the resulting environment."""
+    import re
+    import signal
+    global ASSIGN_RE
+    if ASSIGN_RE is None:
+        ASSIGN_RE = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)\+?=", re.M)
+    with open(path, "rb") as f:
+        keys = set(ASSIGN_RE.findall(f.read().decode("utf-8", "surrogateescape")))
+    env = dict((k, v) for k, v in env.items() if k not in keys)
+    try:
+        p = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", EVAL_SCRIPT, "envbisect-eval", path], env=env,
+                             cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    except OSError as e:
+        raise EvalError("cannot run bash: %s" % (e.strerror or e))
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        p.communicate()
+        raise EvalError("sourcing it with bash took more than %d s" % timeout)
+    if not out.endswith(EVAL_DONE):
+        raise EvalError("sourcing it with bash did not finish (exit status %s)" % p.returncode)
+    got = {}
+    for entry in out[: -len(EVAL_DONE)].split(b"\0"):
+        k, sep, v = entry.partition(b"=")
+        if sep:
+            got[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+    return got
+
+
+def env_check(op):
+    """After a write, before any restart: what bash makes of the env file (sourced like the start
+    script, in op["env"], the service's recorded start environment, else a minimal one) for each
+    expected key, against what the target configuration should give: op["expect"] items carry a
+    recorded "value" (null: unset) or name a reference text ("ref": "old" | "new", in op["refs"],
+    evaluated the same way). A key whose value differs between two evaluations is skipped (a clock,
+    $RANDOM...). Never fails the batch for a mismatch: the result lists them and the controller stops."""
+    path = op["path"]
+    env = op.get("env")
+    if env is None:
+        env = dict((k, os.environ[k]) for k in MINIMAL_ENV if k in os.environ)
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    timeout = op.get("timeout_s", 10)
+    cwd = os.path.dirname(path) or "/"
+    out = {"path": path, "checked": [], "skipped": dict(op.get("skipped") or {}), "mismatches": [], "error": None}
+    try:
+        first = bash_eval(path, env, cwd, timeout)
+        second = bash_eval(path, env, cwd, timeout)
+        refs = {}
+        for side, text in sorted((op.get("refs") or {}).items()):
+            fd, tmp = tempfile.mkstemp(prefix=".envbisect-ref-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(base64.b64decode(text))
+                refs[side] = bash_eval(tmp, env, cwd, timeout)
+            finally:
+                os.unlink(tmp)
+    except (EvalError, OSError) as e:
+        out["error"] = str(e)
+        return out
+    for e in op["expect"]:
+        k = e["key"]
+        got = first.get(k)
+        if second.get(k) != got:
+            out["skipped"][k] = "not the same on two evaluations (a clock, $RANDOM, $$...)"
+            continue
+        want = refs[e["ref"]].get(k) if e.get("ref") else e.get("value")
+        out["checked"].append(k)
+        if got != want:
+            out["mismatches"].append({"key": k, "side": e.get("side"), "expected": want, "got": got,
+                                      "source": e.get("source", "")})
+    return out
+
+
 OPS = {"read_state": read_state, "write": write_file, "checkout": checkout, "lock": lock, "unlock": unlock,
        "assert_lock": assert_lock, "check": check, "put": put, "get": get, "remove": remove, "alive": alive,
        "tail": tail}
+OPS["env_check"] = env_check
 results = []
 error = None
 conflict = None

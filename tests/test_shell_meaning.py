@@ -1,0 +1,295 @@
+"""The baseline trial is the baseline (issue 7, item 3), without the simulated stack: deltas by shell
+meaning, drift against what bash makes of the file on the host, exact shell text written back, and
+the post-apply check of HostEditor.apply. Real files, real bash, real processes, `ssh = "local"`."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from envbisect.configuration import target_state
+from envbisect.deployment import ConnectOptions, Deployment
+from envbisect.errors import EnvCheckFailed, UsageError
+from envbisect.journal import HostEditor
+from envbisect.playbook import load_playbook
+from envbisect.store import Store, snapshot_from_json, snapshot_to_json
+
+from hosttree import DECODE, make_tree
+
+ENVBISECT = [sys.executable, "-m", "envbisect.cli"]
+pytestmark = pytest.mark.skipif(not shutil.which("bash"), reason="bash missing")
+
+NOON = DECODE + """\
+export HF_HOME=/data/hf
+export MODEL_CACHE="${HF_HOME%/*}/cache"
+export KV_DIR="${HF_HOME%/*}/kv"
+export WORKERS=$(nproc)
+export SCRATCH=~/scratch
+export TARGET_CTAS=512
+export T='$HOME/t'
+"""
+
+
+def open_dep(tree, store, **kw) -> Deployment:
+    return Deployment(load_playbook(tree.playbook("local", pid_files=True, **kw)), Store(store),
+                      ConnectOptions(attempts=1))
+
+
+def start_from_file(tree, service: str, home: str = "/home/op", extra: dict | None = None) -> subprocess.Popen:
+    """A process started the way a start script does it: a clean environment, `set -a; . FILE`."""
+    env = {"PATH": os.environ["PATH"], "HOME": home, **(extra or {})}
+    proc = subprocess.Popen(["bash", "-c", 'set -a; . "$1"; set +a; exec sleep 120', "start", str(tree.env(service))],
+                            env=env, cwd="/")
+    (tree.root / "run" / f"{service}.pid").write_text(f"{proc.pid}\n")
+    for _ in range(100):  # until exec'd (its environ is then the sourced one)
+        try:
+            if "sleep" in open(f"/proc/{proc.pid}/cmdline").read():
+                break
+        except OSError:
+            pass
+        time.sleep(0.02)
+    return proc
+
+
+@pytest.fixture
+def tree(tmp_path):
+    t = make_tree(tmp_path / "host", n_watched=2)
+    t.edit("decode", NOON)
+    procs: list[subprocess.Popen] = []
+    t.procs = procs
+    yield t
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_untouched_expansion_is_not_drift_and_snapshot_records_what_bash_made(tree, tmp_path):
+    tree.procs.append(start_from_file(tree, "decode"))
+    with open_dep(tree, tmp_path / "store") as dep:
+        snap = dep.snapshot("noon")
+        assert dep.round_trips() == {"node1": 1}  # the evaluation is in the same round trip
+        diff = dep.diff(against="noon")
+    ps = snap.hosts["node1"].processes["decode"]
+    nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    assert ps.file_eval["MODEL_CACHE"] == "/data/cache" and ps.file_eval["KV_DIR"] == "/data/kv"
+    assert ps.file_eval["WORKERS"] == nproc and ps.file_eval["SCRATCH"] == "/home/op/scratch"
+    assert ps.file_eval["T"] == "$HOME/t"
+    assert ps.file_eval_sha256 == snap.hosts["node1"].files[str(tree.env("decode"))].sha256
+    # the file's text `${HF_HOME%/*}/cache` against the process's /data/cache is no drift
+    assert diff.deltas == () and diff.drift == ()
+
+
+def test_drift_shows_the_text_and_the_value(tree, tmp_path):
+    tree.procs.append(start_from_file(tree, "decode"))
+    with open_dep(tree, tmp_path / "store") as dep:
+        dep.snapshot("noon")
+        # edited after the process started, never restarted: the process still has /data/cache
+        tree.edit("decode", NOON.replace("HF_HOME=/data/hf", "HF_HOME=/srv/hf"))
+        diff = dep.diff(against="noon")
+        masker = dep.masker
+    drift = {d.key: d for d in diff.drift}
+    assert set(drift) == {"HF_HOME", "MODEL_CACHE", "KV_DIR"}
+    mc = drift["MODEL_CACHE"]
+    assert (mc.file_value, mc.process_value, mc.file_text, mc.evaluated) == (
+        "/srv/cache", "/data/cache", '"${HF_HOME%/*}/cache"', True)
+    assert mc.shown(masker) == '"${HF_HOME%/*}/cache"  (= /srv/cache)'
+    j = mc.to_json(masker)
+    assert (j["file"], j["file_text"], j["process"]) == ("/srv/cache", '"${HF_HOME%/*}/cache"', "/data/cache")
+    assert drift["HF_HOME"].shown(masker) == "/srv/hf"  # a plain literal: the value alone
+
+
+def test_quoting_changes_by_meaning_cli_json_and_human(tree, tmp_path):
+    pb = tree.playbook("local", pid_files=True)
+    base = [*ENVBISECT, "-p", str(pb), "--store", str(tmp_path / "store")]
+    r = subprocess.run(base + ["snapshot", "--label", "noon"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    text = (NOON.replace("export TARGET_CTAS=512", 'export TARGET_CTAS="512"')  # same meaning: no delta
+            .replace("export T='$HOME/t'", 'export T="$HOME/t"')  # quoting only, other meaning: a delta
+            .replace('export KV_DIR="${HF_HOME%/*}/kv"', "export KV_DIR='${HF_HOME%/*}/kv'"))
+    tree.edit("decode", text)
+    r = subprocess.run(base + ["diff", "--against", "noon", "--json"], capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    got = {d["id"]: d for d in doc["deltas"]}
+    assert set(got) == {"decode:T", "decode:KV_DIR"}
+    t = got["decode:T"]
+    assert (t["old"], t["new"], t["old_word"], t["new_word"]) == ("$HOME/t", "$HOME/t", "'$HOME/t'", '"$HOME/t"')
+    kv = got["decode:KV_DIR"]
+    assert (kv["old_word"], kv["new_word"]) == ('"${HF_HOME%/*}/kv"', "'${HF_HOME%/*}/kv'")
+    r = subprocess.run(base + ["diff", "--against", "noon"], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "~ T '$HOME/t' → \"$HOME/t\"" in r.stdout, r.stdout
+    assert "TARGET_CTAS" not in r.stdout
+
+
+def test_delta_words_and_evaluations_and_secrets_masked(tree, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("hf_QWERTYUIOPASDFGHJKLZXCVBNM012345\n")
+    tree.edit("decode", NOON + f'export HF_TOKEN="$(cat {token_file})"\n')
+    tree.procs.append(start_from_file(tree, "decode"))
+    with open_dep(tree, tmp_path / "store") as dep:
+        dep.snapshot("noon")
+        tree.edit("decode", NOON.replace('KV_DIR="${HF_HOME%/*}/kv"', "KV_DIR=/tmp/kv")
+                  + "export HF_TOKEN=hf_ZYXWVUTSRQPONMLKJIHGFEDCBA987\n")
+        diff = dep.diff(against="noon")
+        masker = dep.masker
+    got = {d.id: d for d in diff.deltas}
+    kv = got["decode:KV_DIR"]
+    assert (kv.old_word, kv.new_word, kv.old_eval, kv.new_eval) == ('"${HF_HOME%/*}/kv"', "/tmp/kv", "/data/kv", "/tmp/kv")
+    assert kv.word("old") == '"${HF_HOME%/*}/kv"'
+    assert kv.start_env is not None and kv.start_env["HOME"] == "/home/op" and "KV_DIR" not in kv.start_env
+    assert kv.shown("old", masker) == '"${HF_HOME%/*}/kv"  (= /data/kv)'
+    tok = got["decode:HF_TOKEN"]
+    assert tok.old_eval == "hf_QWERTYUIOPASDFGHJKLZXCVBNM012345"
+    text = json.dumps(diff.to_json(masker))
+    assert "hf_QWERTY" not in text and "hf_ZYXW" not in text
+
+
+def test_old_snapshots_without_evaluation_still_load_and_fall_back(tree, tmp_path):
+    tree.procs.append(start_from_file(tree, "decode"))
+    with open_dep(tree, tmp_path / "store") as dep:
+        snap = dep.snapshot("noon", save=False)
+    store = Store(tmp_path / "store2")
+    doc = snapshot_to_json(snap, store.put_blob)
+    for p in doc["hosts"]["node1"]["processes"].values():
+        for k in ("file_eval", "file_eval_keys", "file_eval_sha256", "file_eval_error"):
+            p.pop(k, None)
+    old = snapshot_from_json(json.loads(json.dumps(doc)), store.get_blob)
+    ps = old.hosts["node1"].processes["decode"]
+    assert ps.file_eval is None and ps.status == "ok"
+    from envbisect.deltas import compute_diff
+
+    diff = compute_diff(old, None, since=None)
+    # envbisect's own reading cannot compute ${X%pat}: without the host's evaluation that is drift
+    assert {d.key for d in diff.drift} == {"MODEL_CACHE", "KV_DIR", "WORKERS"}
+    assert not any(d.evaluated for d in diff.drift)
+
+
+# ------------------------------------------------------------------------ trials and the check
+
+def _edit_and_diff(tree, tmp_path, **proc_kw):
+    tree.procs.append(start_from_file(tree, "decode", **proc_kw))
+    dep = open_dep(tree, tmp_path / "store")
+    dep.__enter__()
+    dep.snapshot("noon")
+    tonight = (NOON.replace('KV_DIR="${HF_HOME%/*}/kv"', "KV_DIR=/tmp/kv").replace("WORKERS=$(nproc)", "WORKERS=4")
+               .replace("SCRATCH=~/scratch", "SCRATCH=/scratch").replace("TARGET_CTAS=512", "TARGET_CTAS=256"))
+    tree.edit("decode", tonight)
+    return dep, dep.diff(against="noon"), tonight
+
+
+def test_baseline_trial_writes_the_exact_noon_text_and_the_check_passes(tree, tmp_path):
+    dep, diff, tonight = _edit_and_diff(tree, tmp_path)
+    try:
+        assert {d.id for d in diff.deltas} == {"decode:KV_DIR", "decode:WORKERS", "decode:SCRATCH", "decode:TARGET_CTAS"}
+        ed = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-1")
+        ed.lock()
+        orig = ed.begin({("node1", str(tree.env("decode")))}, set())
+        base = target_state(orig, diff.deltas, set(), diff.contents)
+        assert base.files[("node1", str(tree.env("decode")))] == NOON.encode()
+        chk = base.checks[("node1", str(tree.env("decode")))]
+        assert {e.key: e.value for e in chk.expect}["KV_DIR"] == "/data/kv"
+        ed.apply(base)  # the host's bash agrees: no error
+        assert tree.env("decode").read_text() == NOON
+        # a mixed trial: only TARGET_CTAS new
+        mixed = target_state(orig, diff.deltas, {"decode:TARGET_CTAS"}, diff.contents)
+        ed.apply(mixed)
+        assert tree.env("decode").read_text() == NOON.replace("TARGET_CTAS=512", "TARGET_CTAS=256")
+        ed.restore()
+        assert tree.env("decode").read_text() == tonight
+        ed.finish()
+        ed.unlock()
+    finally:
+        dep.__exit__(None, None, None)
+
+
+def test_check_skips_a_key_that_reads_a_delta_on_the_other_side(tree, tmp_path):
+    tree.procs.append(start_from_file(tree, "decode"))
+    with open_dep(tree, tmp_path / "store") as dep:
+        dep.snapshot("noon")
+        tree.edit("decode", NOON.replace("HF_HOME=/data/hf", "HF_HOME=/srv/hf")
+                  .replace('KV_DIR="${HF_HOME%/*}/kv"', 'KV_DIR="${HF_HOME%/*}/kv2"'))
+        diff = dep.diff(against="noon")
+        ed = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-1")
+        ed.lock()
+        try:
+            orig = ed.begin({("node1", str(tree.env("decode")))}, set())
+            t = target_state(orig, diff.deltas, {"decode:HF_HOME"}, diff.contents)
+            chk = t.checks[("node1", str(tree.env("decode")))]
+            assert [e.key for e in chk.expect] == ["HF_HOME"]
+            assert "reads HF_HOME" in chk.skipped["KV_DIR"]
+            ed.apply(t)
+            ed.restore()
+            ed.finish()
+        finally:
+            ed.unlock()
+
+
+def test_post_apply_check_catches_a_baseline_that_cannot_be_recreated(tree, tmp_path):
+    """The noon value came from a file outside the env file; it changed since. Writing the noon text
+    back would not give the noon configuration: one clear error, before anything is restarted."""
+    rev = tmp_path / "rev"
+    rev.write_text("r1\n")
+    tree.edit("decode", NOON + f'export MODEL_REV="$(cat {rev})"\n')
+    tree.procs.append(start_from_file(tree, "decode"))
+    with open_dep(tree, tmp_path / "store") as dep:
+        dep.snapshot("noon")
+        tree.edit("decode", NOON + "export MODEL_REV=r3\n")
+        rev.write_text("r2\n")
+        diff = dep.diff(against="noon")
+        (d,) = diff.deltas
+        assert (d.id, d.old_word, d.old_eval) == ("decode:MODEL_REV", f'"$(cat {rev})"', "r1")
+        ed = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-1")
+        ed.lock()
+        try:
+            orig = ed.begin({("node1", str(tree.env("decode")))}, set())
+            with pytest.raises(EnvCheckFailed) as ei:
+                ed.apply(target_state(orig, diff.deltas, set(), diff.contents))
+            msg = str(ei.value)
+            assert "\n" not in msg and isinstance(ei.value, UsageError)
+            assert msg.startswith(f"node1: {tree.env('decode')}: MODEL_REV: ")
+            assert "'r2'" in msg and "'r1'" in msg and "nothing was restarted" in msg
+            # the new side is checked too, and passes
+            ed.apply(target_state(orig, diff.deltas, {"decode:MODEL_REV"}, diff.contents))
+            ed.restore()
+            ed.finish()
+        finally:
+            ed.unlock()
+
+
+def test_check_masks_secrets_and_uses_the_reference_text_when_nothing_was_recorded(tree, tmp_path):
+    tok = tmp_path / "tok"
+    tok.write_text("hf_AAAABBBBCCCCDDDDEEEEFFFFGGGG1234\n")
+    # no process: nothing recorded (old_eval None), so the expectation is the reference text
+    tree.edit("decode", NOON + f'export HF_TOKEN="$(cat {tok})"\n')
+    with open_dep(tree, tmp_path / "store") as dep:
+        dep.snapshot("noon")
+        tree.edit("decode", NOON + "export HF_TOKEN=hf_ZZZZYYYYXXXXWWWWVVVVUUUUTTTT9876\n")
+        diff = dep.diff(against="noon")
+        (d,) = [x for x in diff.deltas if x.key == "HF_TOKEN"]
+        assert d.old_eval is None and d.start_env is None
+        ed = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-1")
+        ed.lock()
+        try:
+            orig = ed.begin({("node1", str(tree.env("decode")))}, set())
+            t = target_state(orig, diff.deltas, set(), diff.contents)
+            (e,) = t.checks[("node1", str(tree.env("decode")))].expect
+            assert (e.key, e.ref) == ("HF_TOKEN", "old")
+            ed.apply(t)  # the reference text gives the same: passes
+            # now make the recorded expectation wrong: the error must not show either token
+            from dataclasses import replace
+
+            bad = [replace(d, old_eval="hf_AAAABBBBCCCCDDDDEEEEFFFFGGGG0000")]
+            ed.apply(target_state(orig, bad, {"decode:HF_TOKEN"}, diff.contents))
+            with pytest.raises(EnvCheckFailed) as ei:
+                ed.apply(target_state(orig, bad, set(), diff.contents))
+            assert "hf_AAAA" not in str(ei.value) and "HF_TOKEN" in str(ei.value)
+            ed.restore()
+            ed.finish()
+        finally:
+            ed.unlock()
