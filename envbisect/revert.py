@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .bisect import _install_signal_handlers, shield_signals
-from .configuration import OriginalState, target_state, touched
+from .configuration import OriginalState, holds, target_state, touched
 from .deltas import Delta
 from .deployment import Deployment
 from .errors import UsageError
@@ -77,11 +77,13 @@ def applied_now(original: OriginalState, deltas: Sequence[Delta]) -> dict[str, b
         f = original.files.get(key)
         data = f.content if f is not None and f.exists else None
         if d.kind == "env":
+            # by shell meaning, as the deltas were found (configuration.holds)
             try:
-                value = parse_env((data or b"").decode("utf-8", "surrogateescape")).values().get(d.key or "")
+                env = parse_env((data or b"").decode("utf-8", "surrogateescape"))
+                out[d.id] = True if holds(env, d, "new") else False if holds(env, d, "old") else None
             except EnvFileError:
                 out[d.id] = None
-                continue
+            continue
         else:
             value = hashlib.sha256(data).hexdigest() if data is not None else None
         out[d.id] = True if value == d.new else False if value == d.old else None

@@ -293,3 +293,18 @@ def test_check_masks_secrets_and_uses_the_reference_text_when_nothing_was_record
             ed.finish()
         finally:
             ed.unlock()
+
+
+def test_revert_tells_the_sides_of_a_quoting_only_change_apart():
+    from envbisect.configuration import FileOriginal, OriginalState
+    from envbisect.deltas import Delta
+    from envbisect.revert import applied_now
+
+    d = Delta("decode:T", "env", "h", "decode", "/e", "T", "changed", "$HOME/t", "$HOME/t", "snapshot:x",
+              old_word="'$HOME/t'", new_word='"$HOME/t"')
+    state = lambda text: applied_now(OriginalState({("h", "/e"): FileOriginal(True, text)}, {}), [d])[d.id]  # noqa: E731
+    assert state(b'export T="$HOME/t"\n') is True
+    assert state(b"export T=$HOME/t\n") is True  # the same meaning
+    assert state(b"export T='$HOME/t'\n") is False
+    assert state(b"export T=\\$HOME/t\n") is False  # the same meaning as the old side
+    assert state(b"export T=/x\n") is None
