@@ -5,6 +5,7 @@ cluster must be an error naming the file, the key and the problem, not a silentl
 """
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,8 @@ from .errors import PlaybookError
 
 LOCAL = "local"
 PROBE_KINDS = ("http", "multi_round", "concurrent", "command")
+PROBE_REPEAT_MAX = 40  # = Search(max_probes=...): a trial is never probed more often than that
+PROBE_CONCURRENCY_MAX = 1024  # one thread and one connection each
 
 
 @dataclass(frozen=True)
@@ -289,15 +292,37 @@ def _parse_probe(path: Path, name: str, table: Any, hosts: Mapping[str, Host]) -
             raise PlaybookError(path, r.key("command"), "is required for kind = \"command\"")
     elif not url:
         raise PlaybookError(path, r.key("url"), f"is required for kind = \"{kind}\"")
-    repeat = r.get("repeat", int, 1)
-    if repeat < 1:
-        raise PlaybookError(path, r.key("repeat"), "must be at least 1")
+    # Every setting is checked here, at load: a bad one found mid-run would stop a bisection after
+    # the lock and journal were taken.
+    def in_range(k: str, kind: type, default: Any, lo: float, hi: float, what: str) -> Any:
+        v = r.get(k, kind, default)
+        if v is not None and not lo <= v <= hi:
+            raise PlaybookError(path, r.key(k), f"must be {what}, got {v!r}")
+        return v
+
+    repeat = in_range("repeat", int, 1, 1, PROBE_REPEAT_MAX, f"between 1 and {PROBE_REPEAT_MAX} "
+                      "(probe runs per trial; the search adds runs for intermittent faults itself)")
+    rounds = in_range("rounds", int, 6, 1, 10_000, "between 1 and 10000")
+    concurrency = in_range("concurrency", int, 16, 1, PROBE_CONCURRENCY_MAX, f"between 1 and {PROBE_CONCURRENCY_MAX}")
+    expect_status = in_range("expect_status", int, 200, 100, 599, "an HTTP status (100-599)")
+    timeout_s = in_range("timeout_s", float, 30.0, 0.001, 86_400, "> 0 seconds (at most a day)")
+    latency_budget_s = in_range("latency_budget_s", float, None, 0.001, 86_400, "> 0 seconds")
+    method = r.get("method", str, "POST").upper()
+    if not re.fullmatch(r"[A-Z]+", method):
+        raise PlaybookError(path, r.key("method"), f"must be an HTTP method such as GET or POST, got {method!r}")
+    expect_body = r.get("expect_body", str, None)
+    if expect_body is not None:
+        try:
+            re.compile(expect_body)
+        except re.error as e:
+            raise PlaybookError(path, r.key("expect_body"), f"is not a valid regular expression: {e}") from None
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise PlaybookError(path, r.key("url"), f"must be an http(s) URL, got {url!r}")
     p = Probe(
-        name=name, kind=kind, vantage=vantage, url=url, method=r.get("method", str, "POST").upper(), body=body,
-        headers=tuple((str(k), str(v)) for k, v in headers.items()), expect_status=r.get("expect_status", int, 200),
-        expect_body=r.get("expect_body", str, None), timeout_s=r.get("timeout_s", float, 30.0),
-        latency_budget_s=r.get("latency_budget_s", float, None), repeat=repeat, rounds=r.get("rounds", int, 6),
-        concurrency=r.get("concurrency", int, 16), command=command,
+        name=name, kind=kind, vantage=vantage, url=url, method=method, body=body,
+        headers=tuple((str(k), str(v)) for k, v in headers.items()), expect_status=expect_status,
+        expect_body=expect_body, timeout_s=timeout_s, latency_budget_s=latency_budget_s, repeat=repeat,
+        rounds=rounds, concurrency=concurrency, command=command,
     )
     r.finish()
     return p
