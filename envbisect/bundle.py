@@ -94,9 +94,10 @@ def _snapshot_member(store_root: Path, doc: Mapping[str, Any], role: str, rd: Re
         procs = {}
         for s, pr in sorted((h.get("processes") or {}).items()):
             pr = dict(pr)
-            if isinstance(pr.get("environ"), Mapping):
-                pr["environ"] = {k: rd.masker.mask_value(k, v) if isinstance(v, str) else v
-                                 for k, v in sorted(pr["environ"].items())}
+            for field in ("environ", "file_eval"):  # file_eval: what bash made of the env file
+                if isinstance(pr.get(field), Mapping):
+                    pr[field] = {k: rd.masker.mask_value(k, v) if isinstance(v, str) else v
+                                 for k, v in sorted(pr[field].items())}
             procs[s] = pr
         hosts[name] = {**{k: v for k, v in h.items() if k not in ("files", "processes")}, "files": files,
                        "processes": procs}

@@ -172,7 +172,8 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
     doc = _read_json(run_dir / "run.json") or {}
     for d in doc.get("deltas") or []:
         if d.get("kind") == "env" and masker.is_secret_name(d.get("key") or ""):
-            out.update(v for v in (d.get("old"), d.get("new")) if isinstance(v, str))
+            out.update(v for v in (d.get("old"), d.get("new"), d.get("old_word"), d.get("new_word"),
+                                   d.get("old_eval"), d.get("new_eval")) if isinstance(v, str))
     root = _store_root(run_dir)
     for sid in (doc.get("baseline"), doc.get("current")):
         snap = load_snapshot_doc(root, sid)
@@ -183,7 +184,7 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
                     if masker.is_secret_name(k):
                         out.add(v)
             for proc in (h.get("processes") or {}).values():
-                for k, v in (proc.get("environ") or {}).items():
+                for k, v in [*(proc.get("environ") or {}).items(), *(proc.get("file_eval") or {}).items()]:
                     if masker.is_secret_name(k) and isinstance(v, str):
                         out.add(v)
     journal = _read_json(run_dir / "journal.json") or {}
@@ -322,9 +323,12 @@ def masked_deltas(run_doc: Mapping[str, Any], masker: SecretMasker) -> list[dict
     out = []
     for d in run_doc.get("deltas") or []:
         m = dict(shown.get(d.get("id")) or d)
+        m.pop("start_env", None)  # a process environment: not story material, and raw
         if d.get("kind") == "env":
             key = d.get("key") or ""
             m["old"], m["new"] = masker.mask_value(key, d.get("old")), masker.mask_value(key, d.get("new"))
+            for f in ("old_word", "new_word", "old_eval", "new_eval"):
+                m[f] = masker.mask_value(key, d.get(f))
         out.append(m)
     if not out:
         out = [dict(d) for d in shown.values()]
