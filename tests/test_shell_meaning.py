@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -36,7 +37,7 @@ export T='$HOME/t'
 
 
 def open_dep(tree, store, **kw) -> Deployment:
-    return Deployment(load_playbook(tree.playbook("local", pid_files=True, **kw)), Store(store),
+    return Deployment(load_playbook(tree.playbook("local", pid_files=True, name=tree.name, **kw)), Store(store),
                       ConnectOptions(attempts=1))
 
 
@@ -62,6 +63,7 @@ def tree(tmp_path):
     t.edit("decode", NOON)
     procs: list[subprocess.Popen] = []
     t.procs = procs
+    t.name = "sm-" + uuid.uuid4().hex[:8]  # the lock and host journal (~/.envbisect) are per deployment name
     yield t
     for p in procs:
         p.kill()
@@ -104,7 +106,7 @@ def test_drift_shows_the_text_and_the_value(tree, tmp_path):
 
 
 def test_quoting_changes_by_meaning_cli_json_and_human(tree, tmp_path):
-    pb = tree.playbook("local", pid_files=True)
+    pb = tree.playbook("local", pid_files=True, name=tree.name)
     base = [*ENVBISECT, "-p", str(pb), "--store", str(tmp_path / "store")]
     r = subprocess.run(base + ["snapshot", "--label", "noon"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
