@@ -36,27 +36,33 @@ from typing import Callable, Iterable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from envbisect.bisect import POLICIES  # noqa: E402
-from envbisect.search import Observation, Prior, Search, Verdict, restart_bound  # noqa: E402
+from envbisect.search import POLICIES, Observation, Policy, Verdict, restart_bound  # noqa: E402
 
 NS = (2, 4, 8, 13, 16, 32, 64)
 MAX_PAIRS = 700  # per (scenario, n): pairs beyond this are sampled with a fixed stride
 
 
-def run(units: list[str], bad: Callable[[frozenset], bool], prior: Prior | None, show: float, seed: int) -> tuple[Verdict, int]:
+def run(units: list[str], bad: Callable[[frozenset], bool], policy: Policy, show: float, seed: int,
+        free_current: bool = True) -> tuple[Verdict, int]:
+    """One search against an oracle. A bad config fails each probe run with probability ``show``.
+    ``free_current``: the first request (current) is answered by probing the running stack, as
+    envbisect does when every process verifiably runs its files (no restart)."""
     rng = random.Random(seed)
-    s = Search(units, prior=prior)
+    s = policy.search(units)
     while True:
         step = s.next()
         if isinstance(step, Verdict):
             return step, s.trials
-        passes, failed = step.probes, False
-        if bad(step.config):
-            passes = 0
-            while passes < step.probes and rng.random() >= show:
+        passes = failures = 0
+        is_bad = bad(step.config)
+        for _ in range(step.probes):
+            if is_bad and rng.random() < show:
+                failures += 1
+                if failures >= step.stop_after:
+                    break
+            else:
                 passes += 1
-            failed = passes < step.probes
-        s.observe(Observation(step.config, passes, failed))
+        s.observe(Observation(step.config, passes, failures=failures, free=step.free and free_current))
 
 
 def sample(items: list, limit: int) -> list:
@@ -71,11 +77,12 @@ def cases(scenario: str, units: list[str]) -> Iterable[tuple[Callable[[frozenset
     if scenario == "single":
         for x in units:
             yield (lambda c, x=x: x in c), ((x,),), 1.0, 0
-    elif scenario == "intermittent":
-        seeds = 3 if len(units) <= 16 else 1
+    elif scenario.startswith("intermittent"):
+        show = float(scenario.split("-")[1]) if "-" in scenario else 0.5
+        seeds = max(3, 200 // len(units) + 1)
         for i, x in enumerate(units):
             for k in range(seeds):
-                yield (lambda c, x=x: x in c), ((x,),), 0.5, 1000 * i + k
+                yield (lambda c, x=x: x in c), ((x,),), show, 1000 * i + k
     else:
         for a, b in sample(list(itertools.combinations(units, 2)), MAX_PAIRS):
             if scenario == "and-pair":
@@ -85,24 +92,35 @@ def cases(scenario: str, units: list[str]) -> Iterable[tuple[Callable[[frozenset
 
 
 def target(scenario: str, n: int) -> int | None:
-    if scenario in ("single", "intermittent"):
-        return restart_bound(n, "culprit")
+    lg = math.ceil(math.log2(n)) if n > 1 else 0
+    if scenario == "single" or scenario.startswith("intermittent"):
+        return lg + 3
     if scenario == "and-pair":
-        return restart_bound(n, "interaction")
+        return 2 * lg + 3
+    if scenario == "two-culprits":
+        return 2 * lg + 4
     return None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="n <= 16 only")
+    ap.add_argument("--scenario", default="")
+    ap.add_argument("--policy", default="")
+    ap.add_argument("--n", default="")
     args = ap.parse_args()
     ns = [n for n in NS if n <= 16] if args.quick else list(NS)
+    if args.n:
+        ns = [int(x) for x in args.n.split(",")]
     t0 = time.perf_counter()
     head = f"{'scenario':<13} {'policy':<9} {'n':>3} {'runs':>5} {'worst':>5} {'mean':>6} {'target':>6} {'restarts':>8} {'correct':>8} {'wrong-blame':>11}"
     print(head)
     print("-" * len(head))
-    for scenario in ("single", "and-pair", "two-culprits", "intermittent"):
-        for label, prior in POLICIES.items():
+    ap_scen = args.scenario.split(",") if args.scenario else ["single", "and-pair", "two-culprits", "intermittent-0.5", "intermittent-0.3"]
+    ap_pol = args.policy.split(",") if args.policy else list(POLICIES)
+    for scenario in ap_scen:
+        for label in ap_pol:
+            prior = POLICIES[label]
             for n in ns:
                 units = [f"u{i}" for i in range(n)]
                 worst, total, runs, right, outside = 0, 0, 0, 0, 0
@@ -119,7 +137,7 @@ def main() -> None:
                 tgt = target(scenario, n)
                 if tgt is None:
                     tgt_s, ok = "-", "-"
-                elif scenario == "intermittent":
+                elif scenario.startswith("intermittent"):
                     tgt_s, ok = f"({tgt})", "-"
                 else:
                     tgt_s, ok = str(tgt), "OK" if worst <= tgt else "MISS"

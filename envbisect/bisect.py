@@ -28,7 +28,7 @@ from .errors import EnvbisectError, ExitStatus, LockLost, RemoteError, UsageErro
 from .journal import HostEditor, describe_conflict, find_journal
 from .playbook import Probe
 from .restart import co_restart
-from .search import Observation, Prior, Search, Verdict
+from .search import POLICIES, Observation, Verdict
 from .store import Store, write_private
 from .trials import Trial, TrialRunner
 
@@ -47,16 +47,6 @@ class BisectOptions:
     leave: str = "original"  # original | fixed
     auto_link: bool = True  # same key, same change in several services -> one unit
     policy: str = "confirm"  # confirm | fast | thorough (see POLICIES)
-
-
-# How much a verdict must have been *observed* rather than inferred from the prior. Proving that a
-# culprit breaks things alone costs one restart more than ceil(log2 n) + 2 in the worst case (see
-# docs/search.md); "fast" trusts the prior instead and can mistake an interaction for a culprit.
-POLICIES = {
-    "confirm": Prior(interaction=1.0, multiple=1.0 / 60.0),  # culprits seen failing alone; pairs found
-    "fast": Prior(),  # meets ceil(log2 n) + 2; interactions and second culprits inferred unlikely
-    "thorough": Prior.cautious(),  # also checks current-minus-culprits: several culprits found
-}
 
 
 @dataclass(frozen=True)
@@ -139,12 +129,18 @@ class BisectRun:
             rec = {"ts": time.time(), "kind": kind}
             for k, v in data.items():
                 rec[k] = v.to_json() if hasattr(v, "to_json") else v
-            line = json.dumps(rec, default=str)
+            line = self.dep.masker.redact_json(json.loads(json.dumps(rec, default=str)), indent=None)
             with open(self.run_dir / "events.jsonl", "a") as f:
                 os.fchmod(f.fileno(), 0o600)
-                f.write(self.dep.masker.redact_text(line) + "\n")
+                f.write(line + "\n")
 
     # --- setup ---------------------------------------------------------------------------------
+    def refuse_unrestored(self) -> None:
+        """Before the diff: would the lock be refused? Then the hosts may hold another run's trial
+        state (a crashed run's baseline trial looks like "no deltas"), so no diff is taken now."""
+        HostEditor(self.playbook, self.dep.transports, self.dep.store.runs_dir / "-", "", heartbeat_s=0).lock(
+            break_lock=self.break_lock, dry=True)
+
     def probe(self) -> Probe:
         probes = self.playbook.probes
         if not probes:
@@ -180,17 +176,20 @@ class BisectRun:
                         "auto_link": self.opts.auto_link, "policy": self.opts.policy},
             "baseline": diff.baseline.id if diff.baseline else None, "current": diff.current.id,
             "since": diff.since,
-            "deltas": [{**d.__dict__, "detail": list(d.detail)} for d in deltas],
+            # masked like every run record; the raw values (needed to apply and resume) in a blob
+            "deltas": [d.to_json(self.dep.masker) for d in deltas],
+            "deltas_blob": store.put_run_deltas([{**d.__dict__, "detail": list(d.detail)} for d in deltas]),
             "contents": {sha: store.put_blob(data) for sha, data in diff.contents.items()},
             "units": {u: list(v) for u, v in units.items()},
             "diff": diff.to_json(self.dep.masker),
         }
-        write_private(self.run_dir / "run.json", json.dumps(doc, indent=1).encode())
+        write_private(self.run_dir / "run.json", self.dep.masker.redact_json(doc).encode())
 
     def _append_trial(self, trial: Trial) -> None:
         path = self.run_dir / "trials.jsonl"
         existing = path.read_bytes() if path.exists() else b""
-        write_private(path, existing + json.dumps(trial.to_json()).encode() + b"\n")
+        line = self.dep.masker.redact_json(trial.to_json(), indent=None)
+        write_private(path, existing + line.encode() + b"\n")
 
     # --- the run -------------------------------------------------------------------------------
     def start(self, diff: Diff) -> BisectResult:
@@ -203,7 +202,7 @@ class BisectRun:
         self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._save_run(diff, deltas, units, probe)
         write_private(self.run_dir / "environment.json",
-                      json.dumps(capture_environment(self.playbook, self.dep.transports), indent=1).encode())
+                      self.dep.masker.redact_json(capture_environment(self.playbook, self.dep.transports)).encode())
         editor = HostEditor(self.playbook, self.dep.transports, self.run_dir, self.run_id)
         for note in editor.lock(break_lock=self.break_lock):
             self.on_event("warning", {"message": note})
@@ -219,11 +218,13 @@ class BisectRun:
     def resume(self, run_id: str | None) -> BisectResult:
         store = self.dep.store
         run_dir = _find_run_dir(store, run_id, self.playbook.name)
-        doc = json.loads((run_dir / "run.json").read_text())
+        doc = store.read_run_file(run_dir / "run.json")
         self.run_id, self.run_dir = doc["run_id"], run_dir
         if (run_dir / "verdict.json").exists():
             raise UsageError(f"run {self.run_id} already finished (see `envbisect show {self.run_id}`)")
-        deltas = [Delta(**{**d, "detail": tuple(d.get("detail", ()))}) for d in doc["deltas"]]
+        raw = store.run_deltas(doc, run_dir / "run.json")
+        deltas = [Delta(**{**d, "detail": tuple(d.get("detail", ()))}) for d in raw]
+        self.dep.masker.learn_env((d.key, v) for d in deltas if d.kind == "env" and d.key for v in (d.old, d.new))
         contents = {sha: store.get_blob(ref) or b"" for sha, ref in doc["contents"].items()}
         units = {u: tuple(v) for u, v in doc["units"].items()}
         o = doc["options"]
@@ -288,8 +289,8 @@ class BisectRun:
         self.playbook_units = unit_ids
         if self.opts.policy not in POLICIES:
             raise UsageError(f"unknown policy {self.opts.policy!r} (one of {', '.join(POLICIES)})")
-        search = Search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
-                        base_probes=probe.repeat, prior=POLICIES[self.opts.policy])
+        search = POLICIES[self.opts.policy].search(unit_ids, confidence=self.opts.confidence,
+                                                   max_trials=self.opts.max_trials, base_probes=probe.repeat)
         self.trials = list(done)
         for t in done:
             search.observe(_observation(t))
@@ -366,7 +367,7 @@ class BisectRun:
             drift_hint = tuple(_drift_hint(diff.to_json(self.dep.masker) if diff else diff_doc or {}))
         result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, units, path_report, drift_hint,
                               final, tuple(notes))
-        write_private(self.run_dir / "verdict.json", json.dumps(result.to_json(), indent=1).encode())
+        write_private(self.run_dir / "verdict.json", self.dep.masker.redact_json(result.to_json()).encode())
         return result
 
     def _restore(self, editor: HostEditor, notes: list[str] | None = None) -> str:

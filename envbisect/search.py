@@ -40,7 +40,7 @@ way, and what ``Prior.cautious()`` trades for finding it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterable, Sequence
 
@@ -50,6 +50,8 @@ __all__ = [
     "TrialRequest",
     "Verdict",
     "Prior",
+    "Policy",
+    "POLICIES",
     "Hypothesis",
     "Search",
     "restart_bound",
@@ -69,19 +71,30 @@ class Outcome(Enum):
 
 @dataclass(frozen=True)
 class Observation:
-    """What happened in one trial (one co-restart of all services).
+    """What happened in one trial (normally one co-restart of all services).
 
-    ``passes`` counts the probe runs that passed before the first failure (or all
-    of them if none failed); ``failed`` says whether a run failed (runs stop at the
-    first failure).  A service that died at start because of the config is a
-    failure with ``passes=0``.  ``unresolved`` marks a trial that produced no
-    evidence at all; ``passes`` and ``failed`` are then ignored.
+    ``passes`` counts the probe runs that passed; ``failures`` the runs that failed
+    (runs normally stop at the first failure, so it is 0 or 1, but a request with
+    ``stop_after > 1`` keeps probing a failing config to learn how often it fails).
+    ``failed=True`` alone means one failure.  A service that died at start because
+    of the config is a failure with ``passes=0``.  ``unresolved`` marks a trial that
+    produced no evidence at all; ``passes`` and ``failures`` are then ignored.
+    ``free`` marks an observation that cost no restart: the running stack probed as
+    it was, because every process verifiably runs the current files.
     """
 
     config: frozenset[str]
     passes: int = 0
     failed: bool = False
     unresolved: bool = False
+    failures: int = 0
+    free: bool = False
+
+    def __post_init__(self) -> None:
+        if self.failed and self.failures == 0:
+            object.__setattr__(self, "failures", 1)
+        if self.failures > 0 and not self.failed:
+            object.__setattr__(self, "failed", True)
 
     @property
     def outcome(self) -> Outcome:
@@ -103,11 +116,16 @@ class Observation:
 @dataclass(frozen=True)
 class TrialRequest:
     """Apply the baseline plus ``config``, co-restart, run the probe at most ``probes``
-    times in that started configuration, stop at the first failure."""
+    times in that started configuration, stop after ``stop_after`` failed runs.
+
+    ``free``: the caller may answer it without a restart when the running stack
+    verifiably runs exactly this config (then report ``Observation(free=True)``)."""
 
     config: frozenset[str]
     probes: int
     purpose: str
+    stop_after: int = 1  # failed runs after which probing stops (>1: learn the failure rate)
+    free: bool = False  # may be answered by probing the running stack without a restart
 
 
 @dataclass(frozen=True)
@@ -168,6 +186,7 @@ class Prior:
     multiple: float = 1.0 / 60.0
     not_config: float = 0.05
     no_fault: float = 0.02
+    later_interaction: float | None = None  # interaction mass for a further culprit (None: ``interaction``)
     q: tuple[tuple[float, float], ...] = ((0.0, 0.9), (0.2, 0.05), (0.4, 0.03), (0.6, 0.015), (0.8, 0.005))
 
     def __post_init__(self) -> None:
@@ -188,16 +207,43 @@ class Prior:
         return cls(interaction=1.0, multiple=1.0)
 
 
+@dataclass(frozen=True)
+class Policy:
+    """How much of a verdict must be observed rather than inferred (``envbisect bisect --policy``)."""
+
+    prior: Prior
+    require_fix: bool  # "these are all the culprits" only once current-minus-culprits passed
+
+    def search(self, units: Sequence[str], **kw) -> "Search":
+        return Search(units, prior=self.prior, require_fix=self.require_fix, **kw)
+
+
+POLICIES: dict[str, Policy] = {
+    # a culprit is seen failing alone (so an interaction is never called a single culprit) and the
+    # fix is seen passing (so a second independent culprit is never inferred away)
+    "confirm": Policy(Prior(interaction=1.0, multiple=1.0 / 60.0, later_interaction=1.0 / 60.0), require_fix=True),
+    # trust the prior: fewest restarts; interactions and second culprits are inferred unlikely
+    "fast": Policy(Prior(), require_fix=False),
+    # interactions and second culprits as likely as a single culprit: every claim checked
+    "thorough": Policy(Prior.cautious(), require_fix=True),
+}
+
+
 def restart_bound(n: int, kind: str = "culprit") -> int:
     """Restarts (premise checks included) promised for a deterministic fault among ``n`` units.
 
-    ``"culprit"``: ``ceil(log2 n) + 2``; ``"interaction"``: ``2 * ceil(log2 n) + 2``.
+    ``"culprit"``: ``ceil(log2 n) + 3``; ``"interaction"``: ``2 * ceil(log2 n) + 3``;
+    ``"several"`` (two independent culprits): ``2 * ceil(log2 n) + 4``.  The premise checks
+    are included; the first (current must fail) is free when the running stack verifiably
+    runs its files, else each bound is one more.
     """
     k = math.ceil(math.log2(n)) if n > 1 else 0
     if kind == "culprit":
-        return k + 2
+        return k + 3
     if kind == "interaction":
-        return 2 * k + 2
+        return 2 * k + 3
+    if kind == "several":
+        return 2 * k + 4
     raise ValueError(f"unknown kind {kind!r}")
 
 
@@ -232,7 +278,7 @@ class _Belief:
         *,
         frame_units: Sequence[int],
         terms: Sequence[int],
-        obs: Sequence[tuple[int, int, bool]],
+        obs: Sequence[tuple[int, int, int]],  # (config, passes, failures)
         prior: Prior,
     ) -> None:
         qw = [w for _, w in prior.q]
@@ -243,6 +289,7 @@ class _Belief:
         frame0 = not self.terms
         nobs = len(obs)
         ks = [k for _, k, _ in obs]
+        fs = [f for _, _, f in obs]
         failed_vec = 0
         ebad = 0
         for i, (c, _, f) in enumerate(obs):
@@ -274,10 +321,10 @@ class _Belief:
             if failed_vec & ~bad:  # a good config never fails
                 cache[bad] = None
                 return None
-            s = 0
+            s = f = 0
             for i in _bits(bad):
                 s += ks[i]
-            f = (bad & failed_vec).bit_count()
+                f += fs[i]
             w = [p * (q**s) * ((1.0 - q) ** f) for q, p in zip(self.qs, self.pq)]
             cache[bad] = w
             return w
@@ -302,7 +349,8 @@ class _Belief:
             add(_NONE, -1, -1, 1, prior.not_config, (1 << nobs) - 1)
         else:  # one more culprit, or none
             p_nothing, p_single = prior.single, prior.multiple
-            p_pair = prior.multiple * prior.interaction / prior.single
+            inter = prior.interaction if prior.later_interaction is None else prior.later_interaction
+            p_pair = prior.multiple * inter / prior.single
         add(_NOTHING, -1, -1, 1, p_nothing, 0)
         if v:
             for ai, (sig, _, size, _) in enumerate(self.atoms):
@@ -488,6 +536,9 @@ class _Evidence:
     passes: int = 0
     failed: bool = False
     resolved: int = 0
+    restarted_fail: bool = False  # a failure seen after a co-restart (not only on the running stack)
+    restarted_passes: int = 0
+    trials: list[int] = field(default_factory=list)  # 1-based trial numbers, for "observed in trial N"
 
 
 class Search:
@@ -515,8 +566,11 @@ class Search:
         confidence: float = 0.95,
         max_trials: int | None = None,
         base_probes: int = 3,
-        max_probes: int = 12,
+        max_probes: int = 40,
         prior: Prior | None = None,
+        require_fix: bool = False,
+        premise_probes: int = 12,
+        premise_failures: int = 3,
     ) -> None:
         units = tuple(units)
         if len(set(units)) != len(units):
@@ -525,6 +579,8 @@ class Search:
             raise ValueError("confidence must be in [0.5, 1)")
         if base_probes < 1 or max_probes < base_probes:
             raise ValueError("need 1 <= base_probes <= max_probes")
+        if premise_failures < 1:
+            raise ValueError("premise_failures must be >= 1")
         if max_trials is not None and max_trials < 1:
             raise ValueError("max_trials must be >= 1")
         self._units = units
@@ -536,10 +592,16 @@ class Search:
         self.base_probes = base_probes
         self.max_probes = max_probes
         self.prior = prior or Prior()
-        self._tau = (1.0 - confidence) / 4.0  # doubt accepted for one pass before building on it
+        self.require_fix = require_fix
+        self.premise_probes = min(max(premise_probes, base_probes), max_probes)
+        self.premise_failures = premise_failures
+        # Doubt accepted for one pass before building on it.  A bisection builds on about
+        # log2(n) passes, and a verdict resting on one lucky pass blames an innocent delta, so
+        # each pass must be much surer than the verdict as a whole.
+        self._tau = (1.0 - confidence) / 20.0
         self._retest_cap = 3 * max_probes  # passes of one config beyond which it is not re-tested
         self._obs: list[Observation] = []
-        self._resolved: list[tuple[int, int, bool]] = []
+        self._resolved: list[tuple[int, int, int]] = []
         self._evidence: dict[int, _Evidence] = {}
         self._terms: list[int] = []  # accepted terms (masks), one per closed frame
         self._term_conf: list[float] = []
@@ -558,8 +620,8 @@ class Search:
 
     @property
     def trials(self) -> int:
-        """Restarts consumed so far (resolved and unresolved)."""
-        return len(self._obs)
+        """Restarts consumed so far (resolved and unresolved; a free probe of the running stack is none)."""
+        return sum(1 for o in self._obs if not o.free)
 
     @property
     def observations(self) -> tuple[Observation, ...]:
@@ -583,11 +645,14 @@ class Search:
         self._obs.append(obs)
         if not obs.unresolved:
             mask = self._mask(obs.config)
-            self._resolved.append((mask, obs.passes, obs.failed))
+            self._resolved.append((mask, obs.passes, obs.failures))
             ev = self._evidence.setdefault(mask, _Evidence())
             ev.passes += obs.passes
             ev.failed = ev.failed or obs.failed
+            ev.restarted_fail = ev.restarted_fail or (obs.failed and not obs.free)
+            ev.restarted_passes += 0 if obs.free else obs.passes
             ev.resolved += 1
+            ev.trials.append(len(self._obs))
         self._pending = self._decide()
         if isinstance(self._pending, TrialRequest):
             self._last_request = self._pending
@@ -683,9 +748,11 @@ class Search:
             return self.base_probes
         if pb >= 1:
             return self.max_probes
-        qd = post.q_given_bad(mask)
+        return self._runs_for(pb, post.q_given_bad(mask), post.qs)
+
+    def _runs_for(self, pb: float, qd: Sequence[float], qs: Sequence[float]) -> int:
         for r in range(self.base_probes, self.max_probes + 1):
-            lucky = sum(p * q**r for q, p in zip(post.qs, qd))
+            lucky = sum(p * q**r for q, p in zip(qs, qd))
             if pb * lucky / (pb * lucky + (1 - pb)) <= self._tau:
                 return r
         return self.max_probes
@@ -736,16 +803,20 @@ class Search:
         # 2. premise checks
         cur = self._evidence.get(self._all)
         if cur is None:
-            if self._n == 0:
-                return TrialRequest(frozenset(), self.max_probes, "premise: current (no deltas: the baseline) must fail")
-            return TrialRequest(frozenset(self._units), self.max_probes, "premise: current must fail")
-        if not cur.failed:
+            # Probing a failing config past its first failure is cheap and measures how often it
+            # fails: the estimate of q every later pass is judged by.
+            what = "current (no deltas: the baseline)" if self._n == 0 else "current"
+            return TrialRequest(frozenset(self._units), self.premise_probes, f"premise: {what} must fail",
+                                stop_after=self.premise_failures, free=True)
+        if not cur.failed or (not cur.restarted_fail and cur.restarted_passes >= self.premise_probes):
             return self._not_reproduced()
         if self._n == 0:
             return self._not_config()
         base = self._evidence.get(0)
         if base is None:
-            return TrialRequest(frozenset(), self.max_probes, "premise: baseline must pass")
+            post = self._belief()
+            runs = max(self.premise_probes, self._runs_for(0.5, post.q_given_bad(self._all), post.qs))
+            return TrialRequest(frozenset(), runs, "premise: baseline must pass")
         if base.failed:
             return self._not_config()
         # 3. structured search, stopped by the posterior
@@ -764,6 +835,9 @@ class Search:
                     return self._final("contradiction")
                 if fluke is not None:
                     return fluke  # type: ignore[return-value]
+                fix = self._fix_observed(post, top) or self._restart_proof(post, top)
+                if fix is not None:
+                    return fix
                 spare = self._spare_check(post, top)
                 return spare if spare is not None else self._verdict(post, top, conf)
             step = self._stage_step(post)
@@ -951,13 +1025,40 @@ class Search:
         cands.sort(key=lambda c: -c[0])  # stable: "alone" first on ties
         return self._request(cands[0][1], cands[0][2], post)
 
+    def _fix_observed(self, post: _Belief, top: tuple) -> TrialRequest | None:
+        """With ``require_fix``, "these are all the culprits" is observed, never inferred:
+        current minus every culprit must have passed before the verdict is given."""
+        if not self.require_fix or top[0] not in (_S, _AND):
+            return None
+        term = post.term(top)
+        vf = self._fix_mask(term)
+        if self._status(vf, post) == "pass":
+            return None
+        names = ", ".join(self._names(self._vars() | term))
+        return self._request(vf, f"confirm: current without {names} (the fix) must pass", post)
+
+    def _restart_proof(self, post: _Belief, top: tuple) -> TrialRequest | None:
+        """A culprit is never blamed on the running stack's word alone: its state may hold more
+        than its files (a service restarted alone).  Each blamed term must have failed in some
+        config after a full co-restart; if only the free probe saw it, co-restart current."""
+        if top[0] not in (_S, _AND):
+            return None
+        t = post.term(top)
+        for term in self._terms + ([t] if t else []):
+            if not any(ev.restarted_fail and (m & term) == term for m, ev in self._evidence.items()):
+                return TrialRequest(frozenset(self._units), self.premise_probes,
+                                    "confirm after a co-restart: current failed as it was running")
+        return None
+
     def _spare_check(self, post: _Belief, top: tuple) -> TrialRequest | None:
         """Confident already; but if a claim rests on the prior and checking it stays
         within the restart bound promised for this kind of answer, check it."""
-        if self._terms or top[0] not in (_S, _AND):
+        if top[0] not in (_S, _AND):
             return None
-        kind = "culprit" if top[0] == _S else "interaction"
-        if self.trials + 1 > restart_bound(self._n, kind):
+        if self._terms:  # a further culprit: its own claims within the bound for several culprits
+            if self.trials + 1 > restart_bound(self._n, "several"):
+                return None
+        elif self.trials + 1 > restart_bound(self._n, "culprit" if top[0] == _S else "interaction"):
             return None
         return self._confirm(post, post.term(top))
 
@@ -1011,14 +1112,22 @@ class Search:
 
     def _not_reproduced(self) -> Verdict:
         ev = self._evidence[self._all]
+        trials = ", ".join(str(t) for t in ev.trials)
+        if ev.failed:  # it failed as it was running, and passed after a full co-restart
+            return Verdict(
+                "not-reproduced", (), 1.0, (),
+                f"Observed: the running stack failed (trial {ev.trials[0]}), but after a full ordered co-restart "
+                f"the same config passed {ev.restarted_passes} probe runs (trial {ev.trials[-1]}): the files are "
+                "not the cause; the running state was (a service restarted alone, or a stale process).",
+            )
         conf = 1.0 - self._belief().p_bad(self._all)
         return Verdict(
             "not-reproduced",
             (),
             conf,
             (),
-            f"The current config passed all {ev.passes} probe runs: the failure did not reproduce, so nothing "
-            "was bisected (check the probe, or run again while the fault shows).",
+            f"Observed: the current config passed all {ev.passes} probe runs (trial {trials}): the failure did "
+            "not reproduce, so nothing was bisected (check the probe, or run again while the fault shows).",
         )
 
     def _not_config(self) -> Verdict:
