@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import UsageError
-from .masking import SecretMasker
+from .masking import SecretMasker, encodable
 from .store import Store, write_private
 from .report import (Redactor, _get_blob, _read_json, journal_summary, load_run, load_snapshot_doc, make_redactor,
                      masked_deltas, render_html, render_markdown)
@@ -135,6 +135,11 @@ def _jsonl(path: Path, rd: Redactor) -> str:
     return "".join(l + "\n" for l in lines)
 
 
+def _utf8(text: str) -> bytes:
+    """A text member as UTF-8; the bytes of a non-UTF-8 value (kept as surrogates) shown as \\xNN."""
+    return encodable(text).encode("utf-8")
+
+
 def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
     raw = _read_json(run_dir / "run.json")
     if not isinstance(raw, dict):
@@ -146,32 +151,32 @@ def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
     # The reports are rendered from the redacted record, and every piece of run data is redacted again
     # as it is written (render_*); a whole-document redact_text would mangle markup (a "must pass: ..."
     # reads like a PASS: value pair), so only the literal raw-value replacement runs over the whole text.
-    m["report.md"] = rd.raw(render_markdown(rec)).encode()
-    m["report.html"] = rd.raw(render_html(rec)).encode()
+    m["report.md"] = _utf8(rd.raw(render_markdown(rec)))
+    m["report.html"] = _utf8(rd.raw(render_html(rec)))
     run_doc = dict(raw)
     run_doc["deltas"] = masked_deltas(raw, rd.masker)
-    m["run.json"] = rd.json_text(run_doc).encode()
-    m["diff.json"] = rd.json_text(raw.get("diff") or {}).encode()
+    m["run.json"] = _utf8(rd.json_text(run_doc))
+    m["diff.json"] = _utf8(rd.json_text(raw.get("diff") or {}))
     verdict = _read_json(run_dir / "verdict.json")
     if isinstance(verdict, dict):
-        m["verdict.json"] = rd.json_text(verdict).encode()
-    m["trials.jsonl"] = _jsonl(run_dir / "trials.jsonl", rd).encode()
-    m["events.jsonl"] = _jsonl(run_dir / "events.jsonl", rd).encode()
+        m["verdict.json"] = _utf8(rd.json_text(verdict))
+    m["trials.jsonl"] = _utf8(_jsonl(run_dir / "trials.jsonl", rd))
+    m["events.jsonl"] = _utf8(_jsonl(run_dir / "events.jsonl", rd))
     base_doc = load_snapshot_doc(store_root, raw.get("baseline"))
     cur_doc = load_snapshot_doc(store_root, raw.get("current"))
     env = dict(_read_json(run_dir / "environment.json") or {})
     env["repos"] = _repos(cur_doc, base_doc)
-    m["environment.json"] = rd.json_text(env).encode()
-    m["journal-summary.json"] = rd.json_text(journal_summary(_read_json(run_dir / "journal.json")) or {}).encode()
+    m["environment.json"] = _utf8(rd.json_text(env))
+    m["journal-summary.json"] = _utf8(rd.json_text(journal_summary(_read_json(run_dir / "journal.json")) or {}))
     for role, doc in (("baseline", base_doc), ("current", cur_doc)):
         if doc is not None:
-            m[f"snapshots/{rd.text(str(doc.get('id')))}.json"] = _snapshot_member(store_root, doc, role, rd).encode()
+            m[f"snapshots/{rd.text(str(doc.get('id')))}.json"] = _utf8(_snapshot_member(store_root, doc, role, rd))
     ev = run_dir / "evidence"
     if ev.is_dir():
         for tdir in sorted(p for p in ev.iterdir() if p.is_dir()):
             for f in sorted(p for p in tdir.iterdir() if p.is_file()):
                 text = f.read_bytes().decode("utf-8", "replace")
-                m[f"evidence/{rd.text(tdir.name)}/{rd.text(f.name)}"] = rd.text(text).encode()
+                m[f"evidence/{rd.text(tdir.name)}/{rd.text(f.name)}"] = _utf8(rd.text(text))
     return m
 
 
@@ -189,7 +194,7 @@ def _leaks(members: Mapping[str, bytes], rd: Redactor) -> list[str]:
     values = [v for v in rd.raw_values if len(v) >= 8]
     for name, data in members.items():
         for v in values:
-            if v.encode() in data or v.encode() in name.encode():
+            if any(b in data or b in _utf8(name) for b in {_utf8(v), v.encode("utf-8", "surrogateescape")}):
                 found.append(name)
                 break
     return found
@@ -231,7 +236,7 @@ def make_bundle(store_root: Path, run_id: str | None, out: Path, masker: SecretM
         "members": [{"path": n, "size": len(members[n]), "sha256": hashlib.sha256(members[n]).hexdigest()}
                     for n in order],
     }
-    manifest_bytes = rd.json_text(manifest).encode()
+    manifest_bytes = _utf8(rd.json_text(manifest))
     all_members = [(MANIFEST, manifest_bytes)] + [(n, members[n]) for n in order]
 
     out = Path(out)

@@ -1,6 +1,9 @@
 """Command line: a thin layer over `envbisect.deployment` and friends.
 
-This is the one place that maps errors to exit statuses and one-line messages (see errors.py).
+This is the one place that maps errors to exit statuses and one-line messages (see errors.py), and
+the one place where output leaves the process: every byte written to the terminal (stdout, stderr,
+logs) goes through `shown()` -- the deployment's masker, then `masking.printable` -- and every
+`--json` document through the same masker (`emit_json`). See docs/safety.md.
 """
 from __future__ import annotations
 
@@ -19,16 +22,86 @@ from rich.text import Text
 
 from . import __version__
 from .deployment import ConnectOptions, Deployment
-from .errors import EnvbisectError, ExitStatus, UsageError
+from .errors import EnvbisectError, ExitStatus, StoreError, UsageError
+from .masking import SecretMasker, printable
 from .playbook import load_playbook
 from .store import Store
+
+try:  # typer >= 0.20 vendors click; older ones use click itself
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # pragma: no cover
+    from click.exceptions import ClickException, NoArgsIsHelpError
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
     help="Which change broke the serving stack, exactly, and is it a change at all?",
 )
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class _Output:
+    """What every output of this process is redacted with: the deployment's masker once a playbook
+    is loaded (built-in rules + [secrets] + the raw values it learns), the built-in rules before."""
+
+    masker: SecretMasker = SecretMasker()
+    store: Path | None = None  # where the crash log goes
+    traceback: bool = False  # --traceback
+
+
+def shown(text: Any, *, one_line: bool = False) -> str:
+    """The one helper between data and a terminal: secrets masked, escape sequences and control
+    characters made visible (`masking.printable`). ``one_line``: newlines too, for a value shown
+    inside a line (a value must not be able to fake the next line)."""
+    return printable(_Output.masker.redact_text("" if text is None else str(text)), keep_newlines=not one_line)
+
+
+def _shown_text(t: Text) -> Text:
+    """A rich `Text` through `shown()`, keeping its styles where the redaction allows."""
+    plain = t.plain
+    want = shown(plain)
+    if want == plain:
+        return t
+    cuts = sorted({sp.start for sp in t.spans} | {sp.end for sp in t.spans})
+    new = t.blank_copy()
+    for part in t.divide(cuts):
+        start = len(new)
+        new.append(shown(part.plain))
+        for sp in part.spans:
+            new.stylize(sp.style, start, len(new))
+    if new.plain != want:  # a secret across two styles: correctness over colour
+        new = t.blank_copy(want)
+    return new
+
+
+class SafeConsole(Console):
+    """A console that cannot be injected into or leak: markup and emoji codes are off (a value such
+    as ``[/x]`` or ``:x:`` is text, never style, and cannot crash the renderer), and every string and
+    `Text` it renders -- messages, table cells, progress lines -- goes through `shown()`."""
+
+    def __init__(self, **kw: Any):
+        super().__init__(markup=False, emoji=False, highlight=False, soft_wrap=True, **kw)
+
+    def render_str(self, text: str, **kw: Any) -> Text:  # every str: print() arguments, table cells
+        return super().render_str(shown(text), **kw)
+
+    def render(self, renderable: Any, options: Any = None) -> Any:  # every Text, however nested
+        if isinstance(renderable, Text):
+            renderable = _shown_text(renderable)
+        return super().render(renderable, options)
+
+
+def _bold(s: Any) -> tuple[str, str]:
+    return (str(s), "bold")
+
+
+out = SafeConsole()
+err = SafeConsole(stderr=True)
+
+
+class _RedactingFormatter(logging.Formatter):
+    """Log records (every verbosity, paramiko's too, tracebacks included) through `shown()`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return shown(super().format(record))
 
 
 @dataclass
@@ -40,12 +113,31 @@ class Options:
     connect_attempts: int
 
     def deployment(self) -> Deployment:
-        return Deployment(load_playbook(self.playbook), Store(self.store),
-                          ConnectOptions(self.ssh_config, self.accept_new_host_key, self.connect_attempts))
+        dep = Deployment(load_playbook(self.playbook), Store(self.store),
+                         ConnectOptions(self.ssh_config, self.accept_new_host_key, self.connect_attempts))
+        _Output.masker = dep.masker  # every output from now on learns what the deployment learns
+        return dep
+
+    def masker(self) -> SecretMasker:
+        """For commands that need no hosts (runs, show, bundle): the playbook's [secrets] when it
+        can be read, the built-in rules otherwise."""
+        if self.playbook.exists():
+            try:
+                pb = load_playbook(self.playbook)
+                _Output.masker = SecretMasker(pb.secret_names, pb.secret_values)
+            except EnvbisectError:
+                pass
+        return _Output.masker
 
 
 def _opts(ctx: typer.Context) -> Options:
     return ctx.ensure_object(Options)  # type: ignore[return-value]
+
+
+def _print_version(value: bool) -> None:
+    if value:  # eager: works without a command
+        out.print(f"envbisect {__version__}")
+        raise typer.Exit(0)
 
 
 @app.callback()
@@ -58,26 +150,36 @@ def _main(
                                              help="Trust and record an unknown host key (a changed key is still refused)."),
     connect_attempts: int = typer.Option(3, "--connect-attempts", min=1, help="SSH connection attempts per host."),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="-v info, -vv debug (shows SSH round trips)."),
-    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+    traceback: bool = typer.Option(False, "--traceback",
+                                   help="On an internal error, print the traceback (secrets masked) instead of "
+                                        "pointing to the crash log."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print the version and exit."),
 ) -> None:
-    if version:
-        out.print(f"envbisect {__version__}")
-        raise typer.Exit(0)
+    _Output.store, _Output.traceback = store, traceback or _Output.traceback
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
     if verbose < 2:
         logging.getLogger("paramiko").setLevel(logging.WARNING)
     ctx.obj = Options(playbook, store, ssh_config, accept_new_host_key, connect_attempts)
 
 
 def emit_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+    """`--json` output: the document through the same masker as everything else (ASCII JSON, so no
+    control character reaches the terminal raw)."""
+    plain = json.loads(json.dumps(doc, default=str))  # dataclasses, paths, ... as the strings they print as
+    sys.stdout.write(json.dumps(_Output.masker.redact_obj(plain), indent=2, sort_keys=False) + "\n")
 
 
 def _when(t: float | None) -> str:
     if t is None:
         return "?"
-    return datetime.fromtimestamp(t, timezone.utc).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    try:
+        return datetime.fromtimestamp(t, timezone.utc).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    except (OverflowError, OSError, ValueError, TypeError):  # a damaged record, or --since 0001-01-01
+        return str(t)
 
 
 # --- snapshot ----------------------------------------------------------------------------------
@@ -99,7 +201,7 @@ def snapshot(ctx: typer.Context, label: Optional[str] = typer.Option(None, "--la
     if as_json:
         emit_json(summary)
         return
-    out.print(f"snapshot [bold]{snap.id}[/bold] saved in {o.store}")
+    out.print(Text.assemble("snapshot ", _bold(snap.id), f" saved in {o.store}"))
     t = Table("host", "files", "repos", "processes", "ssh round trips")
     for h, s in summary["hosts"].items():
         t.add_row(h, str(s["files"]), ", ".join(f"{Path(p).name}@{d}" for p, d in s["repos"].items()) or "-",
@@ -156,7 +258,7 @@ def render_diff(result, masker) -> None:  # noqa: ANN001
         head += f"   since: {_when(result.since)}"
     out.print(head)
     if not result.deltas:
-        out.print("[green]no deltas[/green]")
+        out.print(Text("no deltas", style="green"))
     groups: dict[tuple[str, str], list] = {}
     for d in result.deltas:
         title = f"{d.service} ({d.path})" if d.kind == "env" else ("repo " + d.path if d.kind == "git" else "watched files")
@@ -168,7 +270,7 @@ def render_diff(result, masker) -> None:  # noqa: ANN001
             name = d.key if d.kind == "env" else d.path
             if d.kind == "env":
                 # the value, or the shell text and what bash made of it where they differ
-                old, new = j.get("old_shown", j["old"]), j.get("new_shown", j["new"])
+                old, new = (shown(v, one_line=True) for v in (j.get("old_shown", j["old"]), j.get("new_shown", j["new"])))
                 line = {"added": f"+ {name}={new}", "removed": f"- {name}",
                         "changed": f"~ {name} {old} → {new}"}[d.change] if d.key else f"? {d.path} changed"
             elif d.kind == "git":
@@ -182,21 +284,24 @@ def render_diff(result, masker) -> None:  # noqa: ANN001
             text.append(f"   [{d.id}; from {d.baseline_source}]", style="dim")
             out.print(text)
             for det in j["detail"]:
-                out.print(Text(f"      {det}", style="dim"))
+                out.print(Text(f"      {shown(det, one_line=True)}", style="dim"))
     if result.links():
-        out.print("\n[bold]linked[/bold] (same variable changed in several services; they may need to change together):")
+        out.print(Text.assemble("\n", _bold("linked"),
+                                " (same variable changed in several services; they may need to change together):"))
         for ids in result.links():
             out.print("  " + " + ".join(ids))
     if result.drift:
-        out.print("\n[bold red]drift[/bold red]: running processes whose start environment differs from their env file")
+        out.print(Text.assemble("\n", ("drift", "bold red"),
+                                ": running processes whose start environment differs from their env file"))
         for dr in result.drift:
             j = dr.to_json(masker)
             out.print(f"  {dr.host}/{dr.service} pid {dr.pid} (started {_when(dr.started_at)}): {dr.key} "
-                      f"file={j.get('file_shown') or j['file']} process={j['process']}")
+                      f"file={shown(j.get('file_shown') or j['file'], one_line=True)} "
+                      f"process={shown(j['process'], one_line=True)}")
     if result.unknown_processes:
         out.print(f"\nstart environment unknown (overwritten or unreadable) for: {', '.join(result.unknown_processes)}")
     for n in result.notes:
-        out.print(Text(f"note: {masker.redact_text(n)}", style="dim"))
+        out.print(Text(f"note: {shown(masker.redact_text(n))}", style="dim"))
 
 
 
@@ -232,8 +337,8 @@ class _Progress:
             self.total = data.get("total_deltas", self.total)
             eta = f" · ETA {_fmt_s(data['eta_s'])}" if data.get("eta_s") else ""
             total = f"/~{data['expected_total']}" if data.get("expected_total") else ""
-            err.print(f"[bold]trial {data['n']}{total}[/bold] · {data['purpose']} · "
-                      f"{_config_label(data['config'], data.get('total_deltas', 0))}{eta}")
+            err.print(Text.assemble(_bold(f"trial {data['n']}{total}"), f" · {data['purpose']} · "
+                                    f"{_config_label(data['config'], data.get('total_deltas', 0))}{eta}"))
         elif kind == "trial-end":
             t = data["trial"]
             style = {"pass": "green", "fail": "red", "start-failure": "red", "unresolved": "yellow"}[t.outcome]
@@ -323,6 +428,8 @@ def bisect(ctx: typer.Context,
                 raise
         else:
             run.probe()  # a bad --probe is reported before any host is contacted
+            if not dry_run:
+                run.refuse_unrestored()  # a crashed run's trial state is not the current state
             diff = dep.diff(since=since, against=against)
             if not diff.deltas:
                 msg = "no deltas since the baseline: nothing to bisect (the config did not change)"
@@ -338,7 +445,8 @@ def bisect(ctx: typer.Context,
                     emit_json(plan)
                 else:
                     render_diff(diff, dep.masker)
-                    out.print(f"\nplan: probe [bold]{plan['probe']}[/bold]; {len(plan['units'])} unit(s) to bisect")
+                    out.print(Text.assemble("\nplan: probe ", _bold(plan["probe"]),
+                                            f"; {len(plan['units'])} unit(s) to bisect"))
                     for u, ds in plan["units"].items():
                         out.print(f"  {u}" + (f"  = {' + '.join(ds)}" if len(ds) > 1 or ds[0] != u else ""))
                     for n in plan["notes"]:
@@ -413,13 +521,14 @@ def demo(keep: bool = typer.Option(False, "--keep", help="Leave the demo deploym
 
     t0 = _time.monotonic()
     say = (lambda *_a, **_k: None) if as_json else out.print
-    say("[bold]envbisect demo[/bold]: simulated prefill + decode workers behind the real sglang-router")
+    say(Text.assemble(_bold("envbisect demo"), ": simulated prefill + decode workers behind the real sglang-router"))
     d = demo_mod.prepare()
     try:
         say(f"  deployment in {d.root} (playbook {d.playbook})")
         with Deployment(load_playbook(d.playbook), Store(d.store)) as dep:
+            _Output.masker = dep.masker
             snap = dep.snapshot("noon")
-            say(f"1. known-good snapshot [bold]{snap.id}[/bold] (label 'noon'): the stack serves requests")
+            say(Text.assemble("1. known-good snapshot ", _bold(snap.id), " (label 'noon'): the stack serves requests"))
             changes = demo_mod.plant_changes(d)
             say(f"2. an afternoon of changes: {len(changes)} variables edited, a note file touched, everything restarted;"
                 " requests through the router now hang")
@@ -558,18 +667,23 @@ def apply_cmd(ctx: typer.Context, ids: List[str] = typer.Argument(..., help="Del
 def _runs(store: Store) -> list[dict]:
     rows = []
     for p, doc in store.runs():
-        kind = doc.get("kind", "bisect")
+        kind = str(doc.get("kind", "bisect"))
         row = {"run": p.name, "kind": kind, "deployment": doc.get("deployment"), "created_at": doc.get("created_at"),
                "status": "unfinished", "culprits": [], "restarts": None}
         v = p / ("verdict.json" if kind == "bisect" else "result.json")
         if v.exists():
-            vd = json.loads(v.read_text())
-            if kind == "bisect":
-                row.update(status=vd["verdict"], culprits=vd.get("culprits", []), restarts=vd.get("restarts"),
-                           confidence=vd.get("confidence"))
-            else:
-                row.update(status="ok" if vd.get("ok") else ("put back" if vd.get("put_back") else "failed"),
-                           culprits=vd.get("deltas", []))
+            try:
+                vd = store.read_run_file(v)
+                if kind == "bisect":
+                    row.update(status=str(vd["verdict"]), culprits=[str(c) for c in vd.get("culprits", [])],
+                               restarts=vd.get("restarts"), confidence=vd.get("confidence"))
+                else:
+                    row.update(status="ok" if vd.get("ok") else ("put back" if vd.get("put_back") else "failed"),
+                               culprits=[str(c) for c in vd.get("deltas", [])])
+            except (StoreError, KeyError, TypeError, AttributeError):
+                row.update(status=f"damaged {v.name}")  # one bad run must not hide the others
+        if not isinstance(row["created_at"], (int, float)):
+            row["created_at"] = None
         rows.append(row)
     return rows
 
@@ -577,6 +691,7 @@ def _runs(store: Store) -> list[dict]:
 @app.command()
 def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
     """List past bisect, revert and apply runs with their verdicts."""
+    _opts(ctx).masker()
     rows = _runs(Store(_opts(ctx).store))
     if as_json:
         emit_json(rows)
@@ -595,35 +710,41 @@ def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> N
 def show(ctx: typer.Context, run: str = typer.Argument(..., help="Run id (see `envbisect runs`)."),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """Print one past run."""
-    store = Store(_opts(ctx).store)
+    from .report import make_redactor
+
+    o = _opts(ctx)
+    store = Store(o.store)
     p = store.runs_dir / run
-    if not (p / "run.json").exists():
+    if "/" in run or run.startswith(".") or not (p / "run.json").exists():
         raise UsageError(f"no run {run!r} in {store.runs_dir}")
-    doc = json.loads((p / "run.json").read_text())
-    kind = doc.get("kind", "bisect")
+    doc = store.read_run_file(p / "run.json")
+    kind = str(doc.get("kind", "bisect"))
     res_path = p / ("verdict.json" if kind == "bisect" else "result.json")
-    res = json.loads(res_path.read_text()) if res_path.exists() else None
+    res = store.read_run_file(res_path) if res_path.exists() else None
+    make_redactor(p, o.masker())  # the masker learns the raw secret values this run knows of
     if as_json:
         emit_json({"run": run, "kind": kind, "result": res, "unfinished": res is None})
         return
     if res is None:
         out.print(f"run {run} ({kind}) did not finish; resume it with `envbisect bisect --resume --run {run}` "
-                  "or undo it with `envbisect restore --run {run}`")
+                  f"or undo it with `envbisect restore --run {run}`")
         return
-    if kind == "bisect":
-        out.print(f"run {run}: verdict [bold]{res['verdict']}[/bold] (confidence {res['confidence']}), "
-                  f"{res['restarts']} restarts, hosts left {res['state_left']}")
+    if kind != "bisect":
+        out.print(json.dumps(_Output.masker.redact_obj(res), indent=2))
+        return
+    try:
+        out.print(Text.assemble(f"run {run}: verdict ", _bold(res["verdict"]), f" (confidence {res['confidence']}), "
+                                f"{res['restarts']} restarts, hosts left {res['state_left']}"))
         if res["culprits"]:
-            out.print("  culprits: " + ", ".join(res["culprits"]))
-        out.print("  " + res["explanation"])
+            out.print("  culprits: " + ", ".join(map(str, res["culprits"])))
+        out.print("  " + str(res["explanation"]))
         t = Table("#", "purpose", "deltas applied", "outcome", "restart s", "probe")
         for tr in res["trials"]:
-            t.add_row(str(tr["n"]), tr["purpose"], str(len(tr["config"])), tr["outcome"], f"{tr['restart_s']:.1f}",
-                      tr["reason"])
-        out.print(t)
-    else:
-        out.print_json(json.dumps(res))
-
+            t.add_row(str(tr["n"]), str(tr["purpose"]), str(len(tr["config"])), str(tr["outcome"]),
+                      f"{float(tr['restart_s']):.1f}", str(tr["reason"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise StoreError(f"{res_path}: damaged run file (no usable {e})") from None
+    out.print(t)
 
 
 @app.command()
@@ -634,7 +755,6 @@ def bundle(ctx: typer.Context,
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Pack a run's evidence for the postmortem: snapshots, diff, trials, logs, metrics, report.md/.html."""
     from .bundle import check_bundle, make_bundle
-    from .masking import SecretMasker
 
     o = _opts(ctx)
     if check is not None:
@@ -649,33 +769,101 @@ def bundle(ctx: typer.Context,
         else:
             out.print(f"{check}: manifest OK (every member present, sizes and sha256 match)")
         raise typer.Exit(0 if not problems else 1)
-    masker = None
-    if o.playbook.exists():
-        pb = load_playbook(o.playbook)
-        masker = SecretMasker(pb.secret_names, pb.secret_values)
-    info = make_bundle(o.store, run_id, out_path or Path("."), masker)
+    info = make_bundle(o.store, run_id, out_path or Path("."), o.masker() if o.playbook.exists() else None)
     if as_json:
         emit_json({"bundle": str(info.path), "run": info.run_id, "members": len(info.members), "size": info.size,
                    "sha256": info.sha256})
     else:
-        out.print(f"bundle [bold]{info.path}[/bold] for run {info.run_id}: {len(info.members)} members, "
-                  f"{info.size} bytes, sha256 {info.sha256[:16]}…")
+        out.print(Text.assemble("bundle ", _bold(info.path), f" for run {info.run_id}: {len(info.members)} members, "
+                                f"{info.size} bytes, sha256 {info.sha256[:16]}…"))
         out.print("  open report.html inside it in any browser (no network needed); "
                   f"check it with `envbisect bundle --check {info.path}`")
 
 
-def main() -> None:
+def _crash_log(text: str) -> Path | None:
+    """Write a traceback (already masked) to a private file: STORE/crash/ (0700), else a 0700 folder
+    in the temp dir. None when neither can be written."""
+    import os
+    import tempfile
+    import time
+
+    from .store import write_private
+
+    name = f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+    dirs = [Path(_Output.store) / "crash"] if _Output.store else []
+    dirs.append(Path(tempfile.gettempdir()) / f"envbisect-crash-{os.getuid()}")
+    for d in dirs:
+        try:
+            write_private(d / name, text.encode("utf-8", "backslashreplace"))
+            return d / name
+        except OSError:
+            continue
+    return None
+
+
+def _internal_error(exc: BaseException) -> int:
+    """The last resort: a bug. One line pointing to a private crash log (secrets masked), or, with
+    --traceback, the masked traceback itself."""
+    import platform
+    import traceback
+
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    text = _Output.masker.redact_text(f"envbisect {__version__} (Python {platform.python_version()}) "
+                                      f"argv: {sys.argv[1:]}\n{tb}")
+    summary = f"{type(exc).__name__}: {exc}".splitlines()[0][:300] if str(exc) else type(exc).__name__
+    if _Output.traceback:
+        sys.stderr.write(printable(text))
+        err.print(f"envbisect: internal error (a bug): {summary}")
+    else:
+        path = _crash_log(text)
+        where = f"traceback in {path} (secrets masked)" if path else "could not write a crash log"
+        err.print(f"envbisect: internal error (a bug): {summary}; {where}; --traceback prints it")
+    return int(ExitStatus.INTERNAL)
+
+
+def _run(args: list[str]) -> int:
+    """Run the CLI; every way out is an exit status and at most one line on stderr."""
+    _Output.traceback = "--traceback" in args
     try:
-        app(standalone_mode=True)
-    except EnvbisectError as e:
-        err.print(Text(f"envbisect: error: {e}"))
-        sys.exit(int(e.exit_status))
-    except OSError as e:
-        err.print(Text(f"envbisect: error: {e.filename or ''}: {e.strerror or e}"))
-        sys.exit(int(ExitStatus.USAGE))
+        # standalone_mode=False: click's handlers would print "Aborted!" / multi-line usage errors,
+        # and typer turns Ctrl-C into a silent exit 130; here each becomes one line.
+        rc = app(args=args, prog_name="envbisect", standalone_mode=False)
+    except NoArgsIsHelpError as e:
+        e.show()
+        return int(ExitStatus.USAGE)
+    except ClickException as e:  # bad option or argument (typer.BadParameter too)
+        err.print(f"envbisect: error: {e.format_message()} (see `envbisect --help`)")
+        return int(e.exit_code) if e.exit_code else int(ExitStatus.USAGE)
+    except typer.Abort:  # EOF at a prompt
+        err.print("envbisect: interrupted")
+        return int(ExitStatus.INTERRUPTED)
     except KeyboardInterrupt:
         err.print("envbisect: interrupted")
-        sys.exit(int(ExitStatus.INTERRUPTED))
+        return int(ExitStatus.INTERRUPTED)
+    except EnvbisectError as e:
+        if _Output.traceback:
+            import traceback
+
+            sys.stderr.write(printable(_Output.masker.redact_text("".join(traceback.format_exception(e)))))
+        err.print(f"envbisect: error: {e}")
+        return int(e.exit_status)
+    except BrokenPipeError:  # `envbisect runs | head`
+        return int(ExitStatus.OK)
+    except OSError as e:
+        if e.filename is None and e.strerror is None:
+            return _internal_error(e)
+        err.print(f"envbisect: error: {e.filename or ''}: {e.strerror or e}")
+        return int(ExitStatus.USAGE)
+    except Exception as e:  # noqa: BLE001 - the last resort
+        return _internal_error(e)
+    rc = int(rc or 0)
+    if rc == ExitStatus.INTERRUPTED:  # typer's Exit(130) for Ctrl-C/SIGTERM inside a command
+        err.print("envbisect: interrupted")
+    return rc
+
+
+def main() -> None:
+    sys.exit(_run(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -86,8 +86,29 @@ class Deployment:
         self.close()
 
     # stage 1: snapshot ------------------------------------------------------------------------
+    def learn_secrets(self, *snaps: Snapshot | None) -> None:
+        """Teach `masker` the raw values of the secret-named variables in these snapshots (env
+        files and process environments): from then on they are masked wherever they turn up,
+        shaped or not (a log line, a probe's answer, an error message)."""
+        from .envfile import parse_env
+
+        for snap in snaps:
+            for h in (snap.hosts.values() if snap else ()):
+                for path in h.env_files.values():
+                    f = h.files.get(path)
+                    if f is not None and f.content:
+                        try:
+                            self.masker.learn_env(parse_env(f.content.decode("utf-8", "surrogateescape"))
+                                                  .values().items())
+                        except ValueError:  # EnvFileError too: an unparsable file teaches nothing
+                            pass
+                for p in h.processes.values():
+                    self.masker.learn_env((p.environ or {}).items())
+                    self.masker.learn_env((p.file_eval or {}).items())
+
     def snapshot(self, label: str | None = None, *, save: bool = True) -> Snapshot:
         snap = take_snapshot(self.playbook, self.transports, label=label)
+        self.learn_secrets(snap)
         if save:
             self.store.save(snap)
         return snap
@@ -125,7 +146,10 @@ class Deployment:
                 log_from[h] = {p: r.head for p, r in hs.repos.items() if r.head}
         current = take_snapshot(self.playbook, self.transports, label="diff", since_by_host=since_by_host,
                                 log_from=log_from)
+        self.learn_secrets(baseline, current)
         result = compute_diff(current, baseline, since=min(since_by_host.values()))
+        self.masker.learn_env((d.key, v) for d in result.deltas if d.kind == "env" and d.key
+                              for v in (d.old, d.new))
         if save:
             self.store.save(without_fallback(current))
         return result

@@ -17,7 +17,8 @@ class ExitStatus(IntEnum):
     NOT_REPRODUCED = 5     # bisect: the current config passes after a proper co-restart
     INCONCLUSIVE = 6       # bisect: budget spent before the confidence threshold
     CONFLICT = 7           # someone else changed a host during the run; their change was left in place
-    INTERRUPTED = 130
+    INTERNAL = 70          # a bug (EX_SOFTWARE): one line on stderr, the masked traceback in a 0600 crash log
+    INTERRUPTED = 130      # Ctrl-C or SIGTERM (the hosts were restored, or `envbisect restore` is printed)
 
 
 class EnvbisectError(Exception):

@@ -127,6 +127,29 @@ def _hint(value: str) -> str:
     return ""
 
 
+_MIN_PARTIAL = 8  # a known value cut to fewer characters than this at an edge is not looked for
+
+
+def _cut_at_the_edges(text: str, value: str) -> Iterable[tuple[int, int]]:
+    """Where ``text`` begins with the end of ``value`` or ends with its beginning (8+ characters):
+    a known secret cut by truncation (``log_tail[-2000:]``, a probe's last 160 characters)."""
+    if len(value) <= _MIN_PARTIAL or len(text) < _MIN_PARTIAL:
+        return
+    head, tail = text[:_MIN_PARTIAL], text[-_MIN_PARTIAL:]
+    i = value.find(head, 1)
+    while i != -1:
+        if text.startswith(value[i:]):
+            yield 0, len(value) - i
+            break
+        i = value.find(head, i + 1)
+    j = value.find(tail)
+    while j != -1 and j + _MIN_PARTIAL < len(value):
+        if text.endswith(value[:j + _MIN_PARTIAL]):
+            yield len(text) - j - _MIN_PARTIAL, len(text)
+            break
+        j = value.find(tail, j + 1)
+
+
 def mask_hash(value: str) -> str:
     """First 8 hex digits of the SHA-256 of ``value`` (UTF-8; lone surrogates kept)."""
     return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:8]
@@ -272,9 +295,20 @@ class SecretMasker:
             self._extra_values = tuple(sorted(set(self._extra_values) | new, key=len, reverse=True))
 
     def learn_env(self, items: Iterable[tuple[str, str | None]]) -> None:
-        """Learn the values of the secret-named variables among ``(name, value)`` pairs (an env
-        file's assignments, a process environment)."""
-        self.learn_values(v for k, v in items if v and self.is_secret_name(k))
+        """Learn the secrets among ``(name, value)`` pairs (an env file's assignments, a process
+        environment): the whole value of a secret-named variable, else the secret-shaped parts of
+        the value (a token, a URL's password).  Known values are found again even where a shape
+        rule cannot see them, e.g. cut by a truncated log tail."""
+        vals: list[str] = []
+        for k, v in items:
+            if not v or not isinstance(v, str):
+                continue
+            if self.is_secret_name(k) or self._hex_token(k, v.strip()):
+                vals.append(v)
+            else:
+                vals.extend(v[s:e] for s, e in _shape_spans(v))
+                vals.extend(m.group("pw") for m in _URL_CRED_RE.finditer(v))
+        self.learn_values(vals)
 
     @property
     def known_values(self) -> tuple[str, ...]:
@@ -355,6 +389,7 @@ class SecretMasker:
             while i != -1:
                 spans.append((i, i + len(v), False))
                 i = text.find(v, i + len(v))
+            spans.extend((s, e, False) for s, e in _cut_at_the_edges(text, v))
         for m in _URL_CRED_RE.finditer(text):
             spans.append((*m.span("pw"), False))
         for name_re, value_re, kind in _KV_FORMS:

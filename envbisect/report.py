@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from .errors import UsageError
 from .masking import SecretMasker
 
 __all__ = ["RunRecord", "Redactor", "load_run", "make_redactor", "render_markdown", "render_html",
@@ -70,6 +71,7 @@ class Redactor:
         vals = {v for v in raw_values if isinstance(v, str) and len(v.strip()) >= _MIN_RAW_SECRET
                 and v.strip().lower() not in _TRIVIAL_VALUES and not _NUMBER_RE.fullmatch(v.strip())}
         self.raw_values: tuple[str, ...] = tuple(sorted(vals, key=lambda v: (-len(v), v)))
+        masker.learn_values(self.raw_values)  # one redaction path: the masker knows them from now on
 
     def mask(self, value: str) -> str:
         """The masked form of one secret value (hint + short hash, as the masker writes it)."""
@@ -170,7 +172,13 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
     run_dir = Path(run_dir)
     out: set[str] = set()
     doc = _read_json(run_dir / "run.json") or {}
-    for d in doc.get("deltas") or []:
+    try:  # run.json holds its deltas masked; the raw ones are in the blob it names
+        from .store import Store
+
+        raw_deltas = Store(_store_root(run_dir)).run_deltas(doc) if isinstance(doc, dict) else []
+    except UsageError:
+        raw_deltas = []
+    for d in raw_deltas:
         if d.get("kind") == "env" and masker.is_secret_name(d.get("key") or ""):
             out.update(v for v in (d.get("old"), d.get("new"), d.get("old_word"), d.get("new_word"),
                                    d.get("old_eval"), d.get("new_eval")) if isinstance(v, str))

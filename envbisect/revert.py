@@ -19,7 +19,7 @@ from .bisect import _install_signal_handlers, shield_signals
 from .configuration import OriginalState, holds, target_state, touched
 from .deltas import Delta
 from .deployment import Deployment
-from .errors import UsageError
+from .errors import StoreError, UsageError
 from .journal import HostEditor, describe_conflict
 from .playbook import Probe
 from .restart import RestartResult, co_restart
@@ -51,15 +51,20 @@ def load_run_deltas(dep: Deployment, run_id: str | None) -> RunDeltas:
         raise UsageError("no bisect run recorded for this deployment: run `envbisect bisect` first, "
                          "or name the deltas' run with --run")
     path, doc = cands[-1]  # the newest
-    deltas = tuple(Delta(**{**d, "detail": tuple(d.get("detail", ()))}) for d in doc["deltas"])
-    contents = {sha: dep.store.get_blob(ref) or b"" for sha, ref in doc.get("contents", {}).items()}
-    culprits: tuple[str, ...] = ()
-    verdict = None
-    vpath = path / "verdict.json"
-    if vpath.exists():
-        v = json.loads(vpath.read_text())
-        culprits, verdict = tuple(v.get("culprits", ())), v.get("verdict")
-    return RunDeltas(path.name, deltas, contents, doc.get("probe", ""), culprits, verdict)
+    try:  # a damaged run file is one line naming it, never a traceback
+        raw = dep.store.run_deltas(doc, path / "run.json")
+        deltas = tuple(Delta(**{**d, "detail": tuple(d.get("detail", ()))}) for d in raw)
+        contents = {sha: dep.store.get_blob(ref) or b"" for sha, ref in dict(doc.get("contents", {})).items()}
+        culprits: tuple[str, ...] = ()
+        verdict = None
+        vpath = path / "verdict.json"
+        if vpath.exists():
+            v = dep.store.read_run_file(vpath)
+            culprits, verdict = tuple(map(str, v.get("culprits", ()))), v.get("verdict")
+    except (TypeError, ValueError, AttributeError) as e:
+        raise StoreError(f"{path / 'run.json'}: damaged run file ({e})") from None
+    dep.masker.learn_env((d.key, v) for d in deltas if d.kind == "env" and d.key for v in (d.old, d.new))
+    return RunDeltas(path.name, deltas, contents, str(doc.get("probe", "")), culprits, verdict)
 
 
 def applied_now(original: OriginalState, deltas: Sequence[Delta]) -> dict[str, bool | None]:
@@ -195,7 +200,7 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
         raise
     finally:
         stop()
-    write_private(run_dir / "result.json", json.dumps(result.to_json(), indent=1).encode())
+    write_private(run_dir / "result.json", dep.masker.redact_json(result.to_json()).encode())
     return result
 
 

@@ -133,7 +133,49 @@ class Store:
                     continue
                 if isinstance(doc, dict):
                     found.append((p, doc))
-        return sorted(found, key=lambda r: (float(r[1].get("created_at") or 0), r[0].name))
+        def created(doc: dict[str, Any]) -> float:
+            t = doc.get("created_at")
+            return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
+
+        return sorted(found, key=lambda r: (created(r[1]), r[0].name))
+
+    def read_run_file(self, path: Path) -> dict[str, Any]:
+        """One JSON file of a run (run.json, verdict.json, result.json...) as a dict, or a one-line
+        StoreError naming it: a damaged or truncated file is never a traceback."""
+        try:
+            doc = json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
+        except FileNotFoundError:
+            raise StoreError(f"{path}: missing") from None
+        except OSError as e:
+            raise StoreError(f"{path}: cannot read: {e.strerror}") from None
+        except ValueError as e:
+            raise StoreError(f"{path}: damaged run file (not JSON: {e})") from None
+        if not isinstance(doc, dict):
+            raise StoreError(f"{path}: damaged run file (not a JSON object)")
+        return doc
+
+    def put_run_deltas(self, deltas: list[dict[str, Any]]) -> str:
+        """The raw deltas of a run (old/new values, secrets included) as a private blob: run.json
+        itself holds them masked, like every run record, and names this blob."""
+        return self.put_blob(json.dumps(deltas, sort_keys=True).encode())
+
+    def run_deltas(self, doc: dict[str, Any], path: Path | str = "run.json") -> list[dict[str, Any]]:
+        """The raw deltas of a run.json (from its `deltas_blob`; runs recorded before it existed
+        hold them inline). StoreError when they cannot be read."""
+        ref = doc.get("deltas_blob")
+        try:
+            if ref:
+                blob = self.get_blob(str(ref)) if all(c in "0123456789abcdef" for c in str(ref)) else None
+                if blob is None:
+                    raise StoreError(f"{path}: the run's deltas (blob {str(ref)[:12]}) are missing from the store")
+                deltas = json.loads(blob)
+            else:
+                deltas = doc["deltas"]
+            if not isinstance(deltas, list) or not all(isinstance(d, dict) for d in deltas):
+                raise TypeError("deltas is not a list of objects")
+            return deltas
+        except (KeyError, TypeError, ValueError) as e:
+            raise StoreError(f"{path}: damaged run file (deltas: {e})") from None
 
     def newest_at_or_before(self, playbook: str, when: float) -> Snapshot | None:
         cands = [s for s in self.list() if s.playbook == playbook and s.taken_at <= when]
