@@ -310,7 +310,7 @@ class BisectRun:
                                               "eta_s": self._eta(nxt.purpose), "units": len(unit_ids),
                                               "expected_total": n - 1 + self._remaining(nxt.purpose),
                                               "total_deltas": len(deltas)})
-                trial = runner.run(n, sorted(nxt.config), nxt.probes, nxt.purpose)
+                trial = runner.run(n, sorted(nxt.config), nxt.probes, nxt.purpose, nxt.stop_after)
                 self.trials.append(trial)
                 self._append_trial(trial)
                 self.on_event("trial-end", {"trial": trial})
@@ -427,7 +427,8 @@ def capture_environment(playbook, transports) -> dict[str, Any]:  # noqa: ANN001
 def _observation(t: Trial) -> Observation:
     if t.outcome == "unresolved":
         return Observation(frozenset(t.units), passes=0, failed=False, unresolved=True)
-    return Observation(frozenset(t.units), passes=t.passes, failed=t.outcome in ("fail", "start-failure"))
+    failed = t.outcome in ("fail", "start-failure")
+    return Observation(frozenset(t.units), passes=t.passes, failed=failed, failures=max(t.failures, int(failed)))
 
 
 def _trial_from_json(d: Mapping[str, Any]) -> Trial:

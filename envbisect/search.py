@@ -570,7 +570,7 @@ class Search:
         prior: Prior | None = None,
         require_fix: bool = False,
         premise_probes: int = 12,
-        premise_failures: int = 3,
+        premise_failures: int = 5,
     ) -> None:
         units = tuple(units)
         if len(set(units)) != len(units):

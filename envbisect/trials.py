@@ -44,6 +44,10 @@ class Trial:
     def passes(self) -> int:
         return sum(1 for r in self.probe_runs if r.outcome == PASS)
 
+    @property
+    def failures(self) -> int:
+        return sum(1 for r in self.probe_runs if r.outcome == FAIL)
+
     def to_json(self) -> dict:
         return {"n": self.n, "purpose": self.purpose, "units": list(self.units), "config": list(self.config),
                 "outcome": self.outcome, "reason": self.reason, "restart_s": round(self.restart_s, 3),
@@ -53,19 +57,28 @@ class Trial:
                 "log_tail": self.log_tail[-2000:], "aborted": self.aborted}
 
 
-def probe_repeatedly(probe: Probe, transports: Mapping[str, Transport], runs: int) -> tuple[str, tuple[ProbeRun, ...], str]:
-    """Up to `runs` probe runs in the started configuration, stopping at the first failure.
-    Probes are cheap next to restarts, so this is where intermittent faults are caught."""
+def probe_repeatedly(probe: Probe, transports: Mapping[str, Transport], runs: int,
+                     stop_after: int = 1) -> tuple[str, tuple[ProbeRun, ...], str]:
+    """Up to `runs` probe runs in the started configuration, stopping after `stop_after` failures
+    (more than one on a premise: it measures how often the fault shows, which every later pass
+    is judged by). Probes are cheap next to restarts, so this is where intermittent faults are caught."""
     done: list[ProbeRun] = []
+    failed: list[ProbeRun] = []
     for _ in range(max(1, runs)):
         r = run_probe(probe, transports)
         done.append(r)
         if r.outcome == FAIL:
-            return "fail", tuple(done), r.reason
+            failed.append(r)
+            if len(failed) >= stop_after:
+                break
+            continue
         if r.outcome == CANNOT_TEST:
             return "unresolved", tuple(done), "probe said it cannot test (exit 125)"
         if r.outcome == ABORT:
             return "abort", tuple(done), r.reason
+    if failed:
+        return "fail", tuple(done), (f"{len(failed)}/{len(done)} probe runs failed; first: {failed[0].reason}"
+                                     if len(done) > 1 else failed[0].reason)
     return "pass", tuple(done), f"{len(done)}/{len(done)} probe runs passed"
 
 
@@ -86,8 +99,8 @@ class TrialRunner:
     def apply(self, delta_ids: Sequence[str]) -> None:
         self.editor.apply(target_state(self.original, self.deltas, delta_ids, self.contents))
 
-    def run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str) -> Trial:
-        trial = self._run(n, unit_ids, probes, purpose)
+    def run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int = 1) -> Trial:
+        trial = self._run(n, unit_ids, probes, purpose, stop_after)
         dead = [h for h, t in self.transports.items() if not t.alive()]
         if dead and trial.outcome != "unresolved":
             # A failure seen through a dropped connection is evidence of nothing.
@@ -97,7 +110,7 @@ class TrialRunner:
             capture_evidence(self.playbook, self.transports, self.evidence_dir / f"trial-{n:03d}")
         return trial
 
-    def _run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str) -> Trial:
+    def _run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int = 1) -> Trial:
         config = self.delta_ids(unit_ids)
         started = time.time()
         t0 = time.monotonic()
@@ -116,7 +129,7 @@ class TrialRunner:
         self.on_step(f"probing ({self.probe.name}, up to {probes} run(s))")
         p0 = time.monotonic()
         try:
-            outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes)
+            outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after)
         except RemoteError as e:
             return Trial(n, purpose, tuple(unit_ids), config, "unresolved", f"probe could not run: {e}",
                          restart_s=restart_s, restart_durations=rs.durations, started_at=started)

@@ -79,8 +79,9 @@ def test_single_culprit_every_position_within_bound(n: int) -> None:
 
 
 def test_restart_bound_values() -> None:
-    assert [restart_bound(n) for n in (1, 2, 3, 4, 5, 8, 13, 16, 64)] == [2, 3, 4, 4, 5, 5, 6, 6, 8]
-    assert [restart_bound(n, "interaction") for n in (1, 2, 4, 13, 64)] == [2, 4, 6, 10, 14]
+    assert [restart_bound(n) for n in (1, 2, 3, 4, 5, 8, 13, 16, 64)] == [3, 4, 5, 5, 6, 6, 7, 7, 9]
+    assert [restart_bound(n, "interaction") for n in (1, 2, 4, 13, 64)] == [3, 5, 7, 11, 15]
+    assert [restart_bound(n, "several") for n in (2, 8, 64)] == [6, 10, 16]
 
 
 @pytest.mark.parametrize("n", range(2, 13))
@@ -123,12 +124,12 @@ def test_and_pair_cautious_prior_always_found(n: int) -> None:
 
 def test_pair_that_looks_like_a_single_culprit_n2() -> None:
     """n = 2, {u0, u1} fail only together: after trial 3 ({u0} passed) this is
-    indistinguishable from 'u1 alone'.  Meeting ceil(log2 2)+2 = 3 restarts for a
-    single culprit means answering there; the answer must say it is inferred."""
+    indistinguishable from 'u1 alone'.  The bound ceil(log2 2)+3 = 4 leaves a restart to
+    test u1 alone, so even the prior-trusting search finds the pair (observed, not inferred)."""
     s = Search(names(2))
     v = run(s, both("u0", "u1"))
-    assert s.trials == 3 and v.culprits == ("u1",)
-    assert "u1 was not tested alone" in v.explanation
+    assert v.kind == "interaction" and set(v.culprits) == {"u0", "u1"}
+    assert "Inferred" not in v.explanation
     s = Search(names(2), prior=Prior.cautious())
     v = run(s, both("u0", "u1"))
     assert v.kind == "interaction" and s.trials == 4
@@ -194,13 +195,14 @@ def test_intermittency_raises_probes() -> None:
     log: list = []
     run(Search(units), single("u5"), log=log)
     assert [r.probes for r, _ in log[:2]] == [12, 12]  # premise checks
-    assert all(r.probes == 3 for r, _ in log[2:] if r.purpose.startswith("bisect"))
+    # a deterministic fault: bisection passes need only a few runs (at most 4 with the strict per-pass doubt)
+    assert all(3 <= r.probes <= 4 for r, _ in log[2:] if r.purpose.startswith("bisect"))
     s = Search(units)
     s.observe(Observation(frozenset(units), passes=3, failed=True))  # failed at run 4: intermittent
     s.observe(Observation(frozenset(), passes=12))
     req = s.next()
     assert isinstance(req, TrialRequest) and req.purpose.startswith("bisect")
-    assert req.probes > 3
+    assert req.probes > 4
     assert s.q_belief()[0.0] == 0.0
 
 
@@ -350,7 +352,10 @@ def test_introspection() -> None:
 
 def test_explanations_are_honest() -> None:
     units = names(8)
-    v = run(Search(units), single("u7"))  # last position: never tested alone within the bound
+    v = run(Search(units), single("u7"))  # last position: tested alone with the restart the bound leaves
+    assert v.culprits == ("u7",) and "u7 alone failed" in v.explanation
+    # with one restart less to spare, the claim is inferred and the explanation says so
+    v = run(Search(units, max_trials=5), single("u7"))
     assert v.culprits == ("u7",) and "u7 was not tested alone" in v.explanation
     v = run(Search(units), single("u0"))
     assert "u0 alone failed" in v.explanation and "not tested alone" not in v.explanation
