@@ -431,14 +431,8 @@ def bisect(ctx: typer.Context,
             if not dry_run:
                 run.refuse_unrestored()  # a crashed run's trial state is not the current state
             diff = dep.diff(since=since, against=against)
-            if not diff.deltas:
-                msg = "no deltas since the baseline: nothing to bisect (the config did not change)"
-                if as_json:
-                    emit_json({"verdict": "not-config", "culprits": [], "confidence": None, "trials": [],
-                               "state_left": "original", "explanation": msg})
-                else:
-                    out.print(msg)
-                raise typer.Exit(int(ExitStatus.NOT_CONFIG))
+            # No deltas is no verdict: the stack is still co-restarted and probed, so "not-config"
+            # (it fails) or "not-reproduced" (it passes) is observed, never assumed.
             if dry_run:
                 plan = run.plan(diff)
                 if as_json:

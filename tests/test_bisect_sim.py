@@ -103,8 +103,10 @@ def test_single_culprit_among_innocent_changes(scenario, request):
     r = s.bisect(probe="e2e")
     assert r.verdict.kind == "culprit", r.verdict
     assert r.culprit_deltas == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",)
-    # ceil(log2 6) + 2 premise checks, + 1 to see the culprit fail alone (policy "confirm")
-    assert len(r.trials) <= 3 + 2 + 1
+    # ceil(log2 6) + 2 premise checks, + 1 to see the culprit fail alone, + 1 to see the fix pass
+    # (policy "confirm"; the runner always co-restarts for the first premise)
+    assert len(r.trials) <= 3 + 2 + 1 + 1
+    assert any(t.purpose.startswith("confirm: current without") and t.outcome == "pass" for t in r.trials)
     assert any(t.units == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",) and t.outcome == "fail" for t in r.trials)
     assert r.trials[0].outcome == "fail" and r.trials[1].outcome == "pass"  # premises checked first
     assert r.state_left == "original" and tree_fingerprint(s.sim) == before
@@ -298,3 +300,14 @@ def test_lost_ssh_connection_is_unresolved_not_blamed(scenario, sshd):
     assert r.trials[2].outcome == "unresolved" and "lost the ssh connection" in r.trials[2].reason
     assert r.verdict.kind == "culprit" and r.culprit_deltas == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",)
     assert tree_fingerprint(s.sim) == before
+
+
+def test_zero_deltas_probes_the_stack(scenario):
+    """Nothing changed since the baseline: the verdict is observed, never assumed (issue 7)."""
+    s = scenario()
+    s.baseline()
+    p = s.cli("bisect", "--against", "good", "--probe", "e2e", "--json")
+    doc = json.loads(p.stdout)
+    assert doc["verdict"] == "not-reproduced", (p.stdout, p.stderr)
+    assert doc["restarts"] == 1 and doc["trials"][0]["probe"]["passes"] >= 1
+    assert p.returncode == 5
