@@ -207,18 +207,19 @@ class HostEditor:
         return self.run_dir / "made.json"
 
     # --- lock ----------------------------------------------------------------------------------
-    def lock(self, *, break_lock: bool = False, restoring: str | None = None) -> list[str]:
+    def lock(self, *, break_lock: bool = False, restoring: str | None = None, dry: bool = False) -> list[str]:
         """Take the lock on every host. Refused while another run's journal is active on a host (its
         changes must be undone first), and while a live run holds it (unless `break_lock`). A lock
         whose holder is provably dead is taken over. `restoring`: the run whose journal `restore`
-        undoes (refused while that run is alive). Returns notes on locks taken over or broken."""
+        undoes (refused while that run is alive). `dry`: only say whether it could be taken (raises
+        as the real one would; writes nothing). Returns notes on locks taken over or broken."""
         me = {**self.owner, "started_at": time.time(), "heartbeat_s": self.heartbeat_s}
         locked: list[str] = []
         notes: list[str] = []
         try:
             for h, t in self.transports.items():
                 res = run_ops(t, [{"op": "lock", "path": self.lock_path, "journal": self.remote_journal, "owner": me,
-                                   "break": break_lock, "restoring": restoring,
+                                   "break": break_lock, "restoring": restoring, "dry": dry,
                                    "stale_after_s": self.stale_after_s}])[0]
                 if not res.get("locked"):
                     if res.get("journal_run") and not res.get("held_by"):
@@ -233,7 +234,8 @@ class HostEditor:
                         f"{h}: deployment {self.playbook.name!r} is locked by run {held.get('run_id')} "
                         f"({_who(held, res.get('age_s'))}); wait for it, or if that controller is gone for good, "
                         "run again with --break-lock")
-                locked.append(h)
+                if not dry:
+                    locked.append(h)
                 if res.get("broke"):
                     b = res["broke"]
                     notes.append(f"{h}: broke the lock of run {b.get('run_id')} ({_who(b, res.get('age_s'))})")
@@ -241,14 +243,32 @@ class HostEditor:
                     b = res["took_over"]
                     notes.append(f"{h}: took over the stale lock of run {b.get('run_id')} "
                                  f"({_who(b, res.get('age_s'))}: its holder is gone)")
+            if restoring is None:
+                self._refuse_local_journals()
         except BaseException:
             for h in locked:
                 self._unlock_host(h)
             raise
+        if dry:
+            return notes
         self._locked = True
         if self.heartbeat_s > 0 and self._beat is None:
             self._beat = _Heartbeat(self, self.heartbeat_s)
         return notes
+
+    def _refuse_local_journals(self) -> None:
+        """A run of this controller that died before its journal reached the hosts is known here only."""
+        runs_dir = self.run_dir.parent
+        for p in sorted(runs_dir.glob("*/journal.json")) if runs_dir.exists() else []:
+            if p.parent.name == self.run_id:
+                continue
+            try:
+                doc = json.loads(p.read_text())
+            except (OSError, ValueError):
+                continue
+            if doc.get("deployment") == self.playbook.name and doc.get("state") == "active":
+                raise LockHeld(f"run {doc.get('run_id')} left an active journal in {runs_dir} (its changes may be "
+                               f"live on the hosts); run `envbisect restore --run {doc.get('run_id')}` first")
 
     def _lock_op(self) -> dict[str, Any]:
         return {"op": "assert_lock", "path": self.lock_path, "token": self.owner["token"]}

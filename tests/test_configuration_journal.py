@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import stat
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -77,9 +79,14 @@ def dep_and_tree(request, tmp_path):
     else:
         server = request.getfixturevalue("sshd")
         ssh, cfg = server.alias, str(server.ssh_config)
-    dep = Deployment(load_playbook(tree.playbook(ssh)), Store(tmp_path / "store"), ConnectOptions(ssh_config=cfg))
+    # a name of its own: the lock and the host journal live in the (shared) ~/.envbisect
+    name = "testdep-" + uuid.uuid4().hex[:8]
+    dep = Deployment(load_playbook(tree.playbook(ssh, name=name)), Store(tmp_path / "store"),
+                     ConnectOptions(ssh_config=cfg))
     yield dep, tree
     dep.close()
+    for p in Path(os.path.expanduser("~/.envbisect")).glob(name + ".*"):
+        p.unlink()
 
 
 def fingerprint(path):

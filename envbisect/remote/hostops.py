@@ -279,6 +279,8 @@ def lock(op):
                 return {"locked": False, "held_by": held, "age_s": age, "journal_run": journal_run}
         if journal_run:  # never over changes that are not undone, not even with --break-lock
             return {"locked": False, "journal_run": journal_run}
+        if op.get("dry"):  # would be taken: the caller only asked
+            return {"locked": True, "dry": True}
         write_lock(path, me)
         if held is None:
             return {"locked": True}
@@ -317,13 +319,13 @@ def check(op):
     for path, want in op.get("files", {}).items():
         found = out["files"][path] = file_sha(path)
         if found not in want:
-            raise Conflict(path, want, found, "%s (expected %s, found %s)" % (op.get("why", "changed by someone else"),
+            raise Conflict(path, want, found, "%s (expected %s, found %s)" % (op.get("why", "changed by someone else during the run"),
                            " or ".join(short(e) for e in want), short(found)))
     for repo, want in op.get("repos", {}).items():
         found = out["repos"][repo] = repo_state(repo)
         if found not in want:
             raise Conflict(repo, want, found, "HEAD %s (expected %s, found %s %s)" % (
-                op.get("why", "moved by someone else"), " or ".join(e[0][:12] for e in want), found[0][:12],
+                op.get("why", "moved by someone else during the run"), " or ".join(e[0][:12] for e in want), found[0][:12],
                 found[1] or "detached"))
     return out
 
