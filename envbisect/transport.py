@@ -198,6 +198,90 @@ class _AcceptNew(paramiko.MissingHostKeyPolicy):
         log.warning("accepted new host key for %s: %s (saved to %s)", hostname, fingerprint(key), path)
 
 
+@dataclass(frozen=True)
+class _Revoked:
+    patterns: tuple[str, ...]
+    key: paramiko.PKey
+    where: str  # FILE:LINE
+
+
+def _host_matches(patterns: tuple[str, ...], name: str) -> bool:
+    """OpenSSH known_hosts host patterns: * and ? wildcards (brackets are literal: "[host]:port"),
+    negations (!), hashed names (|1|...)."""
+    import re
+
+    hit = False
+    for p in patterns:
+        neg = p.startswith("!")
+        p = p[1:] if neg else p
+        if p.startswith("|1|"):
+            m = paramiko.HostKeys.hash_host(name, p) == p
+        else:
+            glob = re.escape(p.lower()).replace(r"\*", ".*").replace(r"\?", ".")
+            m = re.fullmatch(glob, name.lower()) is not None
+        if m and neg:
+            return False
+        hit = hit or m
+    return hit
+
+
+def load_known_hosts(path: str) -> tuple[list[tuple[str, paramiko.PKey]], list[_Revoked]]:
+    """Read an OpenSSH known_hosts file the way OpenSSH does, as far as paramiko can: plain lines
+    are trusted (name, key) pairs; ``@revoked`` lines are returned apart (such a key is refused, even
+    when a plain line lists it too); ``@cert-authority`` lines are skipped with a warning (paramiko
+    cannot check host certificates: the host's own key must be listed to connect). A line that
+    cannot be parsed is skipped, like OpenSSH does. (paramiko's own loader raised on marker lines.)"""
+    trusted: list[tuple[str, paramiko.PKey]] = []
+    revoked: list[_Revoked] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            marker = None
+            if line.startswith("@"):
+                marker, _, line = line.partition(" ")
+                line = line.strip()
+            try:
+                entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+            except Exception:  # noqa: BLE001 - InvalidHostKey, SSHException, bad base64: skipped like OpenSSH
+                entry = None
+            if marker == "@revoked":
+                if entry is None:
+                    log.warning("%s:%d: cannot read the @revoked key: line ignored", path, lineno)
+                else:
+                    revoked.append(_Revoked(tuple(entry.hostnames), entry.key, f"{path}:{lineno}"))
+            elif marker is not None:
+                log.warning("%s:%d: %s lines are not supported (host certificates cannot be checked): line "
+                            "ignored; the host's own key must be listed to connect", path, lineno, marker)
+            elif entry is not None:
+                trusted += [(name, entry.key) for name in entry.hostnames]
+    return trusted, revoked
+
+
+def _revoked(revoked: list[_Revoked], hostname: str, key: paramiko.PKey) -> _Revoked | None:
+    return next((r for r in revoked if r.key == key and _host_matches(r.patterns, hostname)), None)
+
+
+class _RefuseRevoked(paramiko.MissingHostKeyPolicy):
+    """Before the real policy: a key marked @revoked for this host is refused, never accepted."""
+
+    def __init__(self, inner: paramiko.MissingHostKeyPolicy, revoked: list[_Revoked], who: str):
+        self.inner, self.revoked, self.who = inner, revoked, who
+
+    def missing_host_key(self, client, hostname, key):  # noqa: ANN001
+        r = _revoked(self.revoked, hostname, key)
+        if r is not None:
+            client.close()
+            raise _revoked_error(self.who, key, r)
+        return self.inner.missing_host_key(client, hostname, key)
+
+
+def _revoked_error(who: str, key: paramiko.PKey, r: _Revoked) -> HostKeyError:
+    return HostKeyError(f"{who}: host key {key.get_name()} {fingerprint(key)} is marked @revoked in {r.where}; "
+                        "refusing to connect")
+
+
 def _transient(exc: BaseException) -> bool:
     return isinstance(exc, (OSError, EOFError, paramiko.ssh_exception.NoValidConnectionsError)) and not isinstance(
         exc, (paramiko.AuthenticationException, paramiko.BadHostKeyException)
@@ -248,18 +332,22 @@ class SSHTransport(Transport):
     def _connect_once(self) -> paramiko.SSHClient:
         t = self.target
         client = paramiko.SSHClient()
-        try:
-            client.load_system_host_keys()
-        except OSError:
-            pass
-        for f in t.known_hosts_files:
+        trusted: list[tuple[str, paramiko.PKey]] = []
+        revoked: list[_Revoked] = []
+        for f in dict.fromkeys([os.path.expanduser("~/.ssh/known_hosts"), *t.known_hosts_files]):
             if os.path.exists(f):
                 try:
-                    client.load_host_keys(f)
-                except (OSError, paramiko.SSHException) as e:
-                    raise ConnectionFailed(f"{f}: cannot read known_hosts: {e}") from None
+                    tr, rv = load_known_hosts(f)
+                except OSError as e:
+                    raise ConnectionFailed(f"{f}: cannot read known_hosts: {e.strerror or e}") from None
+                trusted += tr
+                revoked += rv
+        for name, key in trusted:  # a revoked key is never trusted, even when a plain line lists it too
+            if _revoked(revoked, name, key) is None:
+                client.get_host_keys().add(name, key.get_name(), key)
         refuse = _RefuseUnknown()
-        client.set_missing_host_key_policy(_AcceptNew(t.known_hosts_files[0]) if self.accept_new else refuse)
+        inner = _AcceptNew(t.known_hosts_files[0]) if self.accept_new else refuse
+        client.set_missing_host_key_policy(_RefuseRevoked(inner, revoked, f"{self.host} ({t.display})"))
         try:
             client.connect(
                 t.hostname, port=t.port, username=t.user, key_filename=[f for f in t.identity_files if os.path.exists(f)] or None,
@@ -283,6 +371,12 @@ class SSHTransport(Transport):
                 raise ConnectionFailed(f"{self.host} ({t.display}): authentication failed: no usable key (no readable "
                                        "IdentityFile in the ssh config and no key in ssh-agent)") from None
             raise ConnectionFailed(f"{self.host} ({t.display}): ssh error: {e}") from None
+        # a hashed plain line can hide a key revoked for this host by name: check what was accepted
+        server_key = client.get_transport().get_remote_server_key()
+        r = _revoked(revoked, t.known_hosts_name, server_key)
+        if r is not None:
+            client.close()
+            raise _revoked_error(f"{self.host} ({t.display})", server_key, r)
         return client
 
     # commands -----------------------------------------------------------------------------

@@ -11,19 +11,13 @@ from __future__ import annotations
 import io
 import json
 import re
-import subprocess
-import sys
 import tarfile
-import threading
-import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from hosttree import DECODE, make_tree
-
-ENVBISECT = [sys.executable, "-m", "envbisect.cli"]
+from clistack import CliStack, health_endpoint
+from hosttree import DECODE
 
 GH = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
 AWS = "AKIA" + "Q2W3E4R5T6Y7U8I9"
@@ -46,49 +40,20 @@ PLANTED = {
 SECRETS = sorted({p for _v, pieces in PLANTED.values() for p in pieces})
 
 
-class _Health(BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *a):  # quiet
-        pass
-
-
 @pytest.fixture(scope="module")
 def health():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/health"
-    srv.shutdown()
-    srv.server_close()
+    with health_endpoint() as url:
+        yield url
 
 
-class Stack:
-    """A host tree with three `start = "true"` services behind a real health endpoint, and a command
-    probe that prints every planted secret and fails while decode has BAD=1."""
+class Stack(CliStack):
+    """The stack, with a command probe that prints every planted secret and fails while decode has BAD=1."""
 
     def __init__(self, root: Path, health_url: str):
-        self.tree = make_tree(root / "host")
-        decode = self.tree.env("decode")
+        decode = "{decode}"
         probe = (f'[probes.p]\nkind = "command"\ncommand = """. {decode}; '
                  'echo "leak $' + ' $'.join(PLANTED) + f'"; ! grep -q BAD {decode}"""\ntimeout_s = 10\n')
-        pb = self.tree.playbook("local", name="redact-" + uuid.uuid4().hex[:8], extra=probe)
-        text = re.sub(r"http://127\.0\.0\.1:\d/health", health_url, pb.read_text())
-        text = text.replace("[restart]\n", "[restart]\npoll_interval_s = 0.1\nhealth_timeout_s = 10\n")
-        pb.write_text(text)
-        self.playbook = pb
-        self.store = root / "store"
-
-    def cli(self, *args: str, check: int | None = None) -> subprocess.CompletedProcess:
-        r = subprocess.run([*ENVBISECT, "-p", str(self.playbook), "--store", str(self.store), *args],
-                           capture_output=True, timeout=300)
-        if check is not None:
-            assert r.returncode == check, r.stderr.decode(errors="replace")
-        return r
+        super().__init__(root, health_url, probe, name="redact")
 
     def plant(self, extra: str = "") -> None:
         lines = "".join(f"export {k}='{v}'\n" for k, (v, _p) in PLANTED.items())
