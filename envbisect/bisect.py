@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -60,10 +60,11 @@ class BisectResult:
     drift_hint: tuple[str, ...] = ()
     final_probe: Trial | None = None
     notes: tuple[str, ...] = ()
+    refined: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # auto-linked unit -> guilty members
 
     @property
     def culprit_deltas(self) -> tuple[str, ...]:
-        return tuple(d for u in self.verdict.culprits for d in self.units.get(u, (u,)))
+        return tuple(d for u in self.verdict.culprits for d in self.refined.get(u, self.units.get(u, (u,))))
 
     @property
     def exit_status(self) -> ExitStatus:
@@ -320,11 +321,12 @@ class BisectRun:
                 if trial.outcome == "unresolved" and "ssh connection" in trial.reason:
                     self.on_event("step", {"message": "the ssh connection was lost: reconnecting"})
                     self.dep.reconnect()  # ConnectionFailed here ends the run (and restores if it can)
+            refined = self._refine_links(verdict, units, runner, search, notes)
             if verdict.kind == "not-config":
                 self.on_event("step", {"message": "checking the request path layer by layer"})
                 path_report = check_path(self.playbook, transports, probe)
             if verdict.kind in ("culprit", "interaction") and self.opts.leave == "fixed":
-                culprits = {d for u in verdict.culprits for d in units[u]}
+                culprits = {d for u in verdict.culprits for d in refined.get(u, units[u])}
                 keep = [u for u in unit_ids if not set(units[u]) & culprits]
                 final = runner.run(len(self.trials) + 1, keep, probe.repeat,
                                    "final: current minus the culprits must pass")
@@ -366,9 +368,55 @@ class BisectRun:
                          "it, co-restarted - which is itself the fix for a stack restarted piecemeal")
             drift_hint = tuple(_drift_hint(diff.to_json(self.dep.masker) if diff else diff_doc or {}))
         result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, units, path_report, drift_hint,
-                              final, tuple(notes))
+                              final, tuple(notes), refined)
         write_private(self.run_dir / "verdict.json", self.dep.masker.redact_json(result.to_json()).encode())
         return result
+
+    def _refine_links(self, verdict: Verdict, units: Mapping[str, tuple[str, ...]], runner: TrialRunner,
+                      search, notes: list[str]) -> dict[str, tuple[str, ...]]:  # noqa: ANN001
+        """An auto-linked unit is a search device, not a verdict: when one is guilty, test its members
+        apart (each with the rest of its term) and keep the smallest set the observations support.
+        One member fails and another passes: only the failing ones are guilty. Every member fails
+        alone (a value both sides must agree on) or none does (they are needed together): the group."""
+        refined: dict[str, tuple[str, ...]] = {}
+        if verdict.kind not in ("culprit", "interaction"):
+            return refined
+        declared = set(self.opts.link)
+        for term in verdict.terms:
+            for u in term:
+                members = units.get(u, ())
+                if len(members) < 2 or not u.startswith("linked:") or u[len("linked:"):] in declared:
+                    continue
+                rest = [v for v in term if v != u]
+                failing, tested = [], []
+                for m in members:
+                    mu = f"member:{m}"
+                    runner.units = {**runner.units, mu: (m,)}
+                    trial = runner.run(len(self.trials) + 1, sorted(rest) + [mu], search.pass_runs(),
+                                       f"refine linked {u}: does {m} break it without the other side?")
+                    self.trials.append(trial)
+                    self._append_trial(trial)
+                    self.on_event("trial-end", {"trial": trial})
+                    if trial.outcome == "unresolved":
+                        tested = []
+                        break
+                    tested.append((m, trial))
+                    if trial.outcome in ("fail", "start-failure"):
+                        failing.append(m)
+                if not tested:
+                    notes.append(f"{u}: its members could not be tested apart (infrastructure); reported whole")
+                    continue
+                how = "; ".join(f"{m} {'failed' if m in failing else 'passed'} in trial {t.n}" for m, t in tested)
+                if failing and len(failing) < len(members):
+                    refined[u] = tuple(failing)
+                    notes.append(f"{u} was auto-linked for the search; tested apart: {how}; only "
+                                 f"{', '.join(failing)} is to blame")
+                else:
+                    why = ("each side breaks it alone (a value that must match across services)" if failing
+                           else "no side breaks it alone: they are needed together")
+                    notes.append(f"{u} was auto-linked for the search; tested apart: {how}; {why}: reported as "
+                                 "the group")
+        return refined
 
     def _restore(self, editor: HostEditor, notes: list[str] | None = None) -> str:
         self.on_event("step", {"message": "restoring the original files and co-restarting"})

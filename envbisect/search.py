@@ -674,6 +674,12 @@ class Search:
                 break
         return tuple(out)
 
+    def pass_runs(self) -> int:
+        """Probe runs after which a pass of a config that may well be bad (even odds) is
+        believable, given what the search has learnt of the fault's intermittency."""
+        post = self._belief()
+        return self._runs_for(0.5, post.q_given_bad(self._all), post.qs)
+
     def q_belief(self) -> dict[float, float]:
         """Posterior over q, the probability that a bad config passes one probe run."""
         post = self._belief()

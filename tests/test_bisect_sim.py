@@ -311,3 +311,18 @@ def test_zero_deltas_probes_the_stack(scenario):
     assert doc["verdict"] == "not-reproduced", (p.stdout, p.stderr)
     assert doc["restarts"] == 1 and doc["trials"][0]["probe"]["passes"] >= 1
     assert p.returncode == 5
+
+
+def test_auto_linked_twin_innocent_on_one_side(scenario):
+    """The same knob raised in prefill and decode; only the decode side breaks the stack. The
+    auto-linked unit is refined: only decode's delta is blamed (issue 7, scenario *single*)."""
+    s = scenario()
+    s.baseline()
+    plant(s.sim, [("prefill", "NCCL_DEBUG", "INFO"), ("prefill", "SGLANG_SM120_MMA_TARGET_CTAS", "256"),
+                  ("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")])
+    before = tree_fingerprint(s.sim)
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind == "culprit", r.verdict
+    assert r.culprit_deltas == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",), (r.culprit_deltas, r.notes)
+    assert any("tested apart" in n and "only decode:SGLANG_SM120_MMA_TARGET_CTAS" in n for n in r.notes)
+    assert r.state_left == "original" and tree_fingerprint(s.sim) == before
