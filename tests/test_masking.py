@@ -457,3 +457,16 @@ def test_printable_makes_escapes_visible():
 def test_strip_escapes_and_encodable():
     assert strip_escapes("HF_TOKEN\x1b[0m=x\x1b]8;;http://e\x1b\\link") == "HF_TOKEN=xlink"
     assert encodable("caf\udce9").encode("utf-8") == b"caf\\xe9"
+
+
+def test_a_known_value_cut_at_the_edge_of_a_text_is_still_masked():
+    # a probe keeps the last 160 characters of its output, a log tail the last 2000: the cut can
+    # fall inside a secret, and what is left has no recognisable shape
+    m = SecretMasker()
+    m.learn_env([("SESSION", JWT), ("WEBHOOK", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b"),
+                 ("DB_URL", "postgres://app:dbp@ss@w0rd@db/x"), ("ARGS", f"--port 1 --api-key {SK}")])
+    out = m.redact_text(JWT[25:] + " ok 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b ... " + SK[:12])
+    assert JWT[25:40] not in out and "9f86d081" not in out and SK[3:12] not in out
+    assert " ok " in out and " ... " in out
+    assert m.redact_text("--port 1 stays") == "--port 1 stays"  # only the secret parts were learned
+    assert m.redact_text("abc" + JWT[-7:]) == "abc" + JWT[-7:]  # 7 characters are not enough to tell
