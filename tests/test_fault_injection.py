@@ -18,7 +18,7 @@ import pytest
 
 from envbisect.bisect import BisectOptions, BisectRun
 from envbisect.deployment import ConnectOptions, Deployment
-from envbisect.errors import ConnectionFailed, ExitStatus, HostConflict
+from envbisect.errors import ExitStatus, HostConflict
 from envbisect.playbook import load_playbook
 from envbisect.sim.deployment import SERVICES
 from envbisect.store import Store
@@ -117,8 +117,9 @@ def take_sshd_down(server) -> None:
             pass
 
 
-@pytest.mark.parametrize("down_s,attempts", [(3, 5), (8, 1)], ids=["back-within-retries", "back-after-the-run-gave-up"])
-def test_sshd_down_for_a_few_seconds_mid_trial(scenario, tmp_path, down_s, attempts):
+def test_sshd_down_for_a_few_seconds_mid_trial(scenario, tmp_path):
+    """sshd (listener and connections) gone for 3 s while trial 3 probes: that trial is unresolved,
+    envbisect reconnects within its retries, finds the culprit and restores."""
     server = start_sshd(tmp_path / "own-sshd", alias="downhost")
     try:
         s = scenario(ssh=server.alias, ssh_config=str(server.ssh_config))
@@ -132,27 +133,50 @@ def test_sshd_down_for_a_few_seconds_mid_trial(scenario, tmp_path, down_s, attem
                 state["armed"] = True
             if kind == "step" and data["message"].startswith("probing") and state["armed"] and not state["timer"]:
                 take_sshd_down(server)
-                state["timer"] = restart_sshd_later(server, down_s)
+                state["timer"] = restart_sshd_later(server, 3)
 
         dep = Deployment(load_playbook(s.sim.playbook), Store(s.store),
-                         ConnectOptions(ssh_config=str(server.ssh_config), attempts=attempts, backoff_s=0.5))
+                         ConnectOptions(ssh_config=str(server.ssh_config), attempts=5, backoff_s=0.5))
         t0 = time.monotonic()
         with dep:
-            diff = dep.diff(against="good")
-            run = BisectRun(dep, BisectOptions(probe="e2e"), on_event=on_event)
-            if attempts > 1:
-                r = run.start(diff)
-                assert r.trials[2].outcome == "unresolved" and "lost the ssh connection" in r.trials[2].reason
-                assert r.verdict.kind == "culprit" and r.culprit_deltas == (BAD_ID,)
-            else:
-                with pytest.raises(ConnectionFailed, match="cannot connect"):
-                    run.start(diff)  # one clear line; the journal is kept for `envbisect restore`
+            r = BisectRun(dep, BisectOptions(probe="e2e"), on_event=on_event).start(dep.diff(against="good"))
+        assert r.trials[2].outcome == "unresolved" and "lost the ssh connection" in r.trials[2].reason
+        assert r.verdict.kind == "culprit" and r.culprit_deltas == (BAD_ID,)
         assert time.monotonic() - t0 < 120
         state["timer"].join()
-        if attempts == 1:
-            time.sleep(0.5)
-            r = s.cli("restore", "--json", timeout=120)
-            assert r.returncode == 0 and json.loads(r.stdout)["restored"] is True, r.stderr
+        assert tree_fingerprint(s.sim) == before
+    finally:
+        server.stop()
+
+
+def test_sshd_down_longer_than_the_retries_then_restore(scenario, tmp_path):
+    """sshd gone for 8 s mid-trial and `envbisect bisect --connect-attempts 1`: the run ends with one
+    line (exit 3) and keeps the journal; once sshd is back, `restore` makes the tree byte-identical."""
+    server = start_sshd(tmp_path / "own-sshd", alias="downhost")
+    try:
+        s = scenario(ssh=server.alias, ssh_config=str(server.ssh_config))
+        s.baseline()
+        plant(s.sim, INNOCENT[:2] + [BAD])
+        before = tree_fingerprint(s.sim)
+        p = subprocess.Popen([*ENVBISECT, "-p", str(s.sim.playbook), "--store", str(s.store), "--ssh-config",
+                              str(server.ssh_config), "--connect-attempts", "1", "bisect", "--against", "good",
+                              "--probe", "e2e"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen = ""
+        while "probing" not in seen.split("trial 3", 1)[-1] or "trial 3" not in seen:
+            line = p.stderr.readline()
+            assert line, seen
+            seen += line
+        take_sshd_down(server)
+        timer = restart_sshd_later(server, 8)
+        _, rest = p.communicate(timeout=120)
+        assert p.returncode == ExitStatus.CONNECTION, rest
+        errors = [l for l in rest.splitlines() if l.startswith("envbisect: error:")]
+        assert len(errors) == 1 and "cannot connect" in errors[0]
+        assert "the journal is kept" in rest
+        timer.join()
+        time.sleep(0.5)
+        r = s.cli("restore", "--json", timeout=120)
+        assert r.returncode == 0 and json.loads(r.stdout)["restored"] is True, r.stderr
         assert tree_fingerprint(s.sim) == before
     finally:
         server.stop()
