@@ -118,15 +118,17 @@ class Options:
         _Output.masker = dep.masker  # every output from now on learns what the deployment learns
         return dep
 
-    def masker(self) -> SecretMasker:
+    def masker(self, *, strict: bool = False) -> SecretMasker:
         """For commands that need no hosts (runs, show, bundle): the playbook's [secrets] when it
-        can be read, the built-in rules otherwise."""
+        can be read, the built-in rules otherwise. ``strict``: a playbook that exists but cannot be
+        read is an error (its [secrets] would be missing from what is handed out)."""
         if self.playbook.exists():
             try:
                 pb = load_playbook(self.playbook)
                 _Output.masker = SecretMasker(pb.secret_names, pb.secret_values)
             except EnvbisectError:
-                pass
+                if strict:
+                    raise
         return _Output.masker
 
 
@@ -763,7 +765,7 @@ def bundle(ctx: typer.Context,
         else:
             out.print(f"{check}: manifest OK (every member present, sizes and sha256 match)")
         raise typer.Exit(0 if not problems else 1)
-    info = make_bundle(o.store, run_id, out_path or Path("."), o.masker() if o.playbook.exists() else None)
+    info = make_bundle(o.store, run_id, out_path or Path("."), o.masker(strict=True) if o.playbook.exists() else None)
     if as_json:
         emit_json({"bundle": str(info.path), "run": info.run_id, "members": len(info.members), "size": info.size,
                    "sha256": info.sha256})
