@@ -80,6 +80,7 @@ def test_probe_repeat_limit_is_the_search_cap():
 
 # --- a live stack for the CLI reproductions -------------------------------------------------------
 
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import os  # noqa: E402
@@ -220,16 +221,8 @@ def _bisect_child(stack, tmp_path) -> tuple[subprocess.Popen, Path]:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    with contextlib_suppress():
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)  # the child's own session: itself and its probe's sleep
-
-
-class contextlib_suppress:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return exc[0] is not None and issubclass(exc[0], ProcessLookupError)
 
 
 def test_ctrl_c_is_exit_130_and_one_line(stack, tmp_path):
