@@ -1,73 +1,236 @@
-"""Restarts per verdict on the simulated PD deployment (real sglang-router), next to the targets.
+"""End to end on the simulated PD deployment over a real sshd: what envbisect itself costs per trial.
 
-The search bench (bench_search.py) measures the pure search on an oracle over every position;
-this one runs the whole pipeline - journaled edits, ordered co-restarts, HTTP probes through the
-real router - for a few representative cases, and prints wall time per restart too.
+The simulated deployment (envbisect.sim.deployment: real sglang-router, simulated prefill and
+decode workers) runs behind a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py); envbisect connects
+to it with paramiko like to any host.  A culprit (or an interacting pair) is planted among
+innocent changes, a baseline snapshot is taken before, and `BisectRun(...).start(diff)` runs the
+whole pipeline: lock, journal, ordered co-restarts, HTTP probes through the router, evidence
+capture, restore.
 
-    python bench/bench_sim.py          # about 5 minutes on 2 cores
+Each part of the run is timed by wrapping envbisect's own functions in this process (nothing in
+envbisect is changed); a wrapped call's time excludes the wrapped calls inside it:
+
+  restart   co_restart minus the compare-and-swap guards inside it (stop, start, health waits)
+  probe     probe_repeatedly (the probe runs)
+  apply     HostEditor.apply: the journaled edits plus the post-apply check (hashes, and bash's
+            evaluation of every edited env file), in one round trip per host
+  guard     HostEditor.guard: "the host still holds what envbisect made" before every stop/start
+  evidence  capture_evidence: log tails and /metrics after each trial
+  records   BisectRun._append_trial / on_event: trials.jsonl and events.jsonl
+  search    Search.observe (the posterior update and the next decision)
+  setup     lock, journal begin, environment capture; restore: the final restore (files)
+  other     the rest of BisectRun.start's wall time
+
+envbisect's own time = the run's wall time minus restart and probe.  Target: <= 0.5 s per trial.
+
+    python bench/bench_sim.py            # 2 cases, about 2-3 minutes on 2 cores
+    python bench/bench_sim.py --quick    # 1 case
 """
 from __future__ import annotations
 
-import math
+import argparse
+import contextlib
+import functools
+import json
+import logging
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+import envbisect.bisect as eb_bisect  # noqa: E402
+import envbisect.journal as eb_journal  # noqa: E402
+import envbisect.search as eb_search  # noqa: E402
+import envbisect.trials as eb_trials  # noqa: E402
+import envbisect.transport as eb_transport  # noqa: E402
 from envbisect.bisect import BisectOptions, BisectRun  # noqa: E402
-from envbisect.deployment import Deployment  # noqa: E402
+from envbisect.deployment import ConnectOptions, Deployment  # noqa: E402
 from envbisect.playbook import load_playbook  # noqa: E402
 from envbisect.sim.deployment import build  # noqa: E402
 from envbisect.store import Store  # noqa: E402
+from sshd import start_sshd  # noqa: E402
+
+MAX_OVERHEAD_S = 0.5
 
 INNOCENT = [("prefill", "NCCL_DEBUG", "INFO"), ("decode", "SGLANG_ENABLE_JIT_DEEPGEMM", "1"),
             ("router", "ROUTER_LOG_LEVEL", "debug"), ("decode", "NCCL_IB_GID_INDEX", "5"),
             ("prefill", "SGLANG_DISAGGREGATION_THREAD_POOL_SIZE", "8"), ("decode", "NCCL_DEBUG", "INFO"),
             ("prefill", "NCCL_IB_GID_INDEX", "4")]
-SINGLE = [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")]
-PAIR = [("prefill", "SGLANG_ENABLE_TRANSFER_COALESCE", "1"), ("prefill", "MC_FORCE_TCP", "1")]
+SINGLE = [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")]  # the decode hangs (DEFAULT_RULES)
+PAIR = [("prefill", "SGLANG_ENABLE_TRANSFER_COALESCE", "1"), ("prefill", "MC_FORCE_TCP", "1")]  # 5xx only together
+CASES = {"single-8": (SINGLE, 8, "culprit"), "pair-6": (PAIR, 6, "interaction")}
+QUICK_CASES = ("single-8",)
+CATEGORIES = ("restart", "probe", "apply", "guard", "evidence", "records", "search", "setup", "restore", "other")
 
 
-def case(root: Path, bad: list, n: int, policy: str) -> tuple[str, tuple, int, float]:
-    sim = build(root, ssh="local")
+class Profiler:
+    """Exclusive wall time and SSH round trips per category of the wrapped functions (timed on
+    the main thread only: the lock heartbeat thread runs beside the run, not on its path; round
+    trips of every thread, the heartbeat's included, go to the category running at the time)."""
+
+    def __init__(self) -> None:
+        self.totals = dict.fromkeys(CATEGORIES, 0.0)
+        self.calls = dict.fromkeys(CATEGORIES, 0)
+        self.trips = dict.fromkeys(CATEGORIES, 0)
+        self._stack: list[list] = []
+        self._main = threading.main_thread()
+        self._rt = 0
+        self._rt_lock = threading.Lock()
+
+    def count_trip(self, fn):  # noqa: ANN001
+        prof = self
+
+        @functools.wraps(fn)
+        def wrapper(*a, **kw):  # noqa: ANN002, ANN003
+            with prof._rt_lock:
+                prof._rt += 1
+            return fn(*a, **kw)
+        return wrapper
+
+    def wrap(self, category: str, fn):  # noqa: ANN001
+        prof = self
+
+        @functools.wraps(fn)
+        def wrapper(*a, **kw):  # noqa: ANN002, ANN003
+            if threading.current_thread() is not prof._main:
+                return fn(*a, **kw)
+            prof._stack.append([0.0, 0])
+            t0, r0 = time.perf_counter(), prof._rt
+            try:
+                return fn(*a, **kw)
+            finally:
+                dt, dr = time.perf_counter() - t0, prof._rt - r0
+                inner, inner_rt = prof._stack.pop()
+                prof.totals[category] += dt - inner
+                prof.trips[category] += dr - inner_rt
+                prof.calls[category] += 1
+                if prof._stack:
+                    prof._stack[-1][0] += dt
+                    prof._stack[-1][1] += dr
+        return wrapper
+
+    @contextlib.contextmanager
+    def installed(self):
+        patches = [
+            (eb_trials, "co_restart", "restart"), (eb_bisect, "co_restart", "restart"),
+            (eb_trials, "probe_repeatedly", "probe"),
+            (eb_journal.HostEditor, "apply", "apply"), (eb_journal.HostEditor, "guard", "guard"),
+            (eb_trials, "capture_evidence", "evidence"),
+            (eb_bisect.BisectRun, "_append_trial", "records"), (eb_bisect.BisectRun, "on_event", "records"),
+            (eb_search.Search, "observe", "search"),
+            (eb_journal.HostEditor, "lock", "setup"), (eb_journal.HostEditor, "begin", "setup"),
+            (eb_bisect, "capture_environment", "setup"), (eb_bisect.BisectRun, "_save_run", "setup"),
+            (eb_journal.HostEditor, "restore", "restore"),
+        ]
+        saved = [(eb_transport.Transport, "run", eb_transport.Transport.__dict__["run"])]
+        eb_transport.Transport.run = self.count_trip(eb_transport.Transport.run)
+        for owner, name, cat in patches:
+            orig = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+            saved.append((owner, name, orig))
+            setattr(owner, name, self.wrap(cat, orig))
+        try:
+            yield self
+        finally:
+            for owner, name, orig in reversed(saved):
+                setattr(owner, name, orig)
+
+
+def run_case(root: Path, server, name: str, policy: str = "confirm", log=print) -> dict:  # noqa: ANN001
+    bad, n, kind = CASES[name]
+    sim = build(root, ssh=server.alias)
     text = sim.playbook.read_text().replace('name = "sim-pd"', f'name = "bench-{uuid.uuid4().hex[:6]}"')
     sim.playbook.write_text(text.replace("timeout_s = 5\n", "timeout_s = 2.5\n"))
+    opts = ConnectOptions(ssh_config=str(server.ssh_config), attempts=1)
     try:
         sim.start_all()
-        with Deployment(load_playbook(sim.playbook), Store(root / "store")) as dep:
+        with Deployment(load_playbook(sim.playbook), Store(root / "store"), opts) as dep:
             dep.snapshot("good")
             changes = INNOCENT[: n - len(bad)]
             half = len(changes) // 2
             for service, key, value in changes[:half] + bad + changes[half:]:
                 sim.set_env(service, key, value)
             sim.co_restart()
-            t0 = time.monotonic()
-            r = BisectRun(dep, BisectOptions(probe="e2e", policy=policy)).start(dep.diff(against="good"))
-            wall = time.monotonic() - t0
-        return r.verdict.kind, r.culprit_deltas, len(r.trials), wall
+            diff = dep.diff(against="good")
+            rt0 = sum(dep.round_trips().values())
+            prof = Profiler()
+            with prof.installed():
+                t0, r0 = time.perf_counter(), prof._rt
+                r = BisectRun(dep, BisectOptions(probe="e2e", policy=policy)).start(diff)
+                wall = time.perf_counter() - t0
+                other_rt = prof._rt - r0 - sum(prof.trips.values())
+            trips = sum(dep.round_trips().values()) - rt0
+            prof.trips["other"] += other_rt
     finally:
         sim.stop_all()
+    trials = len(r.trials)
+    t = prof.totals
+    t["other"] = wall - sum(v for k, v in t.items() if k != "other")
+    own = wall - t["restart"] - t["probe"]
+    in_trials = own - t["setup"] - t["restore"]
+    want = {f"{s}:{k}" for s, k, _ in bad}
+    right = r.verdict.kind == kind and set(r.culprit_deltas) == want
+    row = {"case": name, "deltas": len(diff.deltas), "policy": policy, "restarts": trials, "verdict": r.verdict.kind,
+           "culprits": list(r.culprit_deltas), "right": right, "wall_s": wall,
+           "own_s_per_trial": own / trials, "own_in_trials_s_per_trial": in_trials / trials,
+           "restart_s_per_trial": t["restart"] / trials, "probe_s_per_trial": t["probe"] / trials,
+           "round_trips_per_trial": trips / trials, "breakdown_s": dict(t), "round_trips": dict(prof.trips),
+           "calls": dict(prof.calls)}
+    log(f"  {name}: {trials} restarts, verdict {r.verdict.kind} {list(r.culprit_deltas)}, "
+        f"{row['own_s_per_trial']:.3f} s own time per trial, {wall:.0f} s")
+    return row
+
+
+def measure(names=tuple(CASES), log=print) -> dict:  # noqa: ANN001
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)  # "channel open failed" while a service is down
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="envbisect-bench-sim-") as d:
+        d = Path(d)
+        server = start_sshd(d / "sshd", alias="benchsim")
+        try:
+            for name in names:
+                rows.append(run_case(d / name, server, name, log=log))
+        finally:
+            server.stop()
+    total_trials = sum(r["restarts"] for r in rows)
+    agg = {c: sum(r["breakdown_s"][c] for r in rows) / total_trials for c in CATEGORIES}
+    own = sum(r["own_s_per_trial"] * r["restarts"] for r in rows) / total_trials
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    return {"rows": rows, "trials": total_trials, "own_s_per_trial": own, "breakdown_s_per_trial": agg,
+            "loadavg_1min_after": float(load)}
+
+
+def table(res: dict) -> str:
+    cols = ("apply", "guard", "evidence", "records", "search", "setup", "restore", "other")
+    head = (f"{'case':<9} {'deltas':>6} {'restarts':>8} {'verdict':<12} {'right':<5} {'restart s':>9} {'probe s':>7} "
+            f"{'own s':>6} " + " ".join(f"{c:>8}" for c in cols) + f" {'RTs':>5}")
+    out = [head, "-" * len(head)]
+    for r in res["rows"]:
+        b = r["breakdown_s"]
+        out.append(f"{r['case']:<9} {r['deltas']:>6} {r['restarts']:>8} {r['verdict']:<12} {'yes' if r['right'] else 'NO':<5} "
+                   f"{r['restart_s_per_trial']:>9.2f} {r['probe_s_per_trial']:>7.2f} {r['own_s_per_trial']:>6.3f} "
+                   + " ".join(f"{b[c] / r['restarts']:>8.3f}" for c in cols) + f" {r['round_trips_per_trial']:>5.1f}")
+    for r in res["rows"]:
+        rt = r["round_trips"]
+        out.append(f"{r['case']:<9} SSH round trips per trial: " + ", ".join(
+            f"{c} {rt[c] / r['restarts']:.1f}" for c in CATEGORIES if rt[c]))
+    out.append("per trial (seconds, SSH round trips); own = wall - restart - probe; setup/restore are once per run, "
+               "spread over its trials")
+    return "\n".join(out)
 
 
 def main() -> None:
-    print(f"{'case':<8} {'n':>2} {'policy':<8} {'restarts':>8} {'target':>6} {'verdict':<12} {'right':<5} {'s/restart':>9}")
-    with tempfile.TemporaryDirectory() as d:
-        for name, bad, kind in (("single", SINGLE, "culprit"), ("pair", PAIR, "interaction")):
-            for n in (4, 8):
-                lg = math.ceil(math.log2(n))
-                target = lg + 2 if kind == "culprit" else 2 * lg + 2
-                for policy in ("confirm", "fast"):
-                    root = Path(d) / f"{name}-{n}-{policy}"
-                    verdict, culprits, restarts, wall = case(root, bad, n, policy)
-                    want = {f"{s}:{k}" for s, k, _ in bad}
-                    right = verdict == kind and set(culprits) == want
-                    print(f"{name:<8} {n:>2} {policy:<8} {restarts:>8} {target:>6} {verdict:<12} "
-                          f"{'yes' if right else 'NO':<5} {wall / restarts:>9.1f}", flush=True)
-    print("targets: single ceil(log2 n)+2, pair 2 ceil(log2 n)+2 (premise checks included); the default policy "
-          "'confirm' pays up to one more restart to see the culprit fail alone (docs/search.md)")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    res = measure(QUICK_CASES if args.quick else tuple(CASES), log=lambda m: print(m, file=sys.stderr))
+    print(json.dumps(res, indent=2) if args.json else table(res))
 
 
 if __name__ == "__main__":

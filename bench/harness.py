@@ -1,0 +1,350 @@
+"""The oracle harness: one simulated fault, one set of probe rules, every method.
+
+A *case* is a ground truth over the deltas of a diff (which deltas break the stack, alone or
+only together) and a per-probe detection rate.  A :class:`Lab` answers trials against it:
+
+* a trial is one started configuration: the baseline plus a set of deltas, co-restarted once
+  (it counts one **restart**), then probed up to ``runs`` times, stopping after ``stop_after``
+  failed runs (every method stops at its first failure: one failure proves the config bad);
+* a config that contains every delta of some term of the truth is bad: each probe run of it fails
+  with probability ``detection`` (1.0 = deterministic); a good config never fails;
+* the current configuration is already running and has been seen failing.  Probing it as it
+  runs costs no restart, for every method (envbisect asks for that with ``TrialRequest.free``;
+  the classic methods take "current fails" as given without probing it at all).
+
+Every method below is driven by the same Lab and judged the same way: its answer is a set of
+terms over deltas (or none); it is *right* when that set equals the truth, and it *names an
+innocent* when it blames a delta outside the truth.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import sys
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable, Iterable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from envbisect.bisect import BisectRun, make_units  # noqa: E402
+from envbisect.deltas import Delta  # noqa: E402
+from envbisect.search import POLICIES, Observation, Verdict  # noqa: E402
+
+NS = (4, 8, 16, 32, 64, 128)
+DETECTIONS = (1.0, 0.7, 0.5, 0.3)
+DETERMINISTIC = ("culprit", "pair", "two", "linked")
+SCENARIOS = DETERMINISTIC + tuple(f"flaky-{d}" for d in DETECTIONS)
+SCENARIO_TITLES = {
+    "culprit": "one culprit",
+    "pair": "a pair that fails only together",
+    "two": "two independent culprits",
+    "linked": "same-key change (prefill+decode), innocent on one side",
+    **{f"flaky-{d}": f"one culprit, per-probe detection {d}" for d in DETECTIONS},
+}
+HAND_PROBES = 3  # probe runs per trial for toggling and ddmin: the playbook's `repeat`, envbisect's base_probes
+MAX_K = 40  # fixed-repeat bisection tries k = 1 .. MAX_K (the search's own cap on probe runs per trial)
+LINK_KEY = "SGLANG_SHARED_KNOB"
+
+ENVBISECT_METHODS = tuple(f"envbisect-{p}" for p in POLICIES)
+METHODS = ENVBISECT_METHODS + ("toggle", "bisect", "bisect-k", "ddmin")
+METHOD_TITLES = {
+    "envbisect-confirm": "envbisect, policy confirm (the default)",
+    "envbisect-fast": "envbisect, policy fast",
+    "envbisect-thorough": "envbisect, policy thorough",
+    "toggle": f"one-at-a-time: revert each delta alone from current, stop at first pass ({HAND_PROBES} runs/trial)",
+    "bisect": "classic bisection (git bisect run): 1 probe run per step, no premise checks",
+    "bisect-k": "classic bisection, k probe runs per step, k tuned to envbisect's accuracy",
+    "ddmin": f"Zeller's ddmin, results cached ({HAND_PROBES} runs/trial)",
+}
+
+
+# --------------------------------------------------------------------------- cases
+
+
+@dataclass(frozen=True)
+class Case:
+    scenario: str
+    n: int  # deltas in the diff
+    index: int
+    terms: tuple[tuple[str, ...], ...]  # the truth: a config is bad iff it holds every delta of a term
+    detection: float
+    seed: int
+    linked: tuple[str, ...] = ()  # two deltas with the same key and change (envbisect links them)
+
+    @property
+    def deltas(self) -> list[str]:
+        return delta_ids(self.n, self.linked_at)
+
+    @property
+    def linked_at(self) -> int | None:
+        if not self.linked:
+            return None
+        return int(self.linked[0].split("@")[1])
+
+    @property
+    def truth(self) -> frozenset:
+        return frozenset(frozenset(t) for t in self.terms)
+
+    @property
+    def k(self) -> int:
+        return len({d for t in self.terms for d in t})
+
+
+_SERVICES = ("prefill", "decode", "router")
+
+
+def delta_ids(n: int, linked_at: int | None = None) -> list[str]:
+    """The diff's deltas, in its order.  With ``linked_at`` the deltas at positions
+    ``linked_at`` and ``linked_at + 1`` are the same key changed the same way in prefill and decode."""
+    out = []
+    for i in range(n):
+        if linked_at is not None and i in (linked_at, linked_at + 1):
+            out.append(f"{'prefill' if i == linked_at else 'decode'}:{LINK_KEY}@{linked_at}")
+        else:
+            out.append(f"{_SERVICES[i % 3]}:K{i:03d}")
+    return out
+
+
+def _key(delta: str) -> tuple[str, str]:
+    svc, key = delta.split(":", 1)
+    return svc, key.split("@")[0]
+
+
+def as_delta(delta: str) -> Delta:
+    svc, key = _key(delta)
+    return Delta(id=delta, kind="env", host="node1", service=svc, path=f"/srv/{svc}.serve-env", key=key,
+                 change="changed", old="0", new="1", baseline_source="snapshot:bench")
+
+
+def stable_seed(*parts: object) -> int:
+    return zlib.crc32("/".join(map(str, parts)).encode())
+
+
+def sample_pairs(n: int, cap: int, seed: int) -> list[tuple[int, int]]:
+    """Every pair while there are at most 2 * cap of them, else ``cap`` seeded samples."""
+    pairs = list(itertools.combinations(range(n), 2))
+    if len(pairs) <= 2 * cap:
+        return pairs
+    rng = random.Random(seed)
+    return sorted(rng.sample(pairs, cap))
+
+
+def cases(scenario: str, n: int, *, pair_cap: int = 300, flaky_min: int = 200) -> list[Case]:
+    """Every position; where positions explode (more than 2 * ``pair_cap`` pairs) ``pair_cap`` seeded samples;
+    intermittent faults: every position, repeated with seeds until at least ``flaky_min`` cases."""
+    ids = delta_ids(n)
+    out: list[Case] = []
+    if scenario == "culprit":
+        for i, x in enumerate(ids):
+            out.append(Case(scenario, n, i, ((x,),), 1.0, 0))
+    elif scenario in ("pair", "two"):
+        for i, (a, b) in enumerate(sample_pairs(n, pair_cap, stable_seed("pairs", n))):
+            terms = ((ids[a], ids[b]),) if scenario == "pair" else ((ids[a],), (ids[b],))
+            out.append(Case(scenario, n, i, terms, 1.0, 0))
+    elif scenario == "linked":
+        for p in range(n - 1):
+            lids = delta_ids(n, p)
+            linked = (lids[p], lids[p + 1])
+            guilty = linked[p % 2]  # the prefill side at even positions, the decode side at odd ones
+            out.append(Case(scenario, n, p, ((guilty,),), 1.0, 0, linked))
+    elif scenario.startswith("flaky-"):
+        d = float(scenario.split("-", 1)[1])
+        reps = max(1, math.ceil(flaky_min / n))
+        for r in range(reps):
+            for i, x in enumerate(ids):
+                idx = r * n + i
+                out.append(Case(scenario, n, idx, ((x,),), d, stable_seed(scenario, n, idx)))
+    else:
+        raise ValueError(f"unknown scenario {scenario!r}")
+    return out
+
+
+def info_bound(n: int, k: int) -> int:
+    """ceil(log2 C(n, k)): restarts any method needs in the worst case to tell k culprits among n
+    apart with pass/fail answers (deterministic), premise checks not included."""
+    return math.ceil(math.log2(math.comb(n, k))) if math.comb(n, k) > 1 else 0
+
+
+# --------------------------------------------------------------------------- the lab
+
+
+class Lab:
+    def __init__(self, case: Case):
+        self.case = case
+        self.rng = random.Random(case.seed)
+        self.restarts = 0
+        self.probes = 0
+        self._terms = [frozenset(t) for t in case.terms]
+
+    def bad(self, config: frozenset) -> bool:
+        return any(t <= config for t in self._terms)
+
+    def trial(self, config: Iterable[str], runs: int, stop_after: int = 1, free: bool = False) -> tuple[int, int]:
+        """(passes, failures) of one trial of ``config``; counts a restart unless ``free``."""
+        config = frozenset(config)
+        if not free:
+            self.restarts += 1
+        bad = self.bad(config)
+        passes = failures = 0
+        for _ in range(max(1, runs)):
+            self.probes += 1
+            if bad and self.rng.random() < self.case.detection:
+                failures += 1
+                if failures >= stop_after:
+                    break
+            else:
+                passes += 1
+        return passes, failures
+
+
+@dataclass(frozen=True)
+class Answer:
+    terms: frozenset | None  # frozenset of frozensets of deltas; None: no culprit named
+    kind: str
+
+
+def score(case: Case, lab: Lab, ans: Answer) -> tuple[int, int, bool, bool, str]:
+    """(restarts, probes, right, innocent named, verdict kind)."""
+    truth = case.truth
+    right = ans.terms is not None and ans.terms == truth
+    named = {d for t in (ans.terms or ()) for d in t}
+    innocent = bool(named - {d for t in truth for d in t})
+    return lab.restarts, lab.probes, right, innocent, ans.kind
+
+
+# --------------------------------------------------------------------------- methods
+
+
+class _RefineRunner:
+    """What BisectRun._refine_links needs from a TrialRunner, answered by the lab."""
+
+    def __init__(self, lab: Lab, units: dict[str, tuple[str, ...]]):
+        self.lab, self.units = lab, dict(units)
+
+    def run(self, n: int, unit_ids, probes: int, purpose: str, stop_after: int = 1):  # noqa: ANN001
+        config = {d for u in unit_ids for d in self.units[u]}
+        _, failures = self.lab.trial(config, probes, stop_after)
+        return SimpleNamespace(n=n, outcome="fail" if failures else "pass")
+
+
+def run_envbisect(lab: Lab, policy: str) -> Answer:
+    """envbisect as `envbisect bisect --policy P` runs it: the diff's deltas grouped into units by
+    bisect.make_units (same key, same change in several services: one auto-linked unit), the pure
+    Search driven through next()/observe(), then bisect.BisectRun._refine_links for a guilty
+    auto-linked unit (each side tested with the rest of its term, one restart each)."""
+    deltas = [as_delta(d) for d in lab.case.deltas]
+    units, _notes = make_units(deltas, (), True)
+    search = POLICIES[policy].search(list(units))
+    while True:
+        step = search.next()
+        if isinstance(step, Verdict):
+            break
+        config = {d for u in step.config for d in units[u]}
+        passes, failures = lab.trial(config, step.probes, step.stop_after, free=step.free)
+        search.observe(Observation(step.config, passes, failures=failures, free=step.free))
+    verdict = step
+    refined: dict[str, tuple[str, ...]] = {}
+    if any(len(v) > 1 for v in units.values()):
+        fake_run = SimpleNamespace(opts=SimpleNamespace(link=()), trials=[], _append_trial=lambda _t: None,
+                                   on_event=lambda _k, _d: None)
+        refined = BisectRun._refine_links(fake_run, verdict, units, _RefineRunner(lab, units), search, [])
+    if verdict.kind not in ("culprit", "interaction"):
+        return Answer(None, verdict.kind)
+    terms = frozenset(frozenset(d for u in t for d in refined.get(u, units[u])) for t in verdict.terms)
+    return Answer(terms, verdict.kind)
+
+
+def run_toggle(lab: Lab, runs: int = HAND_PROBES) -> Answer:
+    """Revert each delta alone from the current config; the first revert that passes is blamed."""
+    ids = lab.case.deltas
+    full = frozenset(ids)
+    for d in ids:
+        _, failures = lab.trial(full - {d}, runs)
+        if not failures:
+            return Answer(frozenset({frozenset({d})}), "culprit")
+    return Answer(None, "inconclusive")
+
+
+def run_bisect(lab: Lab, k: int = 1) -> Answer:
+    """Classic bisection over the diff's order, as `git bisect run` does: the baseline is taken as
+    good and current as bad without testing them; each step co-restarts the midpoint once and
+    probes it k times (stopping at a failure); the first delta whose prefix failed is blamed."""
+    ids = lab.case.deltas
+    lo, hi = 0, len(ids)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        _, failures = lab.trial(ids[:mid], k)
+        if failures:
+            hi = mid
+        else:
+            lo = mid
+    return Answer(frozenset({frozenset({ids[hi - 1]})}), "culprit")
+
+
+def run_ddmin(lab: Lab, runs: int = HAND_PROBES) -> Answer:
+    """Zeller & Hildebrandt's ddmin (minimizing delta debugging) over the deltas: test subsets,
+    then complements, else refine the granularity; outcomes are cached so no config is restarted
+    twice; the empty config (baseline) is taken as passing and current as failing, untested.
+    The 1-minimal failing set it returns is read as one term: a single delta is a culprit, two or
+    more fail only together."""
+    ids = list(lab.case.deltas)
+    full = frozenset(ids)
+    cache: dict[frozenset, bool] = {}
+
+    def fails(cfg: list[str]) -> bool:
+        key = frozenset(cfg)
+        if not key:
+            return False
+        if key == full:
+            return True
+        if key not in cache:
+            _, failures = lab.trial(key, runs)
+            cache[key] = failures > 0
+        return cache[key]
+
+    c, gran = ids, 2
+    while len(c) >= 2:
+        size = len(c) / gran
+        parts = [c[round(i * size):round((i + 1) * size)] for i in range(gran)]
+        parts = [p for p in parts if p]
+        for p in parts:
+            if fails(p):
+                c, gran = p, 2
+                break
+        else:
+            for p in parts:
+                comp = [x for x in c if x not in p]
+                if fails(comp):
+                    c, gran = comp, max(gran - 1, 2)
+                    break
+            else:
+                if gran >= len(c):
+                    break
+                gran = min(len(c), 2 * gran)
+    kind = "culprit" if len(c) == 1 else "interaction"
+    return Answer(frozenset({frozenset(c)}), kind)
+
+
+def runner(method: str, k: int = 1) -> Callable[[Lab], Answer]:
+    if method.startswith("envbisect-"):
+        policy = method.split("-", 1)[1]
+        return lambda lab: run_envbisect(lab, policy)
+    if method == "toggle":
+        return run_toggle
+    if method == "bisect":
+        return lambda lab: run_bisect(lab, 1)
+    if method == "bisect-k":
+        return lambda lab: run_bisect(lab, k)
+    if method == "ddmin":
+        return run_ddmin
+    raise ValueError(f"unknown method {method!r}")
+
+
+def run_case(case: Case, method: str, k: int = 1) -> tuple[int, int, bool, bool, str]:
+    lab = Lab(case)
+    ans = runner(method, k)(lab)
+    return score(case, lab, ans)

@@ -1,0 +1,232 @@
+"""Every benchmark in one command: tables, PASS/FAIL per target, figures in bench/results/.
+
+    python bench/run.py            # full: under 10 minutes on 2 cores
+    python bench/run.py --quick    # n <= 32, fewer samples, one end-to-end case (about 2 minutes)
+
+Benchmarks (see bench/README.md):
+  snapshot  SSH round trips and wall time of a snapshot of 1, 4 and 16 hosts (real sshd each)
+  e2e       the simulated PD deployment over a real sshd: envbisect's own time per trial
+  search    envbisect against one-at-a-time toggling, classic bisection (1 and k probe runs per
+            step) and ddmin on a simulated oracle; the chart bench/results/comparison.svg
+
+Exit status: 0 every target passed, 1 a target failed (or a benchmark could not run).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+from envbisect.search import restart_bound  # noqa: E402
+
+RESULTS = HERE / "results"
+DETERMINISTIC = ("culprit", "pair", "two", "linked")
+BOUND_KIND = {"culprit": "culprit", "pair": "interaction", "two": "several"}
+DEFAULT = "envbisect-confirm"
+
+
+class Targets:
+    def __init__(self) -> None:
+        self.lines: list[dict] = []
+
+    def add(self, ok: bool, target: str, measured: str) -> None:
+        self.lines.append({"pass": bool(ok), "target": target, "measured": measured})
+        print(f"{'PASS' if ok else 'FAIL'} {target}: {measured}", flush=True)
+
+    @property
+    def failed(self) -> int:
+        return sum(not t["pass"] for t in self.lines)
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.2f}"
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def search_targets(res: dict, t: Targets) -> None:
+    from bench_compare import cell
+
+    ns = res["config"]["ns"]
+    # 1. fewer mean restarts than one-at-a-time for n >= 8, no more than classic bisection + 2
+    for scenario in DETERMINISTIC:
+        bad, margins = [], []
+        for n in ns:
+            if n < 8:
+                continue
+            e, o = cell(res, scenario, n, DEFAULT), cell(res, scenario, n, "toggle")
+            margins.append(f"n={n} {_fmt(e['mean_restarts'])} vs {_fmt(o['mean_restarts'])}")
+            if not e["mean_restarts"] < o["mean_restarts"]:
+                bad.append(margins[-1])
+        t.add(not bad, f"[{scenario}] default policy: fewer mean restarts than one-at-a-time for n >= 8",
+              ("fails at " + "; ".join(bad) if bad else "; ".join(margins)) + " (envbisect vs one-at-a-time)")
+    for scenario in DETERMINISTIC:
+        bad, margins = [], []
+        for n in ns:
+            e, b = cell(res, scenario, n, DEFAULT), cell(res, scenario, n, "bisect")
+            margins.append(f"n={n} {_fmt(e['mean_restarts'])} vs {_fmt(b['mean_restarts'])}+2")
+            if e["mean_restarts"] > b["mean_restarts"] + 2 + 1e-9:
+                bad.append(margins[-1])
+        t.add(not bad, f"[{scenario}] default policy: mean restarts <= classic bisection + 2",
+              ("fails at " + "; ".join(bad) if bad else "; ".join(margins)) + " (envbisect vs git bisect run)")
+    # 2. intermittent: accuracy, and fewer restarts than fixed-repeat bisection tuned to it
+    for d in (0.5, 0.3):
+        scenario = f"flaky-{d}"
+        bad, worst_right, worst_inn = [], 1.0, 0.0
+        for n in ns:
+            e = cell(res, scenario, n, DEFAULT)
+            worst_right, worst_inn = min(worst_right, e["right"]), max(worst_inn, e["innocent"])
+            if e["right"] < 0.95 or e["innocent"] > 0.01:
+                bad.append(f"n={n} right {e['right']:.1%} innocent {e['innocent']:.1%} ({e['runs']} cases)")
+        t.add(not bad, f"[detection {d}] default policy: right >= 95% and innocent named <= 1%",
+              ("fails at " + "; ".join(bad) if bad else
+               f"every n: right >= {worst_right:.1%}, innocent <= {worst_inn:.1%}"))
+        bad, margins = [], []
+        for n in ns:
+            e, k = cell(res, scenario, n, DEFAULT), cell(res, scenario, n, "bisect-k")
+            reached = k.get("k_reached", True)
+            margins.append(f"n={n} {_fmt(e['mean_restarts'])} vs {_fmt(k['mean_restarts'])} (k={k['k']}"
+                           f"{'' if reached else ', accuracy not reached'}, right {e['right']:.1%}/{k['right']:.1%})")
+            if not e["mean_restarts"] < k["mean_restarts"] and reached:
+                bad.append(margins[-1])
+        t.add(not bad, f"[detection {d}] default policy: fewer mean restarts than bisection with k runs/step tuned "
+              "to the same accuracy",
+              ("fails at " + "; ".join(bad) if bad else "; ".join(margins)) + " (envbisect vs bisect-k)")
+    # 3. worst-case bounds
+    for scenario, kind in BOUND_KIND.items():
+        bad, parts = [], []
+        for n in ns:
+            e = cell(res, scenario, n, DEFAULT)
+            b = restart_bound(n, kind)
+            parts.append(f"n={n} {e['worst_restarts']}/{b}")
+            if e["worst_restarts"] > b:
+                bad.append(parts[-1])
+        form = {"culprit": "ceil(log2 n)+3", "interaction": "2ceil(log2 n)+3", "several": "2ceil(log2 n)+4"}[kind]
+        t.add(not bad, f"[{scenario}] default policy: worst restarts <= {form}",
+              ("fails at " + "; ".join(bad) if bad else "; ".join(parts)) + " (worst/bound)")
+
+
+def e2e_targets(res: dict, t: Targets) -> None:
+    from bench_sim import MAX_OVERHEAD_S
+
+    per = [f"{r['case']} {r['own_s_per_trial']:.3f} s ({r['restarts']} trials)" for r in res["rows"]]
+    worst = max(r["own_s_per_trial"] for r in res["rows"])
+    b = res["breakdown_s_per_trial"]
+    top = sorted(((v, k) for k, v in b.items() if k not in ("restart", "probe")), reverse=True)[:3]
+    t.add(worst <= MAX_OVERHEAD_S, f"envbisect's own time <= {MAX_OVERHEAD_S} s per trial",
+          "; ".join(per) + "; largest parts per trial: " + ", ".join(f"{k} {v:.3f} s" for v, k in top))
+
+
+def snapshot_targets(res: dict, t: Targets) -> None:
+    from bench_snapshot import MAX_RATIO_16, MAX_RT_PER_HOST
+
+    rows = {r["hosts"]: r for r in res["rows"]}
+    if 16 in rows and 1 in rows:
+        r16, r1 = rows[16], rows[1]
+        t.add(r16["ratio_to_one"] <= MAX_RATIO_16, f"snapshot of 16 hosts <= {MAX_RATIO_16:g}x one host",
+              f"{r16['ratio_to_one']:.2f}x ({r16['wall_s']:.3f} s vs {r1['wall_s']:.3f} s; machine CPU busy "
+              f"{r16['machine_cpu_s']:.2f} CPU-s in {r16['wall_s']:.2f} s on {res['cpus']} cores, "
+              f"controller {r16['controller_cpu_s']:.3f} CPU-s)")
+    worst = max(r["round_trips_per_host"] for r in res["rows"])
+    t.add(worst <= MAX_RT_PER_HOST, f"<= {MAX_RT_PER_HOST} SSH round trips per host per snapshot",
+          ", ".join(f"{r['hosts']} host(s): {r['round_trips_per_host']}" for r in res["rows"]))
+
+
+# --------------------------------------------------------------------------- main
+
+
+def banner(title: str) -> None:
+    print(f"\n=== {title} " + "=" * max(0, 74 - len(title)), flush=True)
+
+
+def write_json(name: str, doc: dict) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    p = RESULTS / name
+    p.write_text(json.dumps(doc, indent=1) + "\n")
+    return p
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="n <= 32, fewer samples, one end-to-end case")
+    ap.add_argument("--workers", type=int, default=2, help="processes for the oracle benchmark (default 2)")
+    ap.add_argument("--only", default="", help="comma-separated subset of: snapshot,e2e,search")
+    args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else {"snapshot", "e2e", "search"}
+    t0 = time.perf_counter()
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    targets = Targets()
+    tables: dict[str, str] = {}
+    errors: list[str] = []
+    meta = {"quick": args.quick, "python": platform.python_version(), "cpus": os.cpu_count(),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+    # the timing-sensitive benchmarks run first, before the oracle keeps both cores busy
+    if "snapshot" in only:
+        banner("snapshot: SSH round trips and wall time, 1/4/16 hosts (real sshd each)")
+        try:
+            import bench_snapshot
+
+            res = bench_snapshot.measure((1, 4, 16), repeats=3 if args.quick else 5, log=log)
+            write_json("snapshot.json", {**meta, **res})
+            tables["snapshot"] = bench_snapshot.table(res)
+            print(tables["snapshot"], flush=True)
+            snapshot_targets(res, targets)
+        except Exception as e:  # noqa: BLE001 - a benchmark that cannot run is a failed target, not a crash
+            errors.append(f"snapshot: {e}")
+            traceback.print_exc()
+            targets.add(False, "snapshot benchmark ran", f"{type(e).__name__}: {e}")
+    if "e2e" in only:
+        banner("e2e: simulated PD deployment over a real sshd, envbisect's own time per trial")
+        try:
+            import bench_sim
+
+            res = bench_sim.measure(bench_sim.QUICK_CASES if args.quick else tuple(bench_sim.CASES), log=log)
+            write_json("e2e.json", {**meta, **res})
+            tables["e2e"] = bench_sim.table(res)
+            print(tables["e2e"], flush=True)
+            e2e_targets(res, targets)
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"e2e: {e}")
+            traceback.print_exc()
+            targets.add(False, "end-to-end benchmark ran", f"{type(e).__name__}: {e}")
+    if "search" in only:
+        banner("search: envbisect vs one-at-a-time, classic bisection, bisection x k, ddmin (oracle)")
+        try:
+            import bench_compare
+            import chart
+
+            res = bench_compare.measure(args.quick, args.workers, log=log)
+            write_json("search.json", {**meta, **res})
+            svg = RESULTS / "comparison.svg"
+            svg.write_text(chart.render(res))
+            tables["search"] = bench_compare.table(res)
+            print(tables["search"], flush=True)
+            print(f"chart: {svg.relative_to(HERE.parent)}", flush=True)
+            search_targets(res, targets)
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"search: {e}")
+            traceback.print_exc()
+            targets.add(False, "search benchmark ran", f"{type(e).__name__}: {e}")
+
+    wall = time.perf_counter() - t0
+    banner("targets")
+    for line in targets.lines:
+        print(f"{'PASS' if line['pass'] else 'FAIL'} {line['target']}: {line['measured']}")
+    print(f"\n{len(targets.lines) - targets.failed} passed, {targets.failed} failed; wall time {wall:.0f} s"
+          f"{' (quick)' if args.quick else ''}; figures in {RESULTS.relative_to(HERE.parent)}/")
+    write_json("targets.json", {**meta, "wall_s": wall, "targets": targets.lines, "errors": errors})
+    return 1 if targets.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
