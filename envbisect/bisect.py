@@ -67,6 +67,11 @@ class BisectResult:
         return tuple(d for u in self.verdict.culprits for d in self.refined.get(u, self.units.get(u, (u,))))
 
     @property
+    def restarts(self) -> int:
+        """Co-restarts the trials cost (a probe of the running stack costs none)."""
+        return sum(1 for t in self.trials if not t.free)
+
+    @property
     def exit_status(self) -> ExitStatus:
         return VERDICT_EXIT.get(self.verdict.kind, ExitStatus.INCONCLUSIVE)
 
@@ -78,7 +83,7 @@ class BisectResult:
             "suspects": [{"unit": u, "p": round(p, 4)} for u, p in v.suspects], "explanation": v.explanation,
             "units": {u: list(ds) for u, ds in self.units.items()},
             "trials": [t.to_json() for t in self.trials],
-            "restarts": len(self.trials),
+            "restarts": self.restarts,
             "path": self.path_report.to_json() if self.path_report else None,
             "drift_hint": list(self.drift_hint),
             "final_probe": self.final_probe.to_json() if self.final_probe else None,
@@ -311,7 +316,16 @@ class BisectRun:
                                               "eta_s": self._eta(nxt.purpose), "units": len(unit_ids),
                                               "expected_total": n - 1 + self._remaining(nxt.purpose),
                                               "total_deltas": len(deltas)})
-                trial = runner.run(n, sorted(nxt.config), nxt.probes, nxt.purpose, nxt.stop_after)
+                why_not = "not the first trial"
+                if nxt.free and not self.trials:
+                    why_not = running_stack_unverified(diff, self.playbook, deltas)
+                    if why_not is not None:
+                        notes.append(f"trial 1 co-restarted the stack instead of probing it as it ran: {why_not}")
+                if why_not is None:
+                    trial = runner.probe_running(n, sorted(nxt.config), nxt.probes,
+                                                 nxt.purpose + " (the running stack, no restart)", nxt.stop_after)
+                else:
+                    trial = runner.run(n, sorted(nxt.config), nxt.probes, nxt.purpose, nxt.stop_after)
                 self.trials.append(trial)
                 self._append_trial(trial)
                 self.on_event("trial-end", {"trial": trial})
@@ -340,7 +354,8 @@ class BisectRun:
                     notes.append("current minus the culprits still fails, so at least one more delta breaks it: "
                                  "restored the original state; re-run with --policy thorough to find them all")
             if state_left != "fixed":
-                state_left = self._restore(editor, notes)
+                # nothing restarted (the running stack was only probed): restoring files is all there is
+                state_left = self._restore(editor, notes, restart=any(not t.free for t in self.trials))
         except BaseException as exc:
             # Ctrl-C, SIGTERM, lost connection, someone else's change, bug: the hosts go back to where
             # they were (what is provably envbisect's own), and the lock is kept until they are.
@@ -363,7 +378,10 @@ class BisectRun:
         finally:
             stop()
         drift_hint = ()
-        if verdict.kind == "not-reproduced":
+        if verdict.kind == "not-reproduced" and not any(not t.free for t in self.trials):
+            notes.append(f"the running stack passes the probe as it runs (trial 1, no restart): nothing to find "
+                         f"with probe {probe.name!r}; nothing was changed or restarted")
+        elif verdict.kind == "not-reproduced":
             notes.append("after a full ordered co-restart the current configuration passes; the hosts were left at "
                          "it, co-restarted - which is itself the fix for a stack restarted piecemeal")
             drift_hint = tuple(_drift_hint(diff.to_json(self.dep.masker) if diff else diff_doc or {}))
@@ -418,17 +436,19 @@ class BisectRun:
                                  "the group")
         return refined
 
-    def _restore(self, editor: HostEditor, notes: list[str] | None = None) -> str:
-        self.on_event("step", {"message": "restoring the original files and co-restarting"})
+    def _restore(self, editor: HostEditor, notes: list[str] | None = None, restart: bool = True) -> str:
+        self.on_event("step", {"message": "restoring the original files" + (" and co-restarting" if restart else "")})
         for c in editor.restore():
             self.on_event("warning", {"message": describe_conflict(c)})
             if notes is not None:
                 notes.append(describe_conflict(c))
-        rs = co_restart(self.playbook, self.dep.transports, on_step=lambda m: self.on_event("step", {"message": m}),
-                        guard=editor.guard)
+        rs = None
+        if restart:
+            rs = co_restart(self.playbook, self.dep.transports,
+                            on_step=lambda m: self.on_event("step", {"message": m}), guard=editor.guard)
         editor.finish()
         editor.unlock()
-        if not rs.ok:
+        if rs is not None and not rs.ok:
             self.on_event("warning", {"message": f"restored files, but the co-restart failed: {rs.message}"})
         return "original"
 
@@ -453,6 +473,53 @@ class BisectRun:
         return per * self._remaining(purpose)
 
 
+# A process's start time is read from /proc as boot time (whole seconds, rounded down) plus its
+# start ticks, so it is never later than the real start: a file whose mtime is before it is older
+# than the process. No margin is added; a clock stepped back since would only make this stricter
+# for files written before the step.
+_START_MARGIN_S = 0.0
+
+
+def running_stack_unverified(diff: Diff | None, playbook, deltas: Sequence[Delta]) -> str | None:  # noqa: ANN001
+    """Why probing the running stack would not be a fair observation of the current configuration
+    (None: it would be). Fair only when every service's process runs what its files say now:
+    its environment equals what bash makes of its env file (evaluated on the host: no drift) or,
+    where the environment cannot be read (sglang-router rewrites its process title over it), the
+    process started after its env file was last written; every watched file that changed is
+    older than the processes on its host; and no git HEAD moved (the code on disk is not provably
+    the code that runs: Python imports lazily)."""
+    if diff is None:
+        return "a resumed run (the processes were not seen by this run's diff)"
+    if diff.drift:
+        d = diff.drift[0]
+        return f"{d.service} runs with {d.key} different from its env file (drift)"
+    hosts = diff.current.hosts
+    started: dict[str, list[float]] = {}
+    for name, svc in playbook.services.items():
+        host = hosts.get(svc.host)
+        proc = host.processes.get(name) if host else None
+        if proc is None or proc.started_at is None or proc.status not in ("ok", "unknown"):
+            return f"{name}: its process was not seen running"
+        f = host.files.get(svc.env_file)
+        if f is None or not f.exists:
+            return f"{name}: its env file {svc.env_file} was not read"
+        if proc.status == "ok" and proc.evaluated(f.sha256) is None:
+            return f"{name}: what bash makes of {svc.env_file} was not evaluated on the host"
+        if proc.status != "ok" and (f.mtime is None or f.mtime > proc.started_at - _START_MARGIN_S):
+            return (f"{name}: its start environment cannot be read and {svc.env_file} is not provably older "
+                    "than the process")
+        started.setdefault(svc.host, []).append(proc.started_at)
+    for d in deltas:
+        if d.kind == "git":
+            return f"{d.id}: a git HEAD moved (the running code may predate it)"
+        if d.kind == "file":
+            f = hosts[d.host].files.get(d.path) if d.host in hosts else None
+            first = min(started.get(d.host, [0.0]))
+            if f is None or f.mtime is None or f.mtime > first - _START_MARGIN_S:
+                return f"{d.path} on {d.host} may have changed after a process there started"
+    return None
+
+
 def capture_environment(playbook, transports) -> dict[str, Any]:  # noqa: ANN001
     """Versions for the postmortem: envbisect, and each host's kernel and Python."""
     import platform
@@ -474,9 +541,10 @@ def capture_environment(playbook, transports) -> dict[str, Any]:  # noqa: ANN001
 
 def _observation(t: Trial) -> Observation:
     if t.outcome == "unresolved":
-        return Observation(frozenset(t.units), passes=0, failed=False, unresolved=True)
+        return Observation(frozenset(t.units), passes=0, failed=False, unresolved=True, free=t.free)
     failed = t.outcome in ("fail", "start-failure")
-    return Observation(frozenset(t.units), passes=t.passes, failed=failed, failures=max(t.failures, int(failed)))
+    return Observation(frozenset(t.units), passes=t.passes, failed=failed, failures=max(t.failures, int(failed)),
+                       free=t.free)
 
 
 def _trial_from_json(d: Mapping[str, Any]) -> Trial:
@@ -489,7 +557,7 @@ def _trial_from_json(d: Mapping[str, Any]) -> Trial:
                  for r in d["probe"]["runs"])
     return Trial(d["n"], d["purpose"], tuple(d["units"]), tuple(d["config"]), d["outcome"], d["reason"], runs,
                  d["restart_s"], d["probe_s"], d.get("restart_durations", {}), d.get("started_at", 0.0),
-                 d.get("log_tail", ""), d.get("aborted", False))
+                 d.get("log_tail", ""), d.get("aborted", False), d.get("free", False))
 
 
 def _drift_hint(diff_doc: Mapping[str, Any]) -> list[str]:

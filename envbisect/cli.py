@@ -359,7 +359,7 @@ def render_verdict(result) -> None:  # noqa: ANN001
     colour = {"culprit": "red", "interaction": "red", "not-config": "magenta", "not-reproduced": "cyan",
               "inconclusive": "yellow"}[v.kind]
     out.print(Text.assemble("\nverdict: ", (v.kind.upper(), f"bold {colour}"), f"   confidence {v.confidence:.2f}",
-                            f"   restarts {len(result.trials)}"))
+                            f"   restarts {result.restarts}"))
     if result.culprit_deltas:
         word = "must all go" if v.kind == "culprit" else "fail only together"
         out.print(f"  culprit(s), which {word}: " + ", ".join(result.culprit_deltas))
@@ -543,7 +543,7 @@ def demo(keep: bool = typer.Option(False, "--keep", help="Leave the demo deploym
             planted = demo_mod.BAD_DELTA_ID
             ok = result.culprit_deltas == (planted,)
             say(f"\nplanted bad change: {planted} -> envbisect {'found it' if ok else 'DID NOT find it'}"
-                f" in {len(result.trials)} restarts ({_time.monotonic() - t0:.0f} s in all)")
+                f" in {result.restarts} restarts ({_time.monotonic() - t0:.0f} s in all)")
     finally:
         d.cleanup(keep)
     raise typer.Exit(0 if result.culprit_deltas == (demo_mod.BAD_DELTA_ID,) else 1)

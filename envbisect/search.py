@@ -539,6 +539,8 @@ class _Evidence:
     restarted_fail: bool = False  # a failure seen after a co-restart (not only on the running stack)
     restarted_passes: int = 0
     trials: list[int] = field(default_factory=list)  # 1-based trial numbers, for "observed in trial N"
+    failed_trials: list[int] = field(default_factory=list)
+    passed_trials: list[int] = field(default_factory=list)  # trials of this config with no failed run
 
 
 class Search:
@@ -653,6 +655,7 @@ class Search:
             ev.restarted_passes += 0 if obs.free else obs.passes
             ev.resolved += 1
             ev.trials.append(len(self._obs))
+            (ev.failed_trials if obs.failed else ev.passed_trials).append(len(self._obs))
         self._pending = self._decide()
         if isinstance(self._pending, TrialRequest):
             self._last_request = self._pending
@@ -817,6 +820,12 @@ class Search:
         if not cur.failed or (not cur.restarted_fail and cur.restarted_passes >= self.premise_probes):
             return self._not_reproduced()
         if self._n == 0:
+            if not cur.restarted_fail:
+                # the running stack failed as it ran; a co-restart may clear it (a service restarted
+                # alone holds more than its files), so "not the config" needs a failure after one
+                return TrialRequest(frozenset(), self.premise_probes,
+                                    "confirm after a co-restart: current (no deltas: the baseline) failed as it "
+                                    "was running", stop_after=self.premise_failures)
             return self._not_config()
         base = self._evidence.get(0)
         if base is None:
@@ -1204,7 +1213,7 @@ class Search:
             if len(names) == 1:
                 x = names[0]
                 if alone:
-                    facts.append(f"{x} alone failed")
+                    facts.append(f"{x} alone failed{self._cite(t)}")
                 else:
                     facts.append(self._necessity(t, 0))
                     inferred.append(f"{x} breaks the stack on its own, not only together with another delta "
@@ -1213,9 +1222,9 @@ class Search:
                 details = []
                 solo = [u for u in _bits(t) if self._status(1 << u, post) == "pass"]
                 if solo:
-                    details.append(f"{', '.join(self._units[u] for u in solo)} alone passed")
+                    details.append(f"{', '.join(self._units[u] + self._cite(1 << u) for u in solo)} alone passed")
                 if alone:
-                    details.append(f"{' + '.join(names)} alone failed")
+                    details.append(f"{' + '.join(names)} alone failed{self._cite(t)}")
                 else:
                     rest = [u for u in _bits(t) if u not in solo]
                     if solo and rest:
@@ -1224,18 +1233,41 @@ class Search:
                 facts.append(f"{' and '.join(names)} fail only together" + (f" ({'; '.join(details)})" if details else ""))
         label = ", ".join(self._names(allv))
         if self._status(self._all & ~allv, post) == "pass":
-            facts.append(f"current without {label} passed")
+            facts.append(f"current without {label} passed{self._cite(self._all & ~allv)}")
         else:
             inferred.append(f"no other delta breaks the stack too (current without {label} was not tested; "
                             "several independent culprits are rare a priori)")
-        text = "Observed: " + "; ".join(facts) + "."
+        premises = []
+        if self._all in self._evidence:
+            premises.append(f"current failed{self._cite(self._all)}")
+        if 0 in self._evidence and self._n:
+            premises.append(f"the baseline passed{self._cite(0)}")
+        text = "Observed: " + "; ".join(premises + facts) + "."
         if inferred:
             text += " Inferred, not observed: " + "; ".join(inferred) + "."
         qb = post.q_belief()
         mean_q = sum(q * p for q, p in zip(post.qs, qb))
         if mean_q > 0.15:
-            text += f" The fault is intermittent: a bad config passes about {mean_q:.0%} of probe runs."
+            text += (f" Estimated from the probe runs: the fault is intermittent, a bad config passes about "
+                     f"{mean_q:.0%} of them.")
         return text
+
+    def _cite(self, mask: int) -> str:
+        """' (trial 4)' / ' (trials 4, 7)': the trials of exactly this config that showed what the
+        sentence says (its failures when it failed, else its passes)."""
+        ev = self._evidence.get(mask)
+        if ev is None:
+            return ""
+        ts = ev.failed_trials if ev.failed else ev.passed_trials
+        if not ts:
+            return ""
+        return f" (trial{'s' if len(ts) > 1 else ''} {', '.join(map(str, ts))})"
+
+    def _cite_pair(self, passed: int, failed: int) -> str:
+        a, b = self._evidence.get(passed), self._evidence.get(failed)
+        if a is None or b is None or not a.passed_trials or not b.failed_trials:
+            return ""
+        return f" (without it passed in trial {a.passed_trials[-1]}, with it failed in trial {b.failed_trials[0]})"
 
     def _necessity(self, t: int, with_: int) -> str:
         """Describe the observed pair 'C passed, C + t failed' (C containing ``with_``)."""
@@ -1249,11 +1281,13 @@ class Search:
                 best = mask
         x = self._units[u]
         if best is None:
-            return f"{x} is needed for the failure"
+            return f"{x} is needed for the failure (from the bisection's passes and failures as a whole)"
         k = (best & ~with_).bit_count()
+        cite = self._cite_pair(best, best | t)
         if with_:
             w = ", ".join(self._names(with_))
-            return f"adding {x} to {w}" + (f" and {k} other delta{'s' if k != 1 else ''}" if k else "") + " made it fail"
+            return (f"adding {x} to {w}" + (f" and {k} other delta{'s' if k != 1 else ''}" if k else "")
+                    + f" made it fail{cite}")
         if k == 0:
-            return f"{x} alone failed"
-        return f"adding {x} to {k} other delta{'s' if k != 1 else ''} that passed made it fail"
+            return f"{x} alone failed{self._cite(t)}"
+        return f"adding {x} to {k} other delta{'s' if k != 1 else ''} that passed made it fail{cite}"

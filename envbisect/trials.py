@@ -39,6 +39,9 @@ class Trial:
     started_at: float = 0.0
     log_tail: str = ""
     aborted: bool = False
+    # probed as it was running, without a restart (see bisect.running_stack_unverified): costs no
+    # restart, and is never the only evidence a culprit is blamed on (search._restart_proof)
+    free: bool = False
 
     @property
     def passes(self) -> int:
@@ -54,7 +57,7 @@ class Trial:
                 "probe_s": round(self.probe_s, 3), "restart_durations": {k: round(v, 3) for k, v in self.restart_durations.items()},
                 "started_at": self.started_at, "probe": {"runs": [r.to_json() for r in self.probe_runs],
                                                           "passes": self.passes},
-                "log_tail": self.log_tail[-2000:], "aborted": self.aborted}
+                "log_tail": self.log_tail[-2000:], "aborted": self.aborted, "free": self.free}
 
 
 def probe_repeatedly(probe: Probe, transports: Mapping[str, Transport], runs: int,
@@ -106,6 +109,28 @@ class TrialRunner:
             # A failure seen through a dropped connection is evidence of nothing.
             trial = replace(trial, outcome="unresolved",
                             reason=f"lost the ssh connection to {', '.join(dead)} during the trial ({trial.reason})")
+        if self.evidence_dir is not None:
+            capture_evidence(self.playbook, self.transports, self.evidence_dir / f"trial-{n:03d}")
+        return trial
+
+    def probe_running(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int = 1) -> Trial:
+        """Probe the stack as it runs, with no edit and no restart: only for the current
+        configuration, and only when every process verifiably runs its files (the caller checks)."""
+        config = self.delta_ids(unit_ids)
+        started = time.time()
+        self.on_step(f"probing the running stack, no restart ({self.probe.name}, up to {probes} run(s))")
+        p0 = time.monotonic()
+        try:
+            self.editor.guard()  # the files must still be what the diff saw
+            outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after)
+            self.editor.guard()
+        except RemoteError as e:
+            trial = Trial(n, purpose, tuple(unit_ids), config, "unresolved", f"probe could not run: {e}",
+                          started_at=started, free=True)
+        else:
+            aborted = outcome == "abort"
+            trial = Trial(n, purpose, tuple(unit_ids), config, "unresolved" if aborted else outcome, reason, runs,
+                          0.0, time.monotonic() - p0, {}, started, aborted=aborted, free=True)
         if self.evidence_dir is not None:
             capture_evidence(self.playbook, self.transports, self.evidence_dir / f"trial-{n:03d}")
         return trial

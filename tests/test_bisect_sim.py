@@ -17,6 +17,7 @@ import pytest
 from envbisect.bisect import BisectOptions, BisectRun
 from envbisect.deployment import ConnectOptions, Deployment
 from envbisect.playbook import load_playbook
+from envbisect.search import restart_bound
 from envbisect.sim.deployment import build
 from envbisect.store import Store
 
@@ -47,6 +48,7 @@ class Scenario:
         self.sim.playbook.write_text(text)
         self.store = tmp_path / "store"
         self.ssh_config = ssh_config
+        self.sim.age_files()  # written before the stack started: the running stack may be probed as is
         self.sim.start_all()
 
     def deployment(self) -> Deployment:
@@ -92,6 +94,7 @@ def plant(sim, changes, restart: bool = True) -> None:
     for service, key, value in changes:
         sim.set_env(service, key, value)
     if restart:
+        sim.age_files()
         sim.co_restart()
 
 
@@ -103,9 +106,10 @@ def test_single_culprit_among_innocent_changes(scenario, request):
     r = s.bisect(probe="e2e")
     assert r.verdict.kind == "culprit", r.verdict
     assert r.culprit_deltas == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",)
-    # ceil(log2 6) + 2 premise checks, + 1 to see the culprit fail alone, + 1 to see the fix pass
-    # (policy "confirm"; the runner always co-restarts for the first premise)
-    assert len(r.trials) <= 3 + 2 + 1 + 1
+    # the first premise probes the running stack (every process runs its files: no restart), then
+    # ceil(log2 6) + 1 premise check + 1 to see the culprit fail alone + 1 to see the fix pass
+    assert r.trials[0].free and r.trials[0].restart_s == 0
+    assert r.restarts <= restart_bound(6), [t.purpose for t in r.trials]
     assert any(t.purpose.startswith("confirm: current without") and t.outcome == "pass" for t in r.trials)
     assert any(t.units == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",) and t.outcome == "fail" for t in r.trials)
     assert r.trials[0].outcome == "fail" and r.trials[1].outcome == "pass"  # premises checked first
@@ -306,11 +310,24 @@ def test_zero_deltas_probes_the_stack(scenario):
     """Nothing changed since the baseline: the verdict is observed, never assumed (issue 7)."""
     s = scenario()
     s.baseline()
+    pids = {svc: s.sim.pid(svc) for svc in ("prefill", "decode", "router")}
     p = s.cli("bisect", "--against", "good", "--probe", "e2e", "--json")
     doc = json.loads(p.stdout)
     assert doc["verdict"] == "not-reproduced", (p.stdout, p.stderr)
-    assert doc["restarts"] == 1 and doc["trials"][0]["probe"]["passes"] >= 1
+    # every process verifiably runs its files, so the running stack itself was probed: no restart
+    assert doc["restarts"] == 0 and doc["trials"][0]["free"] and doc["trials"][0]["probe"]["passes"] >= 12
+    assert "trial 1" in doc["explanation"]
     assert p.returncode == 5
+    assert {svc: s.sim.pid(svc) for svc in pids} == pids  # nothing was restarted
+    # drift (decode's file edited, decode not restarted) and a baseline taken after the edit: still
+    # zero deltas, but the running stack is not its files, so the first premise co-restarts
+    s.sim.set_env("decode", "NCCL_DEBUG", "INFO")
+    with s.deployment() as dep:
+        dep.snapshot("after-edit")
+    p = s.cli("bisect", "--against", "after-edit", "--probe", "e2e", "--json")
+    doc = json.loads(p.stdout)
+    assert doc["verdict"] == "not-reproduced" and not doc["trials"][0]["free"] and doc["restarts"] == 1, p.stdout
+    assert any("drift" in n for n in doc["notes"]), doc["notes"]
 
 
 def test_auto_linked_twin_innocent_on_one_side(scenario):

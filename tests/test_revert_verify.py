@@ -37,9 +37,12 @@ def test_verify_layers_healthy_then_broken(scenario):
 def test_bisect_then_revert_verdict_verify_keeps_innocent_deltas(scenario):
     s = scenario()
     s.baseline()
-    plant(s.sim, INNOCENT[:2] + [BAD] + INNOCENT[2:3])
+    # the same knob raised on both sides, only the decode side breaks the stack (issue 7): the
+    # auto-linked pair is tested apart and `revert --verdict` reverts only the guilty side
+    plant(s.sim, INNOCENT[:2] + [BAD, ("prefill", BAD[1], BAD[2])] + INNOCENT[2:3])
     r = s.cli("bisect", "--against", "good", "--json")
     assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["culprits"] == ["decode:SGLANG_SM120_MMA_TARGET_CTAS"], r.stdout
     r = s.cli("revert", "--verdict", "--verify", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -48,7 +51,8 @@ def test_bisect_then_revert_verdict_verify_keeps_innocent_deltas(scenario):
     decode = s.sim.env_file("decode").read_text()
     assert "SGLANG_SM120_MMA_TARGET_CTAS=128" in decode  # back to the baseline value
     assert "SGLANG_ENABLE_JIT_DEEPGEMM=1" in decode  # the innocent knob on the same file stays
-    assert "NCCL_DEBUG=INFO" in s.sim.env_file("prefill").read_text()
+    prefill = s.sim.env_file("prefill").read_text()
+    assert "NCCL_DEBUG=INFO" in prefill and "SGLANG_SM120_MMA_TARGET_CTAS=256" in prefill  # innocent side kept
     r = s.cli("runs", "--json")
     kinds = [(row["kind"], row["status"]) for row in json.loads(r.stdout)]
     assert ("bisect", "culprit") in kinds and ("revert", "ok") in kinds

@@ -104,6 +104,7 @@ def test_baseline_with_shell_computed_values_is_restored_as_it_was(make_sim):
     s.edit("decode", "export SIM_T='$HOME/t'", 'export SIM_T="$HOME/t"')  # quoting only: a delta
     s.edit("decode", "export SGLANG_SM120_MMA_TARGET_CTAS=128", "export SGLANG_SM120_MMA_TARGET_CTAS=256")  # culprit
     s.edit("router", "export ROUTER_LOG_LEVEL=info", "export ROUTER_LOG_LEVEL=debug")
+    s.edit("prefill", "export NCCL_SOCKET_IFNAME=eth0", 'export NCCL_SOCKET_IFNAME="eth0"')  # same meaning: no delta
     s.sim.co_restart()
     before = tree_fingerprint(s.sim)
     with s.deployment() as dep:

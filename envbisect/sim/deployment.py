@@ -369,6 +369,14 @@ class SimDeployment:
             self.stop("proxy")
 
     # ---- configuration -----------------------------------------------------------------------
+    def age_files(self, seconds: float = 3.0) -> None:
+        """Date the serve-env files `seconds` back, as if written that long before the next start.
+        A real operator's edit is seconds to minutes older than the restart that follows it; the
+        simulated one is milliseconds older, too close to tell from a process's start time."""
+        when = time.time() - seconds
+        for svc in SERVICES:
+            os.utime(self.env_file(svc), (when, when))
+
     def set_env(self, service: str, name: str, value: str | None) -> None:
         """Change (or with None remove) one variable in SERVICE.serve-env; restart to apply."""
         set_env_var(self.env_file(service), name, value)
