@@ -33,6 +33,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import sys
 import tempfile
 import threading
@@ -167,22 +168,50 @@ def run_case(root: Path, server, name: str, policy: str = "confirm", log=print) 
             prof.trips["other"] += other_rt
     finally:
         sim.stop_all()
-    trials = len(r.trials)
+    trials = len(r.trials)  # a probe of the running stack (Trial.free) is a trial without a restart
+    restarts = sum(1 for tr in r.trials if not getattr(tr, "free", False))
     t = prof.totals
     t["other"] = wall - sum(v for k, v in t.items() if k != "other")
     own = wall - t["restart"] - t["probe"]
     in_trials = own - t["setup"] - t["restore"]
     want = {f"{s}:{k}" for s, k, _ in bad}
     right = r.verdict.kind == kind and set(r.culprit_deltas) == want
-    row = {"case": name, "deltas": len(diff.deltas), "policy": policy, "restarts": trials, "verdict": r.verdict.kind,
+    row = {"case": name, "deltas": len(diff.deltas), "policy": policy, "trials": trials, "restarts": restarts,
+           "verdict": r.verdict.kind,
            "culprits": list(r.culprit_deltas), "right": right, "wall_s": wall,
            "own_s_per_trial": own / trials, "own_in_trials_s_per_trial": in_trials / trials,
            "restart_s_per_trial": t["restart"] / trials, "probe_s_per_trial": t["probe"] / trials,
            "round_trips_per_trial": trips / trials, "breakdown_s": dict(t), "round_trips": dict(prof.trips),
+           "trials": [{"purpose": tr.purpose, "outcome": tr.outcome, "restart_s": round(tr.restart_s, 3),
+                       "probe_s": round(tr.probe_s, 3), "probe_runs": len(tr.probe_runs),
+                       "free": getattr(tr, "free", False)} for tr in r.trials],
            "calls": dict(prof.calls)}
-    log(f"  {name}: {trials} restarts, verdict {r.verdict.kind} {list(r.culprit_deltas)}, "
+    log(f"  {name}: {trials} trials, {restarts} restarts, verdict {r.verdict.kind} {list(r.culprit_deltas)}, "
         f"{row['own_s_per_trial']:.3f} s own time per trial, {wall:.0f} s")
     return row
+
+
+def calibrate(server, repeats: int = 10) -> dict:  # noqa: ANN001
+    """Median wall time of one SSH round trip on this machine now: a bare `true`, and a Python
+    start (envbisect's host operations run a small Python program per round trip)."""
+    import statistics
+
+    from envbisect.playbook import Host
+    from envbisect.transport import connect
+
+    t = connect(Host("calib", server.alias, sys.executable), ssh_config=str(server.ssh_config), attempts=1)
+    try:
+        out = {}
+        for what, fn in (("true", lambda: t.run("true")), ("python", lambda: t.run_python("pass"))):
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+            out[what] = statistics.median(times)
+        return out
+    finally:
+        t.close()
 
 
 def measure(names=tuple(CASES), log=print) -> dict:  # noqa: ANN001
@@ -192,35 +221,42 @@ def measure(names=tuple(CASES), log=print) -> dict:  # noqa: ANN001
         d = Path(d)
         server = start_sshd(d / "sshd", alias="benchsim")
         try:
+            calib = calibrate(server)
+            log(f"  one SSH round trip now: {calib['true'] * 1000:.0f} ms (true), {calib['python'] * 1000:.0f} ms "
+                "(python start)")
             for name in names:
                 rows.append(run_case(d / name, server, name, log=log))
         finally:
             server.stop()
-    total_trials = sum(r["restarts"] for r in rows)
+    total_trials = sum(r["trials"] for r in rows)
     agg = {c: sum(r["breakdown_s"][c] for r in rows) / total_trials for c in CATEGORIES}
-    own = sum(r["own_s_per_trial"] * r["restarts"] for r in rows) / total_trials
+    own = sum(r["own_s_per_trial"] * r["trials"] for r in rows) / total_trials
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
     return {"rows": rows, "trials": total_trials, "own_s_per_trial": own, "breakdown_s_per_trial": agg,
-            "loadavg_1min_after": float(load)}
+            "round_trip_s": calib, "loadavg_1min_after": float(load)}
 
 
 def table(res: dict) -> str:
     cols = ("apply", "guard", "evidence", "records", "search", "setup", "restore", "other")
-    head = (f"{'case':<9} {'deltas':>6} {'restarts':>8} {'verdict':<12} {'right':<5} {'restart s':>9} {'probe s':>7} "
+    head = (f"{'case':<9} {'deltas':>6} {'trials':>6} {'restarts':>8} {'verdict':<12} {'right':<5} {'restart s':>9} {'probe s':>7} "
             f"{'own s':>6} " + " ".join(f"{c:>8}" for c in cols) + f" {'RTs':>5}")
     out = [head, "-" * len(head)]
     for r in res["rows"]:
         b = r["breakdown_s"]
-        out.append(f"{r['case']:<9} {r['deltas']:>6} {r['restarts']:>8} {r['verdict']:<12} {'yes' if r['right'] else 'NO':<5} "
+        out.append(f"{r['case']:<9} {r['deltas']:>6} {r['trials']:>6} {r['restarts']:>8} {r['verdict']:<12} {'yes' if r['right'] else 'NO':<5} "
                    f"{r['restart_s_per_trial']:>9.2f} {r['probe_s_per_trial']:>7.2f} {r['own_s_per_trial']:>6.3f} "
-                   + " ".join(f"{b[c] / r['restarts']:>8.3f}" for c in cols) + f" {r['round_trips_per_trial']:>5.1f}")
+                   + " ".join(f"{b[c] / r['trials']:>8.3f}" for c in cols) + f" {r['round_trips_per_trial']:>5.1f}")
     for r in res["rows"]:
         rt = r["round_trips"]
         out.append(f"{r['case']:<9} SSH round trips per trial: " + ", ".join(
-            f"{c} {rt[c] / r['restarts']:.1f}" for c in CATEGORIES if rt[c]))
-    out.append("per trial (seconds, SSH round trips); own = wall - restart - probe; setup/restore are once per run, "
-               "spread over its trials")
+            f"{c} {rt[c] / r['trials']:.1f}" for c in CATEGORIES if rt[c]))
+    out.append("per trial (seconds, SSH round trips; a probe of the running stack is a trial without a restart); "
+               "own = wall - restart - probe; setup/restore are once per run, spread over its trials")
+    rt = res["round_trip_s"]
+    out.append(f"one SSH round trip on this machine during the run: {rt['true'] * 1000:.0f} ms for `true`, "
+               f"{rt['python'] * 1000:.0f} ms for a Python start; load average {res['loadavg_1min_after']:.1f} "
+               f"on {os.cpu_count()} cores")
     return "\n".join(out)
 
 

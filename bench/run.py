@@ -118,12 +118,17 @@ def search_targets(res: dict, t: Targets) -> None:
 def e2e_targets(res: dict, t: Targets) -> None:
     from bench_sim import MAX_OVERHEAD_S
 
-    per = [f"{r['case']} {r['own_s_per_trial']:.3f} s ({r['restarts']} trials)" for r in res["rows"]]
+    per = [f"{r['case']} {r['own_s_per_trial']:.3f} s ({r['trials']} trials, {r['restarts']} restarts)" for r in res["rows"]]
     worst = max(r["own_s_per_trial"] for r in res["rows"])
     b = res["breakdown_s_per_trial"]
     top = sorted(((v, k) for k, v in b.items() if k not in ("restart", "probe")), reverse=True)[:3]
+    trips = sum(v for r in res["rows"] for k, v in r["round_trips"].items() if k not in ("restart", "probe"))
+    rt = res["round_trip_s"]
     t.add(worst <= MAX_OVERHEAD_S, f"envbisect's own time <= {MAX_OVERHEAD_S} s per trial",
-          "; ".join(per) + "; largest parts per trial: " + ", ".join(f"{k} {v:.3f} s" for v, k in top))
+          "; ".join(per) + "; largest parts per trial: " + ", ".join(f"{k} {v:.3f} s" for v, k in top)
+          + f"; without the guards (inside co_restart) {res['own_s_per_trial'] - b['guard']:.3f} s; "
+          f"{trips / res['trials']:.1f} SSH round trips per trial outside restarts and probes, one round trip "
+          f"{rt['true'] * 1000:.0f} ms here")
 
 
 def snapshot_targets(res: dict, t: Targets) -> None:
@@ -142,6 +147,20 @@ def snapshot_targets(res: dict, t: Targets) -> None:
 
 
 # --------------------------------------------------------------------------- main
+
+
+def _git_state() -> str:
+    """The commit measured, and whether envbisect/ had uncommitted changes."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(HERE.parent), "status", "--porcelain", "--", "envbisect"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + (" (envbisect/ modified)" if dirty else "")
 
 
 def banner(title: str) -> None:
@@ -168,7 +187,7 @@ def main() -> int:
     tables: dict[str, str] = {}
     errors: list[str] = []
     meta = {"quick": args.quick, "python": platform.python_version(), "cpus": os.cpu_count(),
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git": _git_state()}
 
     # the timing-sensitive benchmarks run first, before the oracle keeps both cores busy
     if "snapshot" in only:
@@ -222,7 +241,8 @@ def main() -> int:
     banner("targets")
     for line in targets.lines:
         print(f"{'PASS' if line['pass'] else 'FAIL'} {line['target']}: {line['measured']}")
-    print(f"\n{len(targets.lines) - targets.failed} passed, {targets.failed} failed; wall time {wall:.0f} s"
+    print(f"\n{len(targets.lines) - targets.failed} passed, {targets.failed} failed; wall time {wall:.0f} s; "
+          f"envbisect at {meta['git']}"
           f"{' (quick)' if args.quick else ''}; figures in {RESULTS.relative_to(HERE.parent)}/")
     write_json("targets.json", {**meta, "wall_s": wall, "targets": targets.lines, "errors": errors})
     return 1 if targets.failed else 0
