@@ -28,7 +28,7 @@ from .errors import EnvbisectError, ExitStatus, LockLost, RemoteError, UsageErro
 from .journal import HostEditor, describe_conflict, find_journal
 from .playbook import Probe
 from .restart import co_restart
-from .search import POLICIES, Observation, Verdict
+from .search import POLICIES, Observation, Verdict, restart_bound
 from .store import Store, write_private
 from .trials import Trial, TrialRunner
 
@@ -160,13 +160,17 @@ class BisectRun:
         deltas = select_deltas(diff, self.opts.only, self.opts.exclude)
         units, notes = make_units(deltas, self.opts.link, self.opts.auto_link)
         n = len(units)
-        lg = math.ceil(math.log2(n)) if n > 1 else 0
+        why_not = running_stack_unverified(diff, self.playbook, deltas)
+        extra = 0 if why_not is None else 1
         return {"deltas": [d.id for d in deltas], "units": {u: list(v) for u, v in units.items()}, "notes": notes,
                 "probe": self.probe().name,
                 "premise_checks": ["current configuration (all deltas) must fail",
                                    "baseline configuration (no deltas) must pass"],
-                "expected_restarts": {"single culprit": lg + 2 + (0 if self.opts.policy == "fast" else 1),
-                                      "interacting pair": 2 * lg + 2 + (0 if self.opts.policy == "fast" else 1)},
+                "first_premise": ("probe the running stack (no restart)" if why_not is None
+                                  else f"co-restart first: {why_not}"),
+                "expected_restarts": {"single culprit": restart_bound(max(n, 1)) + extra,
+                                      "interacting pair": restart_bound(max(n, 2), "interaction") + extra,
+                                      "two independent culprits": restart_bound(max(n, 2), "several") + extra},
                 "policy": self.opts.policy,
                 "restart_order": list(self.playbook.restart.order),
                 "not_applicable": [d.id for d in deltas if not d.applicable]}

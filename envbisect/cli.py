@@ -447,10 +447,12 @@ def bisect(ctx: typer.Context,
                         out.print(f"  {u}" + (f"  = {' + '.join(ds)}" if len(ds) > 1 or ds[0] != u else ""))
                     for n in plan["notes"]:
                         out.print(f"  note: {n}")
-                    out.print("  1. " + plan["premise_checks"][0] + "\n  2. " + plan["premise_checks"][1])
+                    out.print("  1. " + plan["premise_checks"][0] + f" ({plan['first_premise']})"
+                              + "\n  2. " + plan["premise_checks"][1])
                     e = plan["expected_restarts"]
-                    out.print(f"  then about {e['single culprit'] - 2} more restart(s) for a single culprit "
-                              f"({e['interacting pair'] - 2} for an interacting pair); each restart stops "
+                    out.print(f"  at most {e['single culprit']} restart(s) in all for a single culprit "
+                              f"({e['interacting pair']} for an interacting pair, {e['two independent culprits']} "
+                              "for two independent culprits); each restart stops "
                               + " → ".join(reversed(plan["restart_order"])) + " and starts "
                               + " → ".join(plan["restart_order"]))
                     out.print("dry run: no host was touched")

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envbisect.search import (
+    POLICIES,
     Observation,
     Outcome,
     Prior,
@@ -28,9 +29,12 @@ def names(n: int) -> list[str]:
     return [f"u{i}" for i in range(n)]
 
 
-def run(search: Search, bad: Truth, *, show: float = 1.0, seed: int = 0, log: list | None = None) -> Verdict:
-    """Drive ``search`` against an oracle: a bad config fails each probe run with
-    probability ``show`` (1.0 = deterministic), a good config never fails."""
+def run(search: Search, bad: Truth, *, show: float = 1.0, seed: int = 0, log: list | None = None,
+        free_current: bool = True) -> Verdict:
+    """Drive ``search`` against an oracle, as the trial runner does: a bad config fails each probe
+    run with probability ``show`` (1.0 = deterministic), a good config never fails; runs stop after
+    ``stop_after`` failures. ``free_current``: a request marked free (the first premise) is answered
+    by probing the running stack (the runner does so when every process runs its files)."""
     rng = random.Random(seed)
     for _ in range(500):
         step = search.next()
@@ -39,13 +43,18 @@ def run(search: Search, bad: Truth, *, show: float = 1.0, seed: int = 0, log: li
             return step
         assert isinstance(step, TrialRequest)
         assert 1 <= step.probes <= search.max_probes
-        passes, failed = step.probes, False
+        passes = failures = 0
         if bad(step.config):
-            passes = 0
-            while passes < step.probes and rng.random() >= show:
-                passes += 1
-            failed = passes < step.probes
-        obs = Observation(step.config, passes, failed)
+            for _ in range(step.probes):
+                if rng.random() < show:
+                    failures += 1
+                    if failures >= step.stop_after:
+                        break
+                else:
+                    passes += 1
+        else:
+            passes = step.probes
+        obs = Observation(step.config, passes, failures > 0, failures=failures, free=step.free and free_current)
         if log is not None:
             log.append((step, obs))
         search.observe(obs)
@@ -67,15 +76,51 @@ def either(*xs: str) -> Truth:
 # --------------------------------------------------------------------------- bounds
 
 
-@pytest.mark.parametrize("n", range(1, 34))
+@pytest.mark.parametrize("n", range(1, 65))
 def test_single_culprit_every_position_within_bound(n: int) -> None:
+    """Every position, every n up to 64, the default policy: the culprit, nothing else, within
+    ceil(log2 n) + 3 restarts with the first premise free (one more when it is not)."""
     units = names(n)
     for x in units:
-        s = Search(units)
+        s = POLICIES["confirm"].search(units)
         v = run(s, single(x))
         assert v.kind == "culprit" and v.culprits == (x,), (n, x, v)
         assert v.confidence >= 0.95
         assert s.trials <= restart_bound(n), (n, x, s.trials)
+        assert "Inferred" not in v.explanation, v.explanation
+        s = POLICIES["confirm"].search(units)
+        run(s, single(x), free_current=False)
+        assert s.trials <= restart_bound(n) + 1, (n, x, s.trials)
+
+
+@pytest.mark.parametrize("policy", ["fast", "thorough"])
+@pytest.mark.parametrize("n", [2, 3, 7, 16, 33, 64])
+def test_single_culprit_other_policies(policy: str, n: int) -> None:
+    units = names(n)
+    for x in units:
+        s = POLICIES[policy].search(units)
+        v = run(s, single(x))
+        assert v.kind == "culprit" and v.culprits == (x,), (n, x, v)
+        assert s.trials <= restart_bound(n), (n, x, s.trials)
+
+
+@pytest.mark.parametrize("n", [4, 8, 13, 16, 32, 64])
+def test_pairs_and_two_culprits_default_policy(n: int) -> None:
+    """A pair that fails only together, and two independent culprits: every pair of positions up
+    to n = 16, a seeded sample of 60 beyond; right, nothing innocent named, within the bounds."""
+    units = names(n)
+    pairs = list(itertools.combinations(units, 2))
+    if len(pairs) > 120:
+        pairs = random.Random(n).sample(pairs, 60)
+    for a, b in pairs:
+        s = POLICIES["confirm"].search(units)
+        v = run(s, both(a, b))
+        assert v.kind == "interaction" and set(v.culprits) == {a, b}, (a, b, v)
+        assert s.trials <= restart_bound(n, "interaction"), (a, b, s.trials)
+        s = POLICIES["confirm"].search(units)
+        v = run(s, either(a, b))
+        assert v.kind == "culprit" and set(v.culprits) == {a, b}, (a, b, v)
+        assert s.trials <= restart_bound(n, "several"), (a, b, s.trials)
 
 
 def test_restart_bound_values() -> None:
@@ -235,14 +280,48 @@ def test_lucky_pass_is_retested() -> None:
 def test_not_reproduced() -> None:
     s = Search(names(5))
     v = run(s, lambda c: False)
-    assert v.kind == "not-reproduced" and s.trials == 1 and v.culprits == ()
+    assert v.kind == "not-reproduced" and s.trials == 0 and len(s.observations) == 1 and v.culprits == ()
 
 
 def test_not_config() -> None:
     s = Search(names(5))
     v = run(s, lambda c: True)
-    assert v.kind == "not-config" and s.trials == 2 and v.confidence == 1.0
+    # current failed on the running stack (free), the baseline after a co-restart: one restart
+    assert v.kind == "not-config" and s.trials == 1 and v.confidence == 1.0
     assert "not the cause" in v.explanation
+
+
+def test_zero_units_needs_a_failure_after_a_co_restart() -> None:
+    """No deltas: a failure of the running stack alone is not "not the config" (a service restarted
+    alone holds more than its files); after a co-restart it is, and a pass is not-reproduced."""
+    s = Search([])
+    first = s.next()
+    assert isinstance(first, TrialRequest) and first.free and first.config == frozenset()
+    s.observe(Observation(frozenset(), 0, True, free=True))
+    again = s.next()
+    assert isinstance(again, TrialRequest) and not again.free and "co-restart" in again.purpose
+    s.observe(Observation(frozenset(), 0, True))
+    v = s.next()
+    assert isinstance(v, Verdict) and v.kind == "not-config" and s.trials == 1
+    s = Search([])
+    s.observe(Observation(frozenset(), 0, True, free=True))
+    s.observe(Observation(frozenset(), 12))
+    v = s.next()
+    assert isinstance(v, Verdict) and v.kind == "not-reproduced" and "trial 1" in v.explanation
+    s = Search([])
+    s.observe(Observation(frozenset(), 12, free=True))
+    v = s.next()
+    assert isinstance(v, Verdict) and v.kind == "not-reproduced" and s.trials == 0
+
+
+def test_explanations_cite_trials() -> None:
+    s = POLICIES["confirm"].search(names(8))
+    v = run(s, single("u5"))
+    assert v.explanation.startswith("Observed: current failed (trial 1); the baseline passed (trial 2); ")
+    assert "u5 alone failed (trial " in v.explanation and "current without u5 passed (trial " in v.explanation
+    v = run(POLICIES["fast"].search(names(4)), both("u0", "u3"))  # fast infers "no other culprit"
+    assert v.kind == "interaction" and "Inferred, not observed: no other delta" in v.explanation
+    assert "u0 + u3 alone failed (trial " in v.explanation
 
 
 def test_premise_order_and_probes() -> None:
