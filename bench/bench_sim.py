@@ -182,7 +182,7 @@ def run_case(root: Path, server, name: str, policy: str = "confirm", log=print) 
            "own_s_per_trial": own / trials, "own_in_trials_s_per_trial": in_trials / trials,
            "restart_s_per_trial": t["restart"] / trials, "probe_s_per_trial": t["probe"] / trials,
            "round_trips_per_trial": trips / trials, "breakdown_s": dict(t), "round_trips": dict(prof.trips),
-           "trials": [{"purpose": tr.purpose, "outcome": tr.outcome, "restart_s": round(tr.restart_s, 3),
+           "trial_log": [{"purpose": tr.purpose, "outcome": tr.outcome, "restart_s": round(tr.restart_s, 3),
                        "probe_s": round(tr.probe_s, 3), "probe_runs": len(tr.probe_runs),
                        "free": getattr(tr, "free", False)} for tr in r.trials],
            "calls": dict(prof.calls)}
