@@ -6,12 +6,12 @@ a config at its first failure, and the running current config costs no restart.
 
 Scenarios (n deltas, n in 4 8 16 32 64 128):
   culprit     one delta breaks the stack alone; every position
-  pair        two deltas break it only together; every pair, or 300 seeded pairs where C(n,2) > 600 (n >= 64)
+  pair        two deltas break it only together; every pair up to 500 (n <= 32), else 200 seeded pairs
   two         two deltas each break it alone; the same pairs
   linked      the same key changed the same way in prefill and decode (envbisect auto-links
               the two into one unit, then tests the sides apart); only one side is guilty
   flaky-D     one culprit whose bad configs fail each probe run with probability D
-              (1.0 0.7 0.5 0.3); every position, repeated with seeds to >= 200 cases
+              (1.0 0.7 0.5 0.3); max(n, 200) seeded cases going round every position
 Methods: envbisect-{confirm,fast,thorough} (each --policy), toggle (one at a time), bisect
 (git bisect run: 1 probe, no premise checks), bisect-k (k probe runs per step, smallest k in
 1..40 whose right % reaches envbisect-confirm's on the same cases; flaky scenarios only), ddmin.
@@ -35,13 +35,13 @@ from harness import (  # noqa: E402
     DETECTIONS, MAX_K, METHODS, NS, SCENARIO_TITLES, SCENARIOS, cases, info_bound, run_case,
 )
 
-FULL = {"ns": NS, "pair_cap": 300, "flaky_min": 200}
-QUICK = {"ns": (4, 8, 16, 32), "pair_cap": 60, "flaky_min": 60}
+FULL = {"ns": NS, "pair_cap": 200, "pair_every": 500, "flaky_min": 200}
+QUICK = {"ns": (4, 8, 16, 32), "pair_cap": 60, "pair_every": 120, "flaky_min": 60}
 CHUNK = 40
 
 
 def _cases(cfg: dict, scenario: str, n: int):  # noqa: ANN202
-    return cases(scenario, n, pair_cap=cfg["pair_cap"], flaky_min=cfg["flaky_min"])
+    return cases(scenario, n, pair_cap=cfg["pair_cap"], pair_every=cfg["pair_every"], flaky_min=cfg["flaky_min"])
 
 
 def _work(task: tuple) -> tuple:
@@ -118,7 +118,8 @@ def measure(quick: bool = False, workers: int = 2, log=print) -> dict:  # noqa: 
             tuning.append({"scenario": scenario, "n": n, "k": k, "reached": reached, "curve": curve})
     order = {m: i for i, m in enumerate(METHODS)}
     cells.sort(key=lambda c: (SCENARIOS.index(c["scenario"]), c["n"], order[c["method"]]))
-    return {"config": {"ns": list(cfg["ns"]), "pair_cap": cfg["pair_cap"], "flaky_min": cfg["flaky_min"],
+    return {"config": {"ns": list(cfg["ns"]), "pair_cap": cfg["pair_cap"], "pair_every": cfg["pair_every"],
+                       "flaky_min": cfg["flaky_min"],
                        "detections": list(DETECTIONS), "max_k": MAX_K, "quick": quick, "workers": workers},
             "cells": cells, "tuning": sorted(tuning, key=lambda t: (t["scenario"], t["n"])),
             "runtime_s": time.perf_counter() - t0}

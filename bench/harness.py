@@ -124,25 +124,26 @@ def stable_seed(*parts: object) -> int:
     return zlib.crc32("/".join(map(str, parts)).encode())
 
 
-def sample_pairs(n: int, cap: int, seed: int) -> list[tuple[int, int]]:
-    """Every pair while there are at most 2 * cap of them, else ``cap`` seeded samples."""
+def sample_pairs(n: int, cap: int, seed: int, every: int = 500) -> list[tuple[int, int]]:
+    """Every pair while there are at most ``every`` of them, else ``cap`` seeded samples."""
     pairs = list(itertools.combinations(range(n), 2))
-    if len(pairs) <= 2 * cap:
+    if len(pairs) <= every:
         return pairs
     rng = random.Random(seed)
     return sorted(rng.sample(pairs, cap))
 
 
-def cases(scenario: str, n: int, *, pair_cap: int = 300, flaky_min: int = 200) -> list[Case]:
-    """Every position; where positions explode (more than 2 * ``pair_cap`` pairs) ``pair_cap`` seeded samples;
-    intermittent faults: every position, repeated with seeds until at least ``flaky_min`` cases."""
+def cases(scenario: str, n: int, *, pair_cap: int = 200, pair_every: int = 500, flaky_min: int = 200) -> list[Case]:
+    """Every position; pairs: every pair while there are at most ``pair_every``, else ``pair_cap``
+    seeded samples; intermittent faults: max(n, ``flaky_min``) cases, each with its own seed,
+    going round the positions (so every position at least once, and all about equally often)."""
     ids = delta_ids(n)
     out: list[Case] = []
     if scenario == "culprit":
         for i, x in enumerate(ids):
             out.append(Case(scenario, n, i, ((x,),), 1.0, 0))
     elif scenario in ("pair", "two"):
-        for i, (a, b) in enumerate(sample_pairs(n, pair_cap, stable_seed("pairs", n))):
+        for i, (a, b) in enumerate(sample_pairs(n, pair_cap, stable_seed("pairs", n), pair_every)):
             terms = ((ids[a], ids[b]),) if scenario == "pair" else ((ids[a],), (ids[b],))
             out.append(Case(scenario, n, i, terms, 1.0, 0))
     elif scenario == "linked":
@@ -153,11 +154,8 @@ def cases(scenario: str, n: int, *, pair_cap: int = 300, flaky_min: int = 200) -
             out.append(Case(scenario, n, p, ((guilty,),), 1.0, 0, linked))
     elif scenario.startswith("flaky-"):
         d = float(scenario.split("-", 1)[1])
-        reps = max(1, math.ceil(flaky_min / n))
-        for r in range(reps):
-            for i, x in enumerate(ids):
-                idx = r * n + i
-                out.append(Case(scenario, n, idx, ((x,),), d, stable_seed(scenario, n, idx)))
+        for idx in range(max(n, flaky_min)):
+            out.append(Case(scenario, n, idx, ((ids[idx % n],),), d, stable_seed(scenario, n, idx)))
     else:
         raise ValueError(f"unknown scenario {scenario!r}")
     return out

@@ -167,10 +167,22 @@ def banner(title: str) -> None:
     print(f"\n=== {title} " + "=" * max(0, 74 - len(title)), flush=True)
 
 
+def dumps(obj: object, indent: int = 0, width: int = 400) -> str:
+    """JSON with one record per line: a value that fits in ``width`` characters stays on one line."""
+    flat = json.dumps(obj)
+    if len(flat) <= width or not isinstance(obj, (dict, list)) or not obj:
+        return flat
+    pad = " " * (indent + 1)
+    if isinstance(obj, dict):
+        items = [f"{pad}{json.dumps(k)}: {dumps(v, indent + 1, width)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    return "[\n" + ",\n".join(pad + dumps(v, indent + 1, width) for v in obj) + "\n" + " " * indent + "]"
+
+
 def write_json(name: str, doc: dict) -> Path:
     RESULTS.mkdir(exist_ok=True)
     p = RESULTS / name
-    p.write_text(json.dumps(doc, indent=1) + "\n")
+    p.write_text(dumps(doc) + "\n")
     return p
 
 
