@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import re
 import signal
 import threading
 import time
@@ -28,8 +26,12 @@ from .errors import EnvbisectError, ExitStatus, LockLost, RemoteError, UsageErro
 from .journal import HostEditor, describe_conflict, find_journal
 from .playbook import Probe
 from .restart import co_restart
-from .search import POLICIES, Observation, Verdict, restart_bound
-from .store import Store, write_private
+from .outcome import Cause, Outcome
+from .search import POLICIES, Observation, TrialKind, TrialRequest, Verdict, restart_bound
+from . import rundir
+from .errors import StoreError
+from .rundir import RunDir, Runs
+from .store import Store
 from .trials import Trial, TrialRunner
 
 VERDICT_EXIT = {"culprit": ExitStatus.OK, "interaction": ExitStatus.OK, "not-config": ExitStatus.NOT_CONFIG,
@@ -136,9 +138,7 @@ class BisectRun:
             for k, v in data.items():
                 rec[k] = v.to_json() if hasattr(v, "to_json") else v
             line = self.dep.masker.redact_json(json.loads(json.dumps(rec, default=str)), indent=None)
-            with open(self.run_dir / "events.jsonl", "a") as f:
-                os.fchmod(f.fileno(), 0o600)
-                f.write(line + "\n")
+            RunDir(self.run_dir).append_line(rundir.EVENTS, line)
 
     # --- setup ---------------------------------------------------------------------------------
     def refuse_unrestored(self) -> None:
@@ -193,13 +193,10 @@ class BisectRun:
             "units": {u: list(v) for u, v in units.items()},
             "diff": diff.to_json(self.dep.masker),
         }
-        write_private(self.run_dir / "run.json", self.dep.masker.redact_json(doc).encode())
+        RunDir(self.run_dir).write(rundir.RUN, self.dep.masker.redact_json(doc))
 
     def _append_trial(self, trial: Trial) -> None:
-        path = self.run_dir / "trials.jsonl"
-        existing = path.read_bytes() if path.exists() else b""
-        line = self.dep.masker.redact_json(trial.to_json(), indent=None)
-        write_private(path, existing + line.encode() + b"\n")
+        RunDir(self.run_dir).append_line(rundir.TRIALS, self.dep.masker.redact_json(trial.to_json(), indent=None))
 
     # --- the run -------------------------------------------------------------------------------
     def start(self, diff: Diff) -> BisectResult:
@@ -208,11 +205,10 @@ class BisectRun:
         check_applicable(deltas)
         units, notes = make_units(deltas, self.opts.link, self.opts.auto_link)
         self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
-        self.run_dir = self.dep.store.runs_dir / self.run_id
-        self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.run_dir = Runs(self.dep.store.runs_dir).new(self.run_id).path
         self._save_run(diff, deltas, units, probe)
-        write_private(self.run_dir / "environment.json",
-                      self.dep.masker.redact_json(capture_environment(self.playbook, self.dep.transports)).encode())
+        RunDir(self.run_dir).write(rundir.ENVIRONMENT, self.dep.masker.redact_json(
+            capture_environment(self.playbook, self.dep.transports)))
         editor = HostEditor(self.playbook, self.dep.transports, self.run_dir, self.run_id)
         for note in editor.lock(break_lock=self.break_lock):
             self.on_event("warning", {"message": note})
@@ -227,12 +223,13 @@ class BisectRun:
 
     def resume(self, run_id: str | None) -> BisectResult:
         store = self.dep.store
-        run_dir = _find_run_dir(store, run_id, self.playbook.name)
-        doc = store.read_run_file(run_dir / "run.json")
-        self.run_id, self.run_dir = doc["run_id"], run_dir
-        if (run_dir / "verdict.json").exists():
+        rd = _find_run_dir(store, run_id, self.playbook.name)
+        doc = rd.doc
+        self.run_id, self.run_dir = doc["run_id"], rd.path
+        run_dir = rd.path
+        if rd.finished("bisect"):
             raise UsageError(f"run {self.run_id} already finished (see `envbisect show {self.run_id}`)")
-        raw = store.run_deltas(doc, run_dir / "run.json")
+        raw = store.run_deltas(doc, rd.file(rundir.RUN))
         deltas = [Delta(**{**d, "detail": tuple(d.get("detail", ()))}) for d in raw]
         self.dep.masker.learn_env((d.key, v) for d in deltas if d.kind == "env" and d.key for v in (d.old, d.new))
         contents = {sha: store.get_blob(ref) or b"" for sha, ref in doc["contents"].items()}
@@ -243,12 +240,10 @@ class BisectRun:
                                   leave=o["leave"], auto_link=o.get("auto_link", True),
                                   policy=o.get("policy", "confirm"))
         probe = self.probe()
-        done = []
-        tpath = run_dir / "trials.jsonl"
-        if tpath.exists():
-            for line in tpath.read_text().splitlines():
-                if line.strip():
-                    done.append(_trial_from_json(json.loads(line)))
+        try:
+            done = [Trial.from_json(rec) for rec in rd.read_lines(rundir.TRIALS)]
+        except (KeyError, TypeError, ValueError) as e:
+            raise StoreError(f"{rd.file(rundir.TRIALS)}: damaged run file ({e})") from None
         journal = find_journal(self.playbook, self.dep.transports, store.runs_dir, self.run_id)
         if journal is not None:
             # the run's own journal: its edits may be live, and are (only) this run's to go on from
@@ -294,7 +289,7 @@ class BisectRun:
         transports = self.dep.transports
         runner = TrialRunner(self.playbook, transports, editor, original, deltas, contents, probe, units,
                              on_step=lambda m: self.on_event("step", {"message": m}),
-                             evidence_dir=self.run_dir / "evidence")
+                             evidence_dir=RunDir(self.run_dir).file(rundir.EVIDENCE))
         unit_ids = list(units)
         self.playbook_units = unit_ids
         if self.opts.policy not in POLICIES:
@@ -317,8 +312,8 @@ class BisectRun:
                     break
                 n = len(self.trials) + 1
                 self.on_event("trial-start", {"n": n, "purpose": nxt.purpose, "config": runner.delta_ids(sorted(nxt.config)),
-                                              "eta_s": self._eta(nxt.purpose), "units": len(unit_ids),
-                                              "expected_total": n - 1 + self._remaining(nxt.purpose),
+                                              "eta_s": self._eta(nxt), "units": len(unit_ids),
+                                              "expected_total": n - 1 + self._remaining(nxt),
                                               "total_deltas": len(deltas)})
                 why_not = "not the first trial"
                 if nxt.free and not self.trials:
@@ -327,16 +322,17 @@ class BisectRun:
                         notes.append(f"trial 1 co-restarted the stack instead of probing it as it ran: {why_not}")
                 if why_not is None:
                     trial = runner.probe_running(n, sorted(nxt.config), nxt.probes,
-                                                 nxt.purpose + " (the running stack, no restart)", nxt.stop_after)
+                                                 nxt.purpose + " (the running stack, no restart)", nxt.stop_after,
+                                                 nxt.kind)
                 else:
-                    trial = runner.run(n, sorted(nxt.config), nxt.probes, nxt.purpose, nxt.stop_after)
+                    trial = runner.run(n, sorted(nxt.config), nxt.probes, nxt.purpose, nxt.stop_after, nxt.kind)
                 self.trials.append(trial)
                 self._append_trial(trial)
                 self.on_event("trial-end", {"trial": trial})
                 if trial.aborted:
                     raise UsageError(f"probe asked to abort the bisection: {trial.reason}")
                 search.observe(_observation(trial))
-                if trial.outcome == "unresolved" and "ssh connection" in trial.reason:
+                if trial.cause is Cause.SSH_LOST:
                     self.on_event("step", {"message": "the ssh connection was lost: reconnecting"})
                     self.dep.reconnect()  # ConnectionFailed here ends the run (and restores if it can)
             refined = self._refine_links(verdict, units, runner, search, notes)
@@ -347,10 +343,10 @@ class BisectRun:
                 culprits = {d for u in verdict.culprits for d in refined.get(u, units[u])}
                 keep = [u for u in unit_ids if not set(units[u]) & culprits]
                 final = runner.run(len(self.trials) + 1, keep, probe.repeat,
-                                   "final: current minus the culprits must pass")
+                                   "final: current minus the culprits must pass", kind=TrialKind.FINAL)
                 self._append_trial(final)
                 self.on_event("trial-end", {"trial": final})
-                if final.outcome == "pass":
+                if final.outcome is Outcome.PASS:
                     state_left = "fixed"
                     editor.finish()
                     editor.unlock()
@@ -391,7 +387,7 @@ class BisectRun:
             drift_hint = tuple(_drift_hint(diff.to_json(self.dep.masker) if diff else diff_doc or {}))
         result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, units, path_report, drift_hint,
                               final, tuple(notes), refined)
-        write_private(self.run_dir / "verdict.json", self.dep.masker.redact_json(result.to_json()).encode())
+        RunDir(self.run_dir).write(rundir.VERDICT, self.dep.masker.redact_json(result.to_json()))
         return result
 
     def _refine_links(self, verdict: Verdict, units: Mapping[str, tuple[str, ...]], runner: TrialRunner,
@@ -415,15 +411,16 @@ class BisectRun:
                     mu = f"member:{m}"
                     runner.units = {**runner.units, mu: (m,)}
                     trial = runner.run(len(self.trials) + 1, sorted(rest) + [mu], search.pass_runs(),
-                                       f"refine linked {u}: does {m} break it without the other side?")
+                                       f"refine linked {u}: does {m} break it without the other side?",
+                                       kind=TrialKind.REFINE)
                     self.trials.append(trial)
                     self._append_trial(trial)
                     self.on_event("trial-end", {"trial": trial})
-                    if trial.outcome == "unresolved":
+                    if trial.outcome is Outcome.UNRESOLVED:
                         tested = []
                         break
                     tested.append((m, trial))
-                    if trial.outcome in ("fail", "start-failure"):
+                    if trial.outcome.failed:
                         failing.append(m)
                 if not tested:
                     notes.append(f"{u}: its members could not be tested apart (infrastructure); reported whole")
@@ -456,25 +453,25 @@ class BisectRun:
             self.on_event("warning", {"message": f"restored files, but the co-restart failed: {rs.message}"})
         return "original"
 
-    def _remaining(self, purpose: str) -> int:
+    def _remaining(self, req: TrialRequest) -> int:
         """Restarts still expected, this one included: an estimate for the ETA, nothing decides on it.
-        A bisection over the units the search still suspects (its purpose says how many), plus the
-        confirmation the policy asks for, plus the premise checks not yet done."""
-        confirm = 0 if self.opts.policy == "fast" else 1
-        m = re.search(r"(\d+) suspects left", purpose)
-        if m:
-            return max(1, math.ceil(math.log2(max(1, int(m.group(1))))) + confirm)
-        if purpose.startswith("premise"):
+        A bisection over the units the search still suspects, plus the confirmations the policy asks
+        for, plus the premise checks not yet done."""
+        confirm = 0 if self.opts.policy == "fast" else 2
+        if req.kind is TrialKind.BISECT and req.suspects_left:
+            return max(1, math.ceil(math.log2(max(1, req.suspects_left)))) + confirm
+        if req.kind in (TrialKind.PREMISE_CURRENT, TrialKind.PREMISE_BASELINE):
             n = len(self.playbook_units)
-            return max(0, 2 - len(self.trials)) + (math.ceil(math.log2(n)) if n > 1 else 0) + confirm
+            premises = 1 if req.kind is TrialKind.PREMISE_BASELINE else (1 if req.free else 2)
+            return premises + (math.ceil(math.log2(n)) if n > 1 else 0) + confirm
         return 1
 
-    def _eta(self, purpose: str) -> float | None:
+    def _eta(self, req: TrialRequest) -> float | None:
         resolved = [t for t in self.trials if t.restart_s > 0]
         if not resolved:
             return None
         per = sum(t.restart_s + t.probe_s for t in resolved) / len(resolved)
-        return per * self._remaining(purpose)
+        return per * self._remaining(req)
 
 
 # A process's start time is read from /proc as boot time (whole seconds, rounded down) plus its
@@ -544,24 +541,11 @@ def capture_environment(playbook, transports) -> dict[str, Any]:  # noqa: ANN001
 
 
 def _observation(t: Trial) -> Observation:
-    if t.outcome == "unresolved":
+    if t.outcome is Outcome.UNRESOLVED:
         return Observation(frozenset(t.units), passes=0, failed=False, unresolved=True, free=t.free)
-    failed = t.outcome in ("fail", "start-failure")
+    failed = t.outcome.failed
     return Observation(frozenset(t.units), passes=t.passes, failed=failed, failures=max(t.failures, int(failed)),
                        free=t.free)
-
-
-def _trial_from_json(d: Mapping[str, Any]) -> Trial:
-    from .probe import ProbeRun, RequestRecord
-
-    runs = tuple(ProbeRun(r["probe"], r["kind"], r["outcome"], r["reason"],
-                          tuple(RequestRecord(q["n"], q["ok"], q["status"], q["latency_s"], q.get("error"),
-                                              q.get("excerpt", "")) for q in r["requests"]),
-                          r["duration_s"], r.get("target", ""))
-                 for r in d["probe"]["runs"])
-    return Trial(d["n"], d["purpose"], tuple(d["units"]), tuple(d["config"]), d["outcome"], d["reason"], runs,
-                 d["restart_s"], d["probe_s"], d.get("restart_durations", {}), d.get("started_at", 0.0),
-                 d.get("log_tail", ""), d.get("aborted", False), d.get("free", False))
 
 
 def _drift_hint(diff_doc: Mapping[str, Any]) -> list[str]:
@@ -576,18 +560,15 @@ def _drift_hint(diff_doc: Mapping[str, Any]) -> list[str]:
     return hints
 
 
-def _find_run_dir(store: Store, run_id: str | None, deployment: str) -> Path:
+def _find_run_dir(store: Store, run_id: str | None, deployment: str) -> RunDir:
+    runs = Runs(store.runs_dir)
     if run_id:
-        p = store.runs_dir / run_id
-        if not (p / "run.json").exists():
-            raise UsageError(f"no run {run_id!r} in {store.runs_dir}")
-        return p
-    # revert/apply runs never have a verdict.json: only bisections can be resumed
-    cands = [p for p, doc in store.runs() if doc.get("kind", "bisect") == "bisect"
-             and doc.get("deployment") == deployment and not (p / "verdict.json").exists()]
-    if not cands:
+        return runs.get(run_id)
+    # only bisections can be resumed
+    rd = runs.newest(kind="bisect", deployment=deployment, finished=False)
+    if rd is None:
         raise UsageError("no unfinished run to resume for this deployment")
-    return max(cands, key=lambda p: p.stat().st_mtime)
+    return rd
 
 
 def _install_signal_handlers() -> Callable[[], None]:
@@ -635,8 +616,7 @@ def restore_deployment(dep: Deployment, *, run_id: str | None = None, break_lock
     if journal is None:
         why = f"run {run_id} has no active journal" if run_id else "no active journal for this deployment"
         return {"restored": False, "reason": f"{why}: nothing to undo"}
-    run_dir = dep.store.runs_dir / journal.run_id
-    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    run_dir = Runs(dep.store.runs_dir).new(journal.run_id).path
     editor = HostEditor.resume_from(dep.playbook, dep.transports, run_dir, journal)
     for note in editor.lock(restoring=journal.run_id, break_lock=break_lock):
         ev("warning", {"message": note})

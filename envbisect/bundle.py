@@ -34,9 +34,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import rundir
 from .errors import UsageError
 from .masking import SecretMasker, encodable
-from .store import Store, write_private
+from .rundir import Runs
+from .store import write_private
 from .report import (Redactor, _get_blob, _read_json, journal_summary, load_run, load_snapshot_doc, make_redactor,
                      masked_deltas, render_html, render_markdown)
 
@@ -60,16 +62,13 @@ class BundleInfo:
 
 def find_run(store_root: Path, run_id: str | None) -> Path:
     """The run directory: `run_id`, or the newest bisection run in the store."""
-    runs = Path(store_root) / "runs"
+    runs = Runs(Path(store_root) / "runs")
     if run_id:
-        p = runs / run_id
-        if "/" in run_id or run_id.startswith(".") or not (p / "run.json").is_file():
-            raise UsageError(f"no run {run_id!r} in {runs} (see `envbisect runs`)")
-        return p
-    cands = [p for p, doc in Store(store_root).runs() if doc.get("kind", "bisect") == "bisect"]
-    if not cands:
-        raise UsageError(f"no bisection run in {runs}")
-    return cands[-1]  # the newest
+        return runs.get(run_id).path
+    rd = runs.newest(kind="bisect")
+    if rd is None:
+        raise UsageError(f"no bisection run in {runs.root}")
+    return rd.path
 
 
 def _iso(t: float | None) -> str | None:
@@ -141,7 +140,7 @@ def _utf8(text: str) -> bytes:
 
 
 def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
-    raw = _read_json(run_dir / "run.json")
+    raw = _read_json(run_dir / rundir.RUN)
     if not isinstance(raw, dict):
         raise UsageError(f"{run_dir}: no readable run.json")
     if raw.get("kind", "bisect") != "bisect":
@@ -157,21 +156,21 @@ def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
     run_doc["deltas"] = masked_deltas(raw, rd.masker)
     m["run.json"] = _utf8(rd.json_text(run_doc))
     m["diff.json"] = _utf8(rd.json_text(raw.get("diff") or {}))
-    verdict = _read_json(run_dir / "verdict.json")
+    verdict = _read_json(run_dir / rundir.VERDICT)
     if isinstance(verdict, dict):
         m["verdict.json"] = _utf8(rd.json_text(verdict))
-    m["trials.jsonl"] = _utf8(_jsonl(run_dir / "trials.jsonl", rd))
-    m["events.jsonl"] = _utf8(_jsonl(run_dir / "events.jsonl", rd))
+    m["trials.jsonl"] = _utf8(_jsonl(run_dir / rundir.TRIALS, rd))
+    m["events.jsonl"] = _utf8(_jsonl(run_dir / rundir.EVENTS, rd))
     base_doc = load_snapshot_doc(store_root, raw.get("baseline"))
     cur_doc = load_snapshot_doc(store_root, raw.get("current"))
-    env = dict(_read_json(run_dir / "environment.json") or {})
+    env = dict(_read_json(run_dir / rundir.ENVIRONMENT) or {})
     env["repos"] = _repos(cur_doc, base_doc)
     m["environment.json"] = _utf8(rd.json_text(env))
-    m["journal-summary.json"] = _utf8(rd.json_text(journal_summary(_read_json(run_dir / "journal.json")) or {}))
+    m["journal-summary.json"] = _utf8(rd.json_text(journal_summary(_read_json(run_dir / rundir.JOURNAL)) or {}))
     for role, doc in (("baseline", base_doc), ("current", cur_doc)):
         if doc is not None:
             m[f"snapshots/{rd.text(str(doc.get('id')))}.json"] = _utf8(_snapshot_member(store_root, doc, role, rd))
-    ev = run_dir / "evidence"
+    ev = run_dir / rundir.EVIDENCE
     if ev.is_dir():
         for tdir in sorted(p for p in ev.iterdir() if p.is_dir()):
             for f in sorted(p for p in tdir.iterdir() if p.is_file()):
@@ -215,9 +214,9 @@ def make_bundle(store_root: Path, run_id: str | None, out: Path, masker: SecretM
     if leaked:  # cannot happen after Redactor.text; refuse rather than hand out a secret
         raise UsageError(f"refusing to write the bundle: a secret value survived redaction in {', '.join(leaked)}")
     created = time.time()
-    raw = _read_json(run_dir / "run.json") or {}
-    verdict = _read_json(run_dir / "verdict.json") or {}
-    env = _read_json(run_dir / "environment.json") or {}
+    raw = _read_json(run_dir / rundir.RUN) or {}
+    verdict = _read_json(run_dir / rundir.VERDICT) or {}
+    env = _read_json(run_dir / rundir.ENVIRONMENT) or {}
     order = _order(members)
     manifest = {
         "format": 1, "kind": "envbisect-bundle", "run_id": raw.get("run_id") or run_dir.name,

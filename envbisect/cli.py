@@ -25,6 +25,7 @@ from .deployment import ConnectOptions, Deployment
 from .errors import EnvbisectError, ExitStatus, StoreError, UsageError
 from .masking import SecretMasker, printable
 from .playbook import load_playbook
+from .rundir import Runs
 from .store import Store
 
 try:  # typer >= 0.20 vendors click; older ones use click itself
@@ -664,14 +665,14 @@ def apply_cmd(ctx: typer.Context, ids: List[str] = typer.Argument(..., help="Del
 
 def _runs(store: Store) -> list[dict]:
     rows = []
-    for p, doc in store.runs():
+    for rd, doc in Runs(store.runs_dir).all():
         kind = str(doc.get("kind", "bisect"))
-        row = {"run": p.name, "kind": kind, "deployment": doc.get("deployment"), "created_at": doc.get("created_at"),
+        row = {"run": rd.run_id, "kind": kind, "deployment": doc.get("deployment"), "created_at": doc.get("created_at"),
                "status": "unfinished", "culprits": [], "restarts": None}
-        v = p / ("verdict.json" if kind == "bisect" else "result.json")
+        v = rd.file(rd.result_name(kind))
         if v.exists():
             try:
-                vd = store.read_run_file(v)
+                vd = rd.read(v.name)
                 if kind == "bisect":
                     row.update(status=str(vd["verdict"]), culprits=[str(c) for c in vd.get("culprits", [])],
                                restarts=vd.get("restarts"), confidence=vd.get("confidence"))
@@ -712,13 +713,10 @@ def show(ctx: typer.Context, run: str = typer.Argument(..., help="Run id (see `e
 
     o = _opts(ctx)
     store = Store(o.store)
-    p = store.runs_dir / run
-    if "/" in run or run.startswith(".") or not (p / "run.json").exists():
-        raise UsageError(f"no run {run!r} in {store.runs_dir}")
-    doc = store.read_run_file(p / "run.json")
-    kind = str(doc.get("kind", "bisect"))
-    res_path = p / ("verdict.json" if kind == "bisect" else "result.json")
-    res = store.read_run_file(res_path) if res_path.exists() else None
+    rd = Runs(store.runs_dir).get(run)
+    p = rd.path
+    kind = rd.kind
+    res = rd.read_optional(rd.result_name(kind))
     make_redactor(p, o.masker())  # the masker learns the raw secret values this run knows of
     if as_json:
         emit_json({"run": run, "kind": kind, "result": res, "unfinished": res is None})
@@ -741,7 +739,7 @@ def show(ctx: typer.Context, run: str = typer.Argument(..., help="Run id (see `e
             t.add_row(str(tr["n"]), str(tr["purpose"]), str(len(tr["config"])), str(tr["outcome"]),
                       f"{float(tr['restart_s']):.1f}", str(tr["reason"]))
     except (KeyError, TypeError, ValueError) as e:
-        raise StoreError(f"{res_path}: damaged run file (no usable {e})") from None
+        raise StoreError(f"{rd.file(rd.result_name(kind))}: damaged run file (no usable {e})") from None
     out.print(t)
 
 

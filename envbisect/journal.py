@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import faults
-from .configuration import (FileOriginal, Key, OriginalState, RepoOriginal, RepoTarget, TargetState, env_check_ops,
+from . import faults, rundir
+from .configuration import (FileOriginal, Key, OriginalState, RepoOriginal, TargetState, env_check_ops,
                             raise_on_env_check)
 from .errors import EnvbisectError, HostConflict, LockHeld, LockLost, RemoteError, UsageError
 from .hostops import b64, run_ops, unb64
@@ -200,11 +200,11 @@ class HostEditor:
 
     @property
     def local_journal(self) -> Path:
-        return self.run_dir / "journal.json"
+        return self.run_dir / rundir.JOURNAL
 
     @property
     def local_made(self) -> Path:
-        return self.run_dir / "made.json"
+        return self.run_dir / rundir.MADE
 
     # --- lock ----------------------------------------------------------------------------------
     def lock(self, *, break_lock: bool = False, restoring: str | None = None, dry: bool = False) -> list[str]:
@@ -259,7 +259,7 @@ class HostEditor:
     def _refuse_local_journals(self) -> None:
         """A run of this controller that died before its journal reached the hosts is known here only."""
         runs_dir = self.run_dir.parent
-        for p in sorted(runs_dir.glob("*/journal.json")) if runs_dir.exists() else []:
+        for p in sorted(runs_dir.glob("*/" + rundir.JOURNAL)) if runs_dir.exists() else []:
             if p.parent.name == self.run_id:
                 continue
             try:
@@ -618,7 +618,7 @@ def find_journal(playbook: Playbook, transports: Mapping[str, Transport], runs_d
     the hosts; with every state recorded as made, from both."""
     cands = []
     if runs_dir.exists():
-        for p in (runs_dir.glob("*/journal.json") if run_id is None else [runs_dir / run_id / "journal.json"]):
+        for p in (runs_dir.glob("*/" + rundir.JOURNAL) if run_id is None else [runs_dir / run_id / rundir.JOURNAL]):
             try:
                 doc = json.loads(p.read_text())
             except (OSError, ValueError):
@@ -626,7 +626,7 @@ def find_journal(playbook: Playbook, transports: Mapping[str, Transport], runs_d
             if doc.get("deployment") == playbook.name and doc.get("state") == "active":
                 j = Journal.from_json(doc)
                 try:
-                    j = j.with_made(json.loads((p.parent / "made.json").read_text()))
+                    j = j.with_made(json.loads((p.parent / rundir.MADE).read_text()))
                 except (OSError, ValueError):
                     pass
                 cands.append(j)

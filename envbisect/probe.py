@@ -18,9 +18,11 @@ import httpx
 
 from .playbook import LOCAL, Probe
 from .restart import split_url
+from .outcome import Outcome
 from .transport import LocalTransport, Transport
 
-PASS, FAIL, CANNOT_TEST, ABORT = "pass", "fail", "cannot-test", "abort"
+# a probe run's outcomes (the shared vocabulary: envbisect.outcome)
+PASS, FAIL, CANNOT_TEST, ABORT = Outcome.PASS, Outcome.FAIL, Outcome.CANNOT_TEST, Outcome.ABORT
 EXCERPT = 160
 
 

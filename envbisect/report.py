@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from . import rundir
 from .errors import UsageError
 from .masking import SecretMasker
 
@@ -171,7 +172,7 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
     files in its journal."""
     run_dir = Path(run_dir)
     out: set[str] = set()
-    doc = _read_json(run_dir / "run.json") or {}
+    doc = _read_json(run_dir / rundir.RUN) or {}
     try:  # run.json holds its deltas masked; the raw ones are in the blob it names
         from .store import Store
 
@@ -195,7 +196,7 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
                 for k, v in [*(proc.get("environ") or {}).items(), *(proc.get("file_eval") or {}).items()]:
                     if masker.is_secret_name(k) and isinstance(v, str):
                         out.add(v)
-    journal = _read_json(run_dir / "journal.json") or {}
+    journal = _read_json(run_dir / rundir.JOURNAL) or {}
     for h in (journal.get("hosts") or {}).values():
         for f in (h.get("files") or {}).values():
             b64 = f.get("content_b64")
@@ -214,7 +215,7 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
 def default_masker(run_dir: Path) -> SecretMasker:
     """The masker of the run's playbook ([secrets] names/values) when it can be read, else the
     built-in rules only."""
-    doc = _read_json(Path(run_dir) / "run.json") or {}
+    doc = _read_json(Path(run_dir) / rundir.RUN) or {}
     pb = doc.get("playbook")
     if pb and Path(pb).exists():
         try:
@@ -349,7 +350,7 @@ def load_run(run_dir: Path, masker: SecretMasker | None = None, *, redactor: Red
     `masker` defaults to the run's playbook secrets (when the playbook is still there) plus the
     built-in rules."""
     run_dir = Path(run_dir)
-    doc = _read_json(run_dir / "run.json")
+    doc = _read_json(run_dir / rundir.RUN)
     if not isinstance(doc, dict):
         from .errors import UsageError
 
@@ -360,18 +361,18 @@ def load_run(run_dir: Path, masker: SecretMasker | None = None, *, redactor: Red
     run["deltas"] = masked_deltas(doc, rd.masker)
     run.pop("contents", None)  # sha256 -> blob references of file deltas: not story material
     run = rd.obj(run)
-    trials = _read_jsonl(run_dir / "trials.jsonl", problems)
-    events = _read_jsonl(run_dir / "events.jsonl", problems)
-    verdict = _read_json(run_dir / "verdict.json")
-    if (run_dir / "verdict.json").exists() and not isinstance(verdict, dict):
+    trials = _read_jsonl(run_dir / rundir.TRIALS, problems)
+    events = _read_jsonl(run_dir / rundir.EVENTS, problems)
+    verdict = _read_json(run_dir / rundir.VERDICT)
+    if (run_dir / rundir.VERDICT).exists() and not isinstance(verdict, dict):
         problems.append("verdict.json is not readable JSON")
         verdict = None
     # verdict.json is written right after the last event (the restore): that is when the run concluded
     stamps = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
     finished = max(stamps) if isinstance(verdict, dict) and stamps else None
-    environment = _read_json(run_dir / "environment.json") or {}
+    environment = _read_json(run_dir / rundir.ENVIRONMENT) or {}
     evidence: dict[str, dict[str, str]] = {}
-    ev_dir = run_dir / "evidence"
+    ev_dir = run_dir / rundir.EVIDENCE
     if ev_dir.is_dir():
         for tdir in sorted(p for p in ev_dir.iterdir() if p.is_dir()):
             files = {}
@@ -389,7 +390,7 @@ def load_run(run_dir: Path, masker: SecretMasker | None = None, *, redactor: Red
         deltas=tuple(run["deltas"]), trials=tuple(rd.obj(trials)),
         verdict=rd.obj(verdict) if isinstance(verdict, dict) else None, events=tuple(rd.obj(events)),
         environment=rd.obj(environment), evidence=evidence,
-        journal_summary=rd.obj(journal_summary(_read_json(run_dir / "journal.json"))),
+        journal_summary=rd.obj(journal_summary(_read_json(run_dir / rundir.JOURNAL))),
         snapshots=rd.obj(snaps), finished_at=finished, problems=tuple(problems), masker=rd.masker)
 
 
@@ -477,9 +478,20 @@ _PREMISE_MEANING = {
 }
 
 
+def _is_premise(trial: Mapping[str, Any]) -> bool:
+    kind = trial.get("kind")
+    if kind:
+        return kind in ("premise-current", "premise-baseline")
+    return str(trial.get("purpose", "")).startswith("premise")  # a record of an older version
+
+
 def _premise(trial: Mapping[str, Any]) -> tuple[str, str]:
-    p = str(trial.get("purpose") or "")
-    which = "empty" if "no deltas" in p and "current" in p else ("current" if "current" in p else "baseline")
+    kind = trial.get("kind")
+    if kind:
+        which = "baseline" if kind == "premise-baseline" else ("empty" if not trial.get("units") else "current")
+    else:  # a record of an older version: only its purpose says
+        p = str(trial.get("purpose") or "")
+        which = "empty" if "no deltas" in p and "current" in p else ("current" if "current" in p else "baseline")
     o = trial.get("outcome")
     oc = "fail" if o in ("fail", "start-failure") else o
     meaning = _PREMISE_MEANING.get((which, oc)) or (
@@ -718,7 +730,7 @@ def _render_markdown(rec: RunRecord) -> str:
         out.append("")
 
     out += ["## Premise checks", ""]
-    premises = [t for t in rec.trials if str(t.get("purpose", "")).startswith("premise")]
+    premises = [t for t in rec.trials if _is_premise(t)]
     if premises:
         for t in premises:
             _w, meaning = _premise(t)
@@ -1122,7 +1134,7 @@ def _render_html(rec: RunRecord) -> str:
         b.append("<ul>" + "".join(extra) + "</ul>")
 
     b.append("<h2>Premise checks</h2>")
-    premises = [t for t in rec.trials if str(t.get("purpose", "")).startswith("premise")]
+    premises = [t for t in rec.trials if _is_premise(t)]
     if not premises:
         b.append("<p>No premise check was run.</p>")
     for t in premises:

@@ -23,7 +23,8 @@ from .errors import StoreError, UsageError
 from .journal import HostEditor, describe_conflict
 from .playbook import Probe
 from .restart import RestartResult, co_restart
-from .store import write_private
+from . import rundir
+from .rundir import Runs
 from .trials import probe_repeatedly
 from .verify import VerifyReport, verify
 
@@ -41,28 +42,28 @@ class RunDeltas:
 
 
 def load_run_deltas(dep: Deployment, run_id: str | None) -> RunDeltas:
-    cands = [(p, doc) for p, doc in dep.store.runs()
-             if doc.get("kind", "bisect") == "bisect" and doc.get("deployment") == dep.playbook.name]
+    runs = Runs(dep.store.runs_dir)
     if run_id:
-        cands = [c for c in cands if c[0].name == run_id]
-        if not cands:
+        rd = runs.get(run_id)
+        if rd.kind != "bisect" or rd.doc.get("deployment") != dep.playbook.name:
             raise UsageError(f"no bisect run {run_id!r} for deployment {dep.playbook.name!r} (see `envbisect runs`)")
-    if not cands:
-        raise UsageError("no bisect run recorded for this deployment: run `envbisect bisect` first, "
-                         "or name the deltas' run with --run")
-    path, doc = cands[-1]  # the newest
+    else:
+        rd = runs.newest(kind="bisect", deployment=dep.playbook.name)
+        if rd is None:
+            raise UsageError("no bisect run recorded for this deployment: run `envbisect bisect` first, "
+                             "or name the deltas' run with --run")
+    path, doc = rd.path, rd.doc
     try:  # a damaged run file is one line naming it, never a traceback
-        raw = dep.store.run_deltas(doc, path / "run.json")
+        raw = dep.store.run_deltas(doc, rd.file(rundir.RUN))
         deltas = tuple(Delta(**{**d, "detail": tuple(d.get("detail", ()))}) for d in raw)
         contents = {sha: dep.store.get_blob(ref) or b"" for sha, ref in dict(doc.get("contents", {})).items()}
         culprits: tuple[str, ...] = ()
         verdict = None
-        vpath = path / "verdict.json"
-        if vpath.exists():
-            v = dep.store.read_run_file(vpath)
+        v = rd.read_optional(rundir.VERDICT)
+        if v is not None:
             culprits, verdict = tuple(map(str, v.get("culprits", ()))), v.get("verdict")
     except (TypeError, ValueError, AttributeError) as e:
-        raise StoreError(f"{path / 'run.json'}: damaged run file ({e})") from None
+        raise StoreError(f"{rd.file(rundir.RUN)}: damaged run file ({e})") from None
     dep.masker.learn_env((d.key, v) for d in deltas if d.kind == "env" and d.key for v in (d.old, d.new))
     return RunDeltas(path.name, deltas, contents, str(doc.get("probe", "")), culprits, verdict)
 
@@ -135,9 +136,9 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
     if not ids:
         raise UsageError(f"name the deltas to {action} (or use --verdict)")
     run_id = time.strftime("%Y%m%dT%H%M%S") + f"-{action}-" + uuid.uuid4().hex[:4]
-    run_dir = dep.store.runs_dir / run_id
-    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_private(run_dir / "run.json", json.dumps({
+    rd = Runs(dep.store.runs_dir).new(run_id)
+    run_dir = rd.path
+    rd.write(rundir.RUN, json.dumps({
         "format": 1, "kind": action, "run_id": run_id, "deployment": dep.playbook.name, "created_at": time.time(),
         "from_run": source.run_id, "deltas": list(ids), "probe": probe.name if probe else None}).encode())
     editor = HostEditor(dep.playbook, dep.transports, run_dir, run_id)
@@ -200,7 +201,7 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
         raise
     finally:
         stop()
-    write_private(run_dir / "result.json", dep.masker.redact_json(result.to_json()).encode())
+    rd.write(rundir.RESULT, dep.masker.redact_json(result.to_json()))
     return result
 
 

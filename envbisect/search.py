@@ -31,10 +31,10 @@ Model (see docs/search.md for the user-facing description):
   culprit was never tested alone) and one more restart stays within
   :func:`restart_bound`, that restart is spent to observe the claim.
 
-Restarts are the expensive unit; probe runs are cheap.  A single deterministic
-culprit always takes at most ``ceil(log2 n) + 2`` restarts with the default
-prior; docs/search.md explains why an interaction cannot be promised the same
-way, and what ``Prior.cautious()`` trades for finding it.
+Restarts are the expensive unit; probe runs are cheap.  :func:`restart_bound`
+is the promise for deterministic faults (premise checks included);
+docs/search.md explains it, and why seeing a culprit fail alone and seeing the
+fix pass are the restarts that separate a verdict from a guess.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterable, Sequence
+
+from .outcome import Outcome
 
 __all__ = [
     "Outcome",
@@ -59,14 +61,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- public types
-
-
-class Outcome(Enum):
-    """Outcome of one trial, as reported by the caller."""
-
-    PASS = "pass"  # every probe run passed
-    FAIL = "fail"  # a probe run failed, or a service died at start because of the config
-    UNRESOLVED = "unresolved"  # infrastructure problem: SSH lost, restart failed for non-config reasons
 
 
 @dataclass(frozen=True)
@@ -108,9 +102,24 @@ class Observation:
         return cls(
             frozenset(config),
             passes=passes,
-            failed=outcome is Outcome.FAIL,
+            failed=outcome.failed,
             unresolved=outcome is Outcome.UNRESOLVED,
         )
+
+
+class TrialKind(str, Enum):
+    """What a trial is for. The search decides it; the runner, the ETA and the report read it
+    (never the purpose text, which is for people)."""
+
+    PREMISE_CURRENT = "premise-current"  # current (all deltas) must fail
+    PREMISE_BASELINE = "premise-baseline"  # baseline (no deltas) must pass
+    BISECT = "bisect"
+    RETEST = "retest"  # a pass too weak to build on, probed again
+    CONFIRM = "confirm"  # a claim of the verdict observed: alone, the fix, after a co-restart
+    CHECK = "check"  # the most informative trial when the structured steps are spent
+    RETRY = "retry"  # the last trial was unresolved
+    REFINE = "refine"  # a member of an auto-linked unit tested apart (bisect.py)
+    FINAL = "final"  # --leave fixed: current minus the culprits (bisect.py)
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,8 @@ class TrialRequest:
     purpose: str
     stop_after: int = 1  # failed runs after which probing stops (>1: learn the failure rate)
     free: bool = False  # may be answered by probing the running stack without a restart
+    kind: TrialKind = TrialKind.CHECK
+    suspects_left: int | None = None  # bisect: units still suspected in this bisection
 
 
 @dataclass(frozen=True)
@@ -171,9 +182,8 @@ class Prior:
 
     The default says a single culprit is 60 times as likely as an interaction and
     as two independent culprits.  That is what lets the search claim a single
-    culprit without spending a restart to test it alone, so that it stays within
-    ``ceil(log2 n) + 2`` restarts (see docs/search.md); the verdict then says the
-    claim was inferred, not observed.  :meth:`cautious` makes interactions and
+    culprit without spending a restart to test it alone (policy ``fast``; see
+    docs/search.md); the verdict then says the claim was inferred, not observed.  :meth:`cautious` makes interactions and
     second culprits as likely as single ones: every claim is then checked (one or
     two more restarts) and interactions and second culprits are always found.
 
@@ -766,14 +776,16 @@ class Search:
                 return r
         return self.max_probes
 
-    def _request(self, mask: int, purpose: str, post: _Belief) -> TrialRequest:
-        return TrialRequest(frozenset(self._names(mask)), self._probes(mask, post), purpose)
+    def _request(self, mask: int, purpose: str, post: _Belief, kind: TrialKind,
+                 suspects_left: int | None = None) -> TrialRequest:
+        return TrialRequest(frozenset(self._names(mask)), self._probes(mask, post), purpose, kind=kind,
+                            suspects_left=suspects_left)
 
     def _retest(self, mask: int, post: _Belief) -> TrialRequest:
         ev = self._evidence[mask]
         return self._request(
-            mask, f"retest: {self._fmt(mask)} passed {ev.passes} runs, too few to rule out an intermittent fault", post
-        )
+            mask, f"retest: {self._fmt(mask)} passed {ev.passes} runs, too few to rule out an intermittent fault", post,
+            TrialKind.RETEST)
 
     def _assess(self, post: _Belief) -> tuple[float, tuple, float]:
         """(probability of the top class's first hypothesis, the class, verdict confidence).
@@ -804,9 +816,9 @@ class Search:
                 if self.max_trials is not None and self.trials >= self.max_trials:
                     return self._final("budget")
                 purpose = last.purpose
-                if not purpose.startswith("retry"):
+                if last.kind is not TrialKind.RETRY:
                     purpose = "retry (last trial unresolved): " + purpose
-                return TrialRequest(last.config, last.probes, purpose)
+                return TrialRequest(last.config, last.probes, purpose, kind=TrialKind.RETRY)
         if self.max_trials is not None and self.trials >= self.max_trials:
             return self._final("budget")
         # 2. premise checks
@@ -816,7 +828,7 @@ class Search:
             # fails: the estimate of q every later pass is judged by.
             what = "current (no deltas: the baseline)" if self._n == 0 else "current"
             return TrialRequest(frozenset(self._units), self.premise_probes, f"premise: {what} must fail",
-                                stop_after=self.premise_failures, free=True)
+                                stop_after=self.premise_failures, free=True, kind=TrialKind.PREMISE_CURRENT)
         if not cur.failed or (not cur.restarted_fail and cur.restarted_passes >= self.premise_probes):
             return self._not_reproduced()
         if self._n == 0:
@@ -825,13 +837,13 @@ class Search:
                 # alone holds more than its files), so "not the config" needs a failure after one
                 return TrialRequest(frozenset(), self.premise_probes,
                                     "confirm after a co-restart: current (no deltas: the baseline) failed as it "
-                                    "was running", stop_after=self.premise_failures)
+                                    "was running", stop_after=self.premise_failures, kind=TrialKind.CONFIRM)
             return self._not_config()
         base = self._evidence.get(0)
         if base is None:
             post = self._belief()
             runs = max(self.premise_probes, self._runs_for(0.5, post.q_given_bad(self._all), post.qs))
-            return TrialRequest(frozenset(), runs, "premise: baseline must pass")
+            return TrialRequest(frozenset(), runs, "premise: baseline must pass", kind=TrialKind.PREMISE_BASELINE)
         if base.failed:
             return self._not_config()
         # 3. structured search, stopped by the posterior
@@ -932,8 +944,8 @@ class Search:
             return None
         mask, passes = worst
         return self._request(
-            mask, f"retest: {self._fmt(mask)} passed {passes} runs, but the leading hypothesis says it is bad", post
-        )
+            mask, f"retest: {self._fmt(mask)} passed {passes} runs, but the leading hypothesis says it is bad", post,
+            TrialKind.RETEST)
 
     def _stage_step(self, post: _Belief) -> object:
         kind = self._stage[0]
@@ -960,9 +972,10 @@ class Search:
                 return self._AGAIN
             name = self._units[x]
             if sa in ("untested", "weak"):  # alone first: it decides culprit vs interaction
-                return self._request(va, f"confirm: does {name} break the stack alone?", post)
+                return self._request(va, f"confirm: does {name} break the stack alone?", post, TrialKind.CONFIRM)
             if sf in ("untested", "weak"):
-                return self._request(vf, f"confirm: current without {name} (the fix) must pass", post)
+                return self._request(vf, f"confirm: current without {name} (the fix) must pass", post,
+                                     TrialKind.CONFIRM)
             return None
         if kind == "C":  # x needs a partner: bisect it among the units that passed without x
             g = self._stage[1]
@@ -1016,7 +1029,7 @@ class Search:
             elif st == "weak":
                 return self._retest(cfg(mid), post)
             else:
-                return self._request(cfg(mid), label.format(n=hi - lo), post)
+                return self._request(cfg(mid), label.format(n=hi - lo), post, TrialKind.BISECT, hi - lo)
 
     def _confirm(self, post: _Belief, term: int, need_surprise: bool = False) -> TrialRequest | None:
         """Check the claim about ``term`` most likely to be overturned: that it breaks
@@ -1038,7 +1051,7 @@ class Search:
         if not cands:
             return None
         cands.sort(key=lambda c: -c[0])  # stable: "alone" first on ties
-        return self._request(cands[0][1], cands[0][2], post)
+        return self._request(cands[0][1], cands[0][2], post, TrialKind.CONFIRM)
 
     def _fix_observed(self, post: _Belief, top: tuple) -> TrialRequest | None:
         """With ``require_fix``, "these are all the culprits" is observed, never inferred:
@@ -1050,7 +1063,7 @@ class Search:
         if self._status(vf, post) == "pass":
             return None
         names = ", ".join(self._names(self._vars() | term))
-        return self._request(vf, f"confirm: current without {names} (the fix) must pass", post)
+        return self._request(vf, f"confirm: current without {names} (the fix) must pass", post, TrialKind.CONFIRM)
 
     def _restart_proof(self, post: _Belief, top: tuple) -> TrialRequest | None:
         """A culprit is never blamed on the running stack's word alone: its state may hold more
@@ -1062,7 +1075,8 @@ class Search:
         for term in self._terms + ([t] if t else []):
             if not any(ev.restarted_fail and (m & term) == term for m, ev in self._evidence.items()):
                 return TrialRequest(frozenset(self._units), self.premise_probes,
-                                    "confirm after a co-restart: current failed as it was running")
+                                    "confirm after a co-restart: current failed as it was running",
+                                    kind=TrialKind.CONFIRM)
         return None
 
     def _spare_check(self, post: _Belief, top: tuple) -> TrialRequest | None:
@@ -1109,7 +1123,8 @@ class Search:
                     best = (gain, vf, f"check: current without {', '.join(self._names(self._vars() | top_term))}", r)
         if best is None or best[0] < 0.01:
             return None
-        return TrialRequest(frozenset(self._names(best[1])), best[3], best[2])
+        kind = TrialKind.RETEST if best[2].startswith("retest") else TrialKind.CHECK
+        return TrialRequest(frozenset(self._names(best[1])), best[3], best[2], kind=kind)
 
     # -- verdicts ---------------------------------------------------------------
 

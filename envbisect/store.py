@@ -121,39 +121,6 @@ class Store:
             raise StoreError(f"snapshot {ref!r} is ambiguous: {', '.join(s.id for s in prefixed[:5])}")
         raise StoreError(f"no snapshot {ref!r} in {self.root} (see `envbisect snapshots`)")
 
-    def runs(self) -> list[tuple[Path, dict[str, Any]]]:
-        """Every recorded run (bisect, revert, apply) as (folder, run.json), oldest first.
-        An unreadable run.json is skipped, like a damaged snapshot in `list`."""
-        found = []
-        if self.runs_dir.is_dir():
-            for p in self.runs_dir.iterdir():
-                try:
-                    doc = json.loads((p / "run.json").read_text())
-                except (OSError, ValueError):
-                    continue
-                if isinstance(doc, dict):
-                    found.append((p, doc))
-        def created(doc: dict[str, Any]) -> float:
-            t = doc.get("created_at")
-            return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
-
-        return sorted(found, key=lambda r: (created(r[1]), r[0].name))
-
-    def read_run_file(self, path: Path) -> dict[str, Any]:
-        """One JSON file of a run (run.json, verdict.json, result.json...) as a dict, or a one-line
-        StoreError naming it: a damaged or truncated file is never a traceback."""
-        try:
-            doc = json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
-        except FileNotFoundError:
-            raise StoreError(f"{path}: missing") from None
-        except OSError as e:
-            raise StoreError(f"{path}: cannot read: {e.strerror}") from None
-        except ValueError as e:
-            raise StoreError(f"{path}: damaged run file (not JSON: {e})") from None
-        if not isinstance(doc, dict):
-            raise StoreError(f"{path}: damaged run file (not a JSON object)")
-        return doc
-
     def put_run_deltas(self, deltas: list[dict[str, Any]]) -> str:
         """The raw deltas of a run (old/new values, secrets included) as a private blob: run.json
         itself holds them masked, like every run record, and names this blob."""

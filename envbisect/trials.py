@@ -16,12 +16,12 @@ from .configuration import OriginalState, target_state
 from .deltas import Delta
 from .errors import RemoteError
 from .journal import HostEditor
+from .outcome import Cause, Outcome
 from .playbook import Playbook, Probe
 from .probe import ABORT, CANNOT_TEST, FAIL, PASS, ProbeRun, run_probe
 from .restart import RestartResult, co_restart
+from .search import TrialKind
 from .transport import Transport
-
-OUTCOMES = ("pass", "fail", "start-failure", "unresolved")
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Trial:
     purpose: str
     units: tuple[str, ...]
     config: tuple[str, ...]  # delta ids applied on top of the baseline
-    outcome: str  # pass | fail | start-failure | unresolved
+    outcome: Outcome  # PASS | FAIL | START_FAILURE | UNRESOLVED
     reason: str
     probe_runs: tuple[ProbeRun, ...] = ()
     restart_s: float = 0.0
@@ -42,6 +42,8 @@ class Trial:
     # probed as it was running, without a restart (see bisect.running_stack_unverified): costs no
     # restart, and is never the only evidence a culprit is blamed on (search._restart_proof)
     free: bool = False
+    kind: TrialKind = TrialKind.CHECK
+    cause: Cause | None = None  # why it is unresolved (infrastructure), None otherwise
 
     @property
     def passes(self) -> int:
@@ -57,14 +59,44 @@ class Trial:
                 "probe_s": round(self.probe_s, 3), "restart_durations": {k: round(v, 3) for k, v in self.restart_durations.items()},
                 "started_at": self.started_at, "probe": {"runs": [r.to_json() for r in self.probe_runs],
                                                           "passes": self.passes},
-                "log_tail": self.log_tail[-2000:], "aborted": self.aborted, "free": self.free}
+                "log_tail": self.log_tail[-2000:], "aborted": self.aborted, "free": self.free,
+                "kind": self.kind.value, "cause": self.cause.value if self.cause else None}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "Trial":
+        """Read back a record of to_json (also of older versions: no kind, cause or free)."""
+        from .probe import RequestRecord
+
+        runs = tuple(ProbeRun(r["probe"], r["kind"], Outcome(r["outcome"]), r["reason"],
+                              tuple(RequestRecord(q["n"], q["ok"], q["status"], q["latency_s"], q.get("error"),
+                                                  q.get("excerpt", "")) for q in r["requests"]),
+                              r["duration_s"], r.get("target", ""))
+                     for r in d["probe"]["runs"])
+        kind = TrialKind(d["kind"]) if d.get("kind") else _kind_from_purpose(d["purpose"])
+        cause = Cause(d["cause"]) if d.get("cause") else None
+        if cause is None and d["outcome"] == "unresolved":
+            cause = Cause.SSH_LOST if "ssh connection" in d["reason"] else Cause.RESTART_FAILED
+        return cls(d["n"], d["purpose"], tuple(d["units"]), tuple(d["config"]), Outcome(d["outcome"]), d["reason"],
+                   runs, d["restart_s"], d["probe_s"], d.get("restart_durations", {}), d.get("started_at", 0.0),
+                   d.get("log_tail", ""), d.get("aborted", False), d.get("free", False), kind, cause)
+
+
+def _kind_from_purpose(purpose: str) -> TrialKind:
+    """The kind of a trial recorded before trials carried one (run records of older versions)."""
+    for prefix, kind in (("premise: current", TrialKind.PREMISE_CURRENT), ("premise: baseline", TrialKind.PREMISE_BASELINE),
+                         ("bisect", TrialKind.BISECT), ("retest", TrialKind.RETEST), ("confirm", TrialKind.CONFIRM),
+                         ("retry", TrialKind.RETRY), ("refine", TrialKind.REFINE), ("final", TrialKind.FINAL)):
+        if purpose.startswith(prefix):
+            return kind
+    return TrialKind.CHECK
 
 
 def probe_repeatedly(probe: Probe, transports: Mapping[str, Transport], runs: int,
-                     stop_after: int = 1) -> tuple[str, tuple[ProbeRun, ...], str]:
+                     stop_after: int = 1) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
     """Up to `runs` probe runs in the started configuration, stopping after `stop_after` failures
     (more than one on a premise: it measures how often the fault shows, which every later pass
-    is judged by). Probes are cheap next to restarts, so this is where intermittent faults are caught."""
+    is judged by). Probes are cheap next to restarts, so this is where intermittent faults are caught.
+    Returns PASS, FAIL, CANNOT_TEST or ABORT, the runs, and a reason."""
     done: list[ProbeRun] = []
     failed: list[ProbeRun] = []
     for _ in range(max(1, runs)):
@@ -76,13 +108,13 @@ def probe_repeatedly(probe: Probe, transports: Mapping[str, Transport], runs: in
                 break
             continue
         if r.outcome == CANNOT_TEST:
-            return "unresolved", tuple(done), "probe said it cannot test (exit 125)"
+            return Outcome.CANNOT_TEST, tuple(done), "probe said it cannot test (exit 125)"
         if r.outcome == ABORT:
-            return "abort", tuple(done), r.reason
+            return Outcome.ABORT, tuple(done), r.reason
     if failed:
-        return "fail", tuple(done), (f"{len(failed)}/{len(done)} probe runs failed; first: {failed[0].reason}"
-                                     if len(done) > 1 else failed[0].reason)
-    return "pass", tuple(done), f"{len(done)}/{len(done)} probe runs passed"
+        return Outcome.FAIL, tuple(done), (f"{len(failed)}/{len(done)} probe runs failed; first: {failed[0].reason}"
+                                           if len(done) > 1 else failed[0].reason)
+    return Outcome.PASS, tuple(done), f"{len(done)}/{len(done)} probe runs passed"
 
 
 class TrialRunner:
@@ -102,22 +134,18 @@ class TrialRunner:
     def apply(self, delta_ids: Sequence[str]) -> None:
         self.editor.apply(target_state(self.original, self.deltas, delta_ids, self.contents))
 
-    def run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int = 1) -> Trial:
-        trial = self._run(n, unit_ids, probes, purpose, stop_after)
-        dead = [h for h, t in self.transports.items() if not t.alive()]
-        if dead and trial.outcome != "unresolved":
-            # A failure seen through a dropped connection is evidence of nothing.
-            trial = replace(trial, outcome="unresolved",
-                            reason=f"lost the ssh connection to {', '.join(dead)} during the trial ({trial.reason})")
-        if self.evidence_dir is not None:
-            capture_evidence(self.playbook, self.transports, self.evidence_dir / f"trial-{n:03d}")
-        return trial
+    def run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int = 1,
+            kind: TrialKind = TrialKind.CHECK) -> Trial:
+        """Apply the baseline plus `unit_ids`, co-restart, probe."""
+        return self._finish(self._run(n, unit_ids, probes, purpose, stop_after, kind))
 
-    def probe_running(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int = 1) -> Trial:
+    def probe_running(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int = 1,
+                      kind: TrialKind = TrialKind.PREMISE_CURRENT) -> Trial:
         """Probe the stack as it runs, with no edit and no restart: only for the current
         configuration, and only when every process verifiably runs its files (the caller checks)."""
         config = self.delta_ids(unit_ids)
-        started = time.time()
+        base = Trial(n, purpose, tuple(unit_ids), config, Outcome.UNRESOLVED, "", started_at=time.time(), free=True,
+                     kind=kind)
         self.on_step(f"probing the running stack, no restart ({self.probe.name}, up to {probes} run(s))")
         p0 = time.monotonic()
         try:
@@ -125,49 +153,58 @@ class TrialRunner:
             outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after)
             self.editor.guard()
         except RemoteError as e:
-            trial = Trial(n, purpose, tuple(unit_ids), config, "unresolved", f"probe could not run: {e}",
-                          started_at=started, free=True)
-        else:
-            aborted = outcome == "abort"
-            trial = Trial(n, purpose, tuple(unit_ids), config, "unresolved" if aborted else outcome, reason, runs,
-                          0.0, time.monotonic() - p0, {}, started, aborted=aborted, free=True)
+            return self._finish(replace(base, reason=f"probe could not run: {e}", cause=Cause.PROBE_ERROR))
+        return self._finish(self._probed(base, outcome, runs, reason, time.monotonic() - p0))
+
+    def _finish(self, trial: Trial) -> Trial:
+        dead = [h for h, t in self.transports.items() if not t.alive()]
+        if dead and trial.cause is not Cause.SSH_LOST:
+            # A failure seen through a dropped connection is evidence of nothing.
+            trial = replace(trial, outcome=Outcome.UNRESOLVED, cause=Cause.SSH_LOST,
+                            reason=f"lost the ssh connection to {', '.join(dead)} during the trial ({trial.reason})")
         if self.evidence_dir is not None:
-            capture_evidence(self.playbook, self.transports, self.evidence_dir / f"trial-{n:03d}")
+            capture_evidence(self.playbook, self.transports, self.evidence_dir / f"trial-{trial.n:03d}")
         return trial
 
-    def _run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int = 1) -> Trial:
+    @staticmethod
+    def _probed(base: Trial, outcome: Outcome, runs: tuple[ProbeRun, ...], reason: str, probe_s: float) -> Trial:
+        if outcome is Outcome.CANNOT_TEST:
+            return replace(base, outcome=Outcome.UNRESOLVED, cause=Cause.CANNOT_TEST, reason=reason, probe_runs=runs,
+                           probe_s=probe_s)
+        if outcome is Outcome.ABORT:
+            return replace(base, outcome=Outcome.UNRESOLVED, cause=Cause.ABORTED, reason=reason, probe_runs=runs,
+                           probe_s=probe_s, aborted=True)
+        return replace(base, outcome=outcome, reason=reason, probe_runs=runs, probe_s=probe_s)
+
+    def _run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int,
+             kind: TrialKind) -> Trial:
         config = self.delta_ids(unit_ids)
-        started = time.time()
+        base = Trial(n, purpose, tuple(unit_ids), config, Outcome.UNRESOLVED, "", started_at=time.time(), kind=kind)
         t0 = time.monotonic()
         try:
             self.on_step(f"applying {len(config)} of {len(self.deltas)} deltas")
             self.apply(config)
         except RemoteError as e:
-            return Trial(n, purpose, tuple(unit_ids), config, "unresolved", f"could not apply: {e}", started_at=started)
+            return replace(base, reason=f"could not apply: {e}", cause=Cause.APPLY_FAILED)
         # a HostConflict (someone else changed a host) is not a trial outcome: it stops the run
         rs: RestartResult = co_restart(self.playbook, self.transports, on_step=self.on_step, guard=self.editor.guard)
-        restart_s = time.monotonic() - t0
+        base = replace(base, restart_s=time.monotonic() - t0, restart_durations=rs.durations)
         if not rs.ok:
-            outcome = "start-failure" if rs.failure == "start-failure" else "unresolved"
-            return Trial(n, purpose, tuple(unit_ids), config, outcome, rs.message, restart_s=restart_s,
-                         restart_durations=rs.durations, started_at=started, log_tail=rs.log_tail)
+            if rs.failure == "start-failure":
+                return replace(base, outcome=Outcome.START_FAILURE, reason=rs.message, log_tail=rs.log_tail)
+            return replace(base, reason=rs.message, log_tail=rs.log_tail, cause=Cause.RESTART_FAILED)
         self.on_step(f"probing ({self.probe.name}, up to {probes} run(s))")
         p0 = time.monotonic()
         try:
             outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after)
         except RemoteError as e:
-            return Trial(n, purpose, tuple(unit_ids), config, "unresolved", f"probe could not run: {e}",
-                         restart_s=restart_s, restart_durations=rs.durations, started_at=started)
+            return replace(base, reason=f"probe could not run: {e}", cause=Cause.PROBE_ERROR)
         # the configuration probed must still be the one asked for (someone may have edited a file meanwhile)
         try:
             self.editor.guard()
         except RemoteError:
-            pass  # a lost connection: run() makes the trial unresolved
-        aborted = outcome == "abort"
-        if aborted:
-            outcome = "unresolved"
-        return Trial(n, purpose, tuple(unit_ids), config, outcome, reason, runs, restart_s, time.monotonic() - p0,
-                     rs.durations, started, aborted=aborted)
+            pass  # a lost connection: _finish makes the trial unresolved
+        return self._probed(base, outcome, runs, reason, time.monotonic() - p0)
 
 
 def capture_evidence(playbook: Playbook, transports: Mapping[str, Transport], out: Path) -> None:

@@ -1,0 +1,38 @@
+"""The one vocabulary of results, shared by probe runs, trials and the search.
+
+A str-valued Enum: members compare equal to their text ("fail") and serialise as it, so run
+records written by older versions read back unchanged.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Outcome(str, Enum):
+    PASS = "pass"  # every probe run passed
+    FAIL = "fail"  # a probe run failed
+    START_FAILURE = "start-failure"  # a service died at start because of the config (a FAIL to the search)
+    UNRESOLVED = "unresolved"  # no evidence: infrastructure trouble (see Cause)
+    CANNOT_TEST = "cannot-test"  # a probe run said it cannot test this config (exit 125, like git bisect)
+    ABORT = "abort"  # a probe run asked to stop the whole bisection
+
+    def __str__(self) -> str:  # f"{o}" gives "fail", as the plain strings did
+        return self.value
+
+    @property
+    def failed(self) -> bool:
+        return self in (Outcome.FAIL, Outcome.START_FAILURE)
+
+
+class Cause(str, Enum):
+    """Why a trial is unresolved: infrastructure, never evidence about the config."""
+
+    SSH_LOST = "ssh-lost"
+    APPLY_FAILED = "apply-failed"
+    RESTART_FAILED = "restart-failed"
+    PROBE_ERROR = "probe-error"
+    CANNOT_TEST = "cannot-test"
+    ABORTED = "aborted"
+
+    def __str__(self) -> str:
+        return self.value
