@@ -42,9 +42,9 @@ class Scenario:
         self.sim = build(tmp_path / "dep", ssh=ssh, **build_kw)
         self.name = "sim-" + uuid.uuid4().hex[:8]  # the lock and host journal are per deployment name
         text = self.sim.playbook.read_text().replace('name = "sim-pd"', f'name = "{self.name}"')
-        # A hang shows as a probe timeout; 2.5 s (instead of 5) keeps the suite quick and is still
-        # 50x the simulated stack's normal answer time.
-        text = text.replace("timeout_s = 5\n", "timeout_s = 2.5\n")
+        # A hang shows as a probe timeout; 1.5 s (instead of 5) keeps the suite quick (a failing
+        # premise waits out 5 of them) and is still 30x the simulated stack's normal answer time.
+        text = text.replace("timeout_s = 5\n", "timeout_s = 1.5\n")
         self.sim.playbook.write_text(text)
         self.store = tmp_path / "store"
         self.ssh_config = ssh_config
