@@ -112,10 +112,12 @@ class Options:
     ssh_config: Optional[str]
     accept_new_host_key: bool
     connect_attempts: int
+    inventory: Optional[str] = None
 
     def deployment(self) -> Deployment:
         dep = Deployment(load_playbook(self.playbook), Store(self.store),
-                         ConnectOptions(self.ssh_config, self.accept_new_host_key, self.connect_attempts))
+                         ConnectOptions(self.ssh_config, self.accept_new_host_key, self.connect_attempts,
+                                        inventory=self.inventory))
         _Output.masker = dep.masker  # every output from now on learns what the deployment learns
         return dep
 
@@ -148,7 +150,12 @@ def _main(
     ctx: typer.Context,
     playbook: Path = typer.Option(Path("envbisect.toml"), "--playbook", "-p", help="Deployment description (TOML)."),
     store: Path = typer.Option(Path("snapshots"), "--store", help="Local store of snapshots and runs."),
-    ssh_config: Optional[str] = typer.Option(None, "--ssh-config", help="OpenSSH client config (default ~/.ssh/config)."),
+    ssh_config: Optional[str] = typer.Option(None, "--ssh-config", help="OpenSSH client config, like ssh -F (default "
+                                             "~/.ssh/config, then /etc/ssh/ssh_config)."),
+    inventory: Optional[str] = typer.Option(None, "--inventory", "-i",
+                                            help="Ansible inventory for [hosts.NAME] inventory = ...: the JSON of "
+                                                 "`ansible-inventory --list` (- for stdin), or any inventory when "
+                                                 "ansible-inventory is on PATH."),
     accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key",
                                              help="Trust and record an unknown host key (a changed key is still refused)."),
     connect_attempts: int = typer.Option(3, "--connect-attempts", min=1, help="SSH connection attempts per host."),
@@ -166,7 +173,7 @@ def _main(
     logging.basicConfig(level=level, handlers=[handler], force=True)
     if verbose < 2:
         logging.getLogger("paramiko").setLevel(logging.WARNING)
-    ctx.obj = Options(playbook, store, ssh_config, accept_new_host_key, connect_attempts)
+    ctx.obj = Options(playbook, store, ssh_config, accept_new_host_key, connect_attempts, inventory)
 
 
 def emit_json(doc: Any) -> None:
@@ -475,6 +482,7 @@ def _print_resume(o: Options, run_id: str) -> None:
         import shlex
 
         cfg = f" --ssh-config {shlex.quote(o.ssh_config)}" if o.ssh_config else ""
+        cfg += f" --inventory {shlex.quote(o.inventory)}" if o.inventory else ""
         err.print(f"To resume, run: envbisect -p {shlex.quote(str(o.playbook))} --store {shlex.quote(str(o.store))}{cfg} "
                   f"bisect --resume --run {run_id}", soft_wrap=True)
 

@@ -16,6 +16,7 @@ from typing import Iterable, Mapping
 
 from .deltas import Diff, compute_diff
 from .errors import UsageError
+from .inventory import bind_inventory
 from .masking import SecretMasker
 from .playbook import Playbook, load_playbook
 from .snapshot import Snapshot, collect_host, for_each_host, take_snapshot, without_fallback
@@ -30,11 +31,12 @@ class ConnectOptions:
     accept_new_host_key: bool = False
     attempts: int = 3
     backoff_s: float = 1.0
+    inventory: str | None = None  # an Ansible inventory (--inventory); beats the playbook's [inventory] file
 
 
 class Deployment:
     def __init__(self, playbook: Playbook, store: Store, options: ConnectOptions = ConnectOptions()):
-        self.playbook = playbook
+        self.playbook = bind_inventory(playbook, options.inventory)  # [hosts.NAME] inventory = ... -> ssh
         self.store = store
         self.options = options
         self.masker = SecretMasker(playbook.secret_names, playbook.secret_values)

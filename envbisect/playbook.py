@@ -22,8 +22,10 @@ PROBE_CONCURRENCY_MAX = 1024  # one thread and one connection each
 @dataclass(frozen=True)
 class Host:
     name: str
-    ssh: str  # alias of the OpenSSH config, "user@host:port", or "local"
-    python: str = "python3"
+    ssh: str  # alias of the OpenSSH config, "user@host:port", or "local" ("" until an inventory host is bound)
+    python: str = "python3"  # "" for an inventory host that does not say (its ansible_python_interpreter, else python3)
+    inventory: str | None = None  # the inventory host or group it comes from (see inventory.py)
+    ssh_options: tuple[tuple[str, str], ...] = ()  # `ssh -o KEY VALUE` options that come first (from the inventory)
 
     @property
     def is_local(self) -> bool:
@@ -95,6 +97,7 @@ class Playbook:
     secret_values: tuple[str, ...] = ()
     probes: Mapping[str, Probe] = field(default_factory=dict)
     client_url: str | None = None  # the client path (e.g. a proxy), for layered diagnosis
+    inventory_file: str | None = None  # [inventory] file: an Ansible inventory (resolved against the playbook's folder)
 
     def services_on(self, host: str) -> list[Service]:
         return [s for s in self.services.values() if s.host == host]
@@ -173,6 +176,17 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
     hosts: dict[str, Host] = {}
     for hname, htable in top.get("hosts", dict, required=True).items():
         r = _Reader(path, f"hosts.{hname}", htable)
+        inv = r.get("inventory", str, None)
+        if inv is None and "ssh" not in r.table:
+            inv = hname  # no ssh: the host of that name in the inventory
+        if inv is not None:  # bound to the inventory by inventory.bind_inventory (Deployment does it)
+            if "ssh" in r.table:
+                raise PlaybookError(path, f"hosts.{hname}", "give ssh or inventory, not both")
+            if not inv.strip():
+                raise PlaybookError(path, f"hosts.{hname}.inventory", "must not be empty")
+            hosts[hname] = Host(hname, "", r.get("python", str, ""), inventory=inv.strip())
+            r.finish()
+            continue
         ssh = r.get("ssh", str, required=True).strip()
         if not ssh:
             raise PlaybookError(path, f"hosts.{hname}.ssh", "must not be empty")
@@ -263,11 +277,14 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
     cr = _Reader(path, "client", top.get("client", dict, {}))
     client_url = cr.get("url", str, None)
     cr.finish()
+    ir = _Reader(path, "inventory", top.get("inventory", dict, {}))
+    inventory_file = ir.get("file", str, None)
+    ir.finish()
     top.finish()
     return Playbook(
         path=path, name=name, hosts=hosts, services=services, restart=restart, repos=tuple(repos),
         watch_paths=watch, max_file_size=max_file_size, backups=backups, secret_names=secret_names,
-        secret_values=secret_values, probes=probes, client_url=client_url,
+        secret_values=secret_values, probes=probes, client_url=client_url, inventory_file=inventory_file,
     )
 
 

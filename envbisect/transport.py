@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import getpass
 import logging
 import os
 import shlex
@@ -22,8 +21,10 @@ from typing import Iterator
 import paramiko
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from . import sshconfig
 from .errors import ConnectionFailed, HostKeyError, RemoteError
 from .playbook import Host
+from .sshconfig import Jump
 
 log = logging.getLogger("envbisect.transport")
 
@@ -105,19 +106,26 @@ class LocalTransport(Transport):
 
 # --- SSH ------------------------------------------------------------------------------------
 
+MAX_JUMP_HOPS = 8  # a longer chain is a loop (say `Host *` with a ProxyJump that matches the jump host too)
+
+
 @dataclass(frozen=True)
 class SSHTarget:
-    """Where and how to connect, after the user's OpenSSH config has been applied."""
+    """Where and how to connect, after the user's OpenSSH config has been applied (see sshconfig.py)."""
 
     alias: str
     hostname: str
     port: int
     user: str
     identity_files: tuple[str, ...]
-    known_hosts_files: tuple[str, ...]
-    proxy_jump: str | None
-    proxy_command: str | None
-    connect_timeout: float
+    known_hosts_files: tuple[str, ...]  # UserKnownHostsFile: an unknown key accepted with --accept-new-host-key goes to the first
+    proxy_jump: tuple[Jump, ...] = ()   # hops, nearest first
+    proxy_command: str | None = None    # tokens expanded
+    connect_timeout: float = 10.0
+    global_known_hosts_files: tuple[str, ...] = ()
+    host_key_alias: str | None = None
+    identities_only: bool = False
+    allow_agent: bool = True
 
     @property
     def display(self) -> str:
@@ -125,46 +133,118 @@ class SSHTarget:
 
     @property
     def known_hosts_name(self) -> str:
+        """The name looked up in known_hosts: HostKeyAlias, else host or [host]:port (as ssh does)."""
+        if self.host_key_alias:
+            return self.host_key_alias
         return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
 
 
-def resolve_target(spec: str, ssh_config: str | Path | None) -> SSHTarget:
-    """Resolve "alias", "user@host" or "user@host:port" through the OpenSSH config like `ssh` would."""
+def parse_spec(spec: str) -> tuple[str | None, str, int | None]:
+    """"alias", "user@host", "user@host:port", "[v6addr]:port" -> (user, host, port)."""
     user = None
     port = None
     rest = spec
     if "@" in rest:
         user, rest = rest.rsplit("@", 1)
-    if rest.count(":") == 1:
+    p = None
+    if rest.startswith("[") and "]" in rest:
+        host, _, tail = rest[1:].partition("]")
+        if tail:
+            if not tail.startswith(":"):
+                raise ConnectionFailed(f"bad ssh target {spec!r}")
+            p = tail[1:]
+        rest = host
+    elif rest.count(":") == 1:
         rest, p = rest.split(":")
-        if not p.isdigit():
+    if p is not None:
+        if not p.isdigit() or not 0 < int(p) < 65536:
             raise ConnectionFailed(f"bad ssh target {spec!r}: port {p!r} is not a number")
         port = int(p)
-    cfg = paramiko.SSHConfig()
-    cfg_path = Path(os.path.expanduser(str(ssh_config))) if ssh_config else Path.home() / ".ssh" / "config"
-    if cfg_path.exists():
-        try:
-            cfg = paramiko.SSHConfig.from_path(str(cfg_path))
-        except Exception as e:  # paramiko raises assorted errors on malformed configs
-            raise ConnectionFailed(f"{cfg_path}: cannot parse OpenSSH config: {e}") from None
-    elif ssh_config:
-        raise ConnectionFailed(f"{cfg_path}: no such ssh config")
-    entry = cfg.lookup(rest)
-    known = entry.get("userknownhostsfile")
-    known_files = tuple(os.path.expanduser(k) for k in known.split()) if known else (
-        os.path.expanduser("~/.ssh/known_hosts"),
-    )
+    if not rest:
+        raise ConnectionFailed(f"bad ssh target {spec!r}: no host")
+    return user, rest, port
+
+
+def resolve_target(spec: str, ssh_config: str | Path | None, options: tuple[tuple[str, str], ...] = ()) -> SSHTarget:
+    """Resolve "alias", "user@host" or "user@host:port" through the OpenSSH config like `ssh` would
+    (`ssh -F ssh_config`, or ~/.ssh/config then /etc/ssh/ssh_config); ``options`` are `-o KEY VALUE`
+    options, which come first (an inventory's ansible_user, ansible_port...)."""
+    user, host, port = parse_spec(spec)
+    c = sshconfig.resolve(host, config=ssh_config, options=options, user=user, port=port)
+    log.debug("%s: ssh config: %s", spec, sshconfig.describe(c))
+    if c.identity_agent not in (None, "none", "SSH_AUTH_SOCK"):
+        log.warning("%s: IdentityAgent %s is not supported (the agent at $SSH_AUTH_SOCK is used)", spec, c.identity_agent)
     return SSHTarget(
-        alias=rest,
-        hostname=entry.get("hostname", rest),
-        port=port or int(entry.get("port", 22)),
-        user=user or entry.get("user") or getpass.getuser(),
-        identity_files=tuple(os.path.expanduser(f) for f in entry.get("identityfile", [])),
-        known_hosts_files=known_files,
-        proxy_jump=entry.get("proxyjump"),
-        proxy_command=entry.get("proxycommand"),
-        connect_timeout=float(entry.get("connecttimeout", 10)),
+        alias=host, hostname=c.hostname, port=c.port, user=c.user, identity_files=c.identity_files,
+        known_hosts_files=c.user_known_hosts, proxy_jump=c.proxy_jump, proxy_command=c.expanded_proxy_command(),
+        connect_timeout=float(c.connect_timeout) if c.connect_timeout else 10.0,
+        global_known_hosts_files=c.global_known_hosts, host_key_alias=c.host_key_alias,
+        identities_only=c.identities_only, allow_agent=c.identity_agent != "none",
     )
+
+
+class _ProxyCommand:
+    """A socket-like pipe to a ProxyCommand, run like ssh runs it (``$SHELL -c "exec COMMAND"``, so
+    quotes, pipes and variables mean what they mean to ssh; paramiko's own splits words instead).
+    Its stderr is kept (last lines) for the error message, never sent to the terminal."""
+
+    def __init__(self, command: str):
+        self.command = command
+        shell = os.environ.get("SHELL") or "/bin/sh"
+        self.process = subprocess.Popen([shell, "-c", "exec " + command], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
+                                        start_new_session=True)
+        self.timeout: float | None = None
+        self._err = bytearray()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        while True:
+            chunk = self.process.stderr.read(4096)
+            if not chunk:
+                break
+            self._err = (self._err + chunk)[-4096:]
+
+    def stderr_line(self) -> str:
+        lines = self._err.decode("utf-8", "replace").strip().splitlines()
+        return lines[-1] if lines else ""
+
+    def send(self, data: bytes) -> int:
+        try:
+            self.process.stdin.write(data)
+        except OSError as e:
+            raise paramiko.ProxyCommandFailure(self.command, e.strerror or str(e)) from None
+        return len(data)
+
+    def recv(self, size: int) -> bytes:
+        import select
+
+        r, _, _ = select.select([self.process.stdout], [], [], self.timeout)
+        if not r:
+            raise socket.timeout()
+        return os.read(self.process.stdout.fileno(), size)  # b"" at EOF: paramiko sees the end
+
+    def settimeout(self, timeout: float | None) -> None:
+        self.timeout = timeout
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(OSError):
+                self.process.terminate()
+            try:
+                self.process.wait(2)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(2)
+        for f in (self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):
+                f.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.process.returncode is not None
+
+    _closed = closed
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -184,18 +264,24 @@ class _RefuseUnknown(paramiko.MissingHostKeyPolicy):
 
 
 class _AcceptNew(paramiko.MissingHostKeyPolicy):
-    """OpenSSH's StrictHostKeyChecking=accept-new: trust an unknown key and record it; a *changed* key is still refused by paramiko."""
+    """OpenSSH's StrictHostKeyChecking=accept-new: trust an unknown key and record it (under the name
+    ssh looks up: HostKeyAlias or [host]:port, in the first UserKnownHostsFile); a *changed* key is
+    still refused by paramiko."""
 
-    def __init__(self, known_hosts_file: str):
-        self.file = known_hosts_file
+    def __init__(self, known_hosts_file: str | None, name: str):
+        self.file, self.name = known_hosts_file, name
 
     def missing_host_key(self, client, hostname, key):  # noqa: ANN001
         client.get_host_keys().add(hostname, key.get_name(), key)
+        if self.file is None:  # UserKnownHostsFile none: ssh accepts and cannot record either
+            log.warning("accepted new host key for %s: %s (not recorded: UserKnownHostsFile is none)",
+                        self.name, fingerprint(key))
+            return
         path = Path(self.file)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with path.open("a") as f:
-            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-        log.warning("accepted new host key for %s: %s (saved to %s)", hostname, fingerprint(key), path)
+            f.write(f"{self.name} {key.get_name()} {key.get_base64()}\n")
+        log.warning("accepted new host key for %s: %s (saved to %s)", self.name, fingerprint(key), path)
 
 
 @dataclass(frozen=True)
@@ -225,13 +311,14 @@ def _host_matches(patterns: tuple[str, ...], name: str) -> bool:
     return hit
 
 
-def load_known_hosts(path: str) -> tuple[list[tuple[str, paramiko.PKey]], list[_Revoked]]:
+def load_known_hosts(path: str) -> tuple[list[tuple[tuple[str, ...], paramiko.PKey]], list[_Revoked]]:
     """Read an OpenSSH known_hosts file the way OpenSSH does, as far as paramiko can: plain lines
-    are trusted (name, key) pairs; ``@revoked`` lines are returned apart (such a key is refused, even
+    are trusted (host patterns, key) pairs (matched with `_host_matches`, so wildcards, negations
+    and hashed names work as in ssh); ``@revoked`` lines are returned apart (such a key is refused, even
     when a plain line lists it too); ``@cert-authority`` lines are skipped with a warning (paramiko
     cannot check host certificates: the host's own key must be listed to connect). A line that
     cannot be parsed is skipped, like OpenSSH does. (paramiko's own loader raised on marker lines.)"""
-    trusted: list[tuple[str, paramiko.PKey]] = []
+    trusted: list[tuple[tuple[str, ...], paramiko.PKey]] = []
     revoked: list[_Revoked] = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
@@ -255,7 +342,7 @@ def load_known_hosts(path: str) -> tuple[list[tuple[str, paramiko.PKey]], list[_
                 log.warning("%s:%d: %s lines are not supported (host certificates cannot be checked): line "
                             "ignored; the host's own key must be listed to connect", path, lineno, marker)
             elif entry is not None:
-                trusted += [(name, entry.key) for name in entry.hostnames]
+                trusted.append((tuple(entry.hostnames), entry.key))
     return trusted, revoked
 
 
@@ -266,11 +353,11 @@ def _revoked(revoked: list[_Revoked], hostname: str, key: paramiko.PKey) -> _Rev
 class _RefuseRevoked(paramiko.MissingHostKeyPolicy):
     """Before the real policy: a key marked @revoked for this host is refused, never accepted."""
 
-    def __init__(self, inner: paramiko.MissingHostKeyPolicy, revoked: list[_Revoked], who: str):
-        self.inner, self.revoked, self.who = inner, revoked, who
+    def __init__(self, inner: paramiko.MissingHostKeyPolicy, revoked: list[_Revoked], who: str, name: str):
+        self.inner, self.revoked, self.who, self.name = inner, revoked, who, name
 
     def missing_host_key(self, client, hostname, key):  # noqa: ANN001
-        r = _revoked(self.revoked, hostname, key)
+        r = _revoked(self.revoked, self.name, key)
         if r is not None:
             client.close()
             raise _revoked_error(self.who, key, r)
@@ -290,12 +377,15 @@ def _transient(exc: BaseException) -> bool:
 
 class SSHTransport(Transport):
     def __init__(self, host: Host, *, ssh_config: str | Path | None = None, accept_new_host_key: bool = False,
-                 attempts: int = 3, backoff_s: float = 1.0):
+                 attempts: int = 3, backoff_s: float = 1.0, _hops: int = 0, _root: str | None = None):
         super().__init__()
         self.host, self.python = host.name, host.python
-        self.target = resolve_target(host.ssh, ssh_config)
         self.ssh_config = ssh_config
         self.accept_new = accept_new_host_key
+        self._hops, self._root = _hops, _root or host.name
+        self._jump: SSHTransport | None = None
+        self._proxy: _ProxyCommand | None = None
+        self.target = resolve_target(host.ssh, ssh_config, host.ssh_options)
         self.client = self._connect_with_retry(attempts, backoff_s)
 
     # connection ---------------------------------------------------------------------------
@@ -306,78 +396,148 @@ class SSHTransport(Transport):
                 with attempt:
                     return self._connect_once()
         except (HostKeyError, ConnectionFailed):
+            self._close_path()
             raise
         except paramiko.AuthenticationException as e:
+            self._close_path()
             raise ConnectionFailed(f"{self.host} ({self.target.display}): authentication failed: {e} "
                                    "(check IdentityFile in your ssh config or your ssh-agent)") from None
         except (OSError, EOFError, paramiko.SSHException, RetryError) as e:
+            self._close_path()
             reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
-            raise ConnectionFailed(f"{self.host} ({self.target.display}): cannot connect after {attempts} attempt(s): {reason}") from None
+            proxy = self._proxy_said()
+            raise ConnectionFailed(f"{self.host} ({self.target.display}): cannot connect after {attempts} attempt(s): "
+                                   f"{reason}{proxy}") from None
         raise AssertionError("unreachable")
 
+    def _proxy_said(self) -> str:
+        p = self._proxy
+        if p is None:
+            return ""
+        code = p.process.poll()
+        said = p.stderr_line()
+        return (f"; ProxyCommand {p.command!r}" + (f" exited with status {code}" if code is not None else "")
+                + (f": {said}" if said else ""))
+
+    def _close_path(self) -> None:
+        """Close what carried the last attempt: the jump chain or the proxy command."""
+        jump, self._jump = self._jump, None
+        if jump is not None:
+            jump.close()
+        proxy, self._proxy = self._proxy, None
+        if proxy is not None:
+            proxy.close()
+
     def _sock(self) -> object | None:
+        """The path to the host: direct (None), through a chain of jump hosts (ProxyJump a,b: a
+        transport to the last hop, itself reached through the hops before it -- each hop resolved
+        through the ssh config like `ssh -J` does -- opening a direct-tcpip channel to the host), or
+        through a ProxyCommand."""
+        self._close_path()
         t = self.target
-        if t.proxy_jump and t.proxy_jump.lower() != "none":
-            jump_spec = t.proxy_jump.split(",")[0]
-            jump = SSHTransport(Host(f"{self.host}-jump", jump_spec), ssh_config=self.ssh_config,
-                                accept_new_host_key=self.accept_new, attempts=1)
-            self._jump = jump
-            return jump.client.get_transport().open_channel("direct-tcpip", (t.hostname, t.port), ("127.0.0.1", 0),
-                                                              timeout=t.connect_timeout)
-        if t.proxy_command and t.proxy_command.lower() != "none":
-            cmd = t.proxy_command.replace("%h", t.hostname).replace("%p", str(t.port)).replace("%r", t.user)
-            return paramiko.ProxyCommand(cmd)
+        if t.proxy_jump:
+            *earlier, last = t.proxy_jump
+            if self._hops + 1 > MAX_JUMP_HOPS:
+                raise ConnectionFailed(
+                    f"{self._root}: ProxyJump chain longer than {MAX_JUMP_HOPS} hops at {t.alias}: a loop? (a `Host *` "
+                    "ProxyJump applies to the jump host too: exclude it, e.g. `Host * !bastion`)")
+            opts: list[tuple[str, str]] = []  # what `ssh -l USER -p PORT -J EARLIER LAST` gives the hop
+            if last.user:
+                opts.append(("User", sshconfig.quote_value(last.user)))
+            if last.port:
+                opts.append(("Port", str(last.port)))
+            if earlier:
+                opts.append(("ProxyJump", ",".join(j.spec for j in earlier)))
+            hop = Host(f"{self._root}: jump host {last.host}", last.host, self.python, ssh_options=tuple(opts))
+            self._jump = SSHTransport(hop, ssh_config=self.ssh_config, accept_new_host_key=self.accept_new,
+                                      attempts=1, _hops=self._hops + 1, _root=self._root)
+            try:
+                return self._jump.client.get_transport().open_channel(
+                    "direct-tcpip", (t.hostname, t.port), ("127.0.0.1", 0), timeout=t.connect_timeout)
+            except (paramiko.SSHException, OSError, EOFError) as e:
+                reason = getattr(e, "text", None) or str(e) or type(e).__name__
+                raise ConnectionFailed(
+                    f"{self.host} ({t.display}): jump host {last.host} cannot open a connection to "
+                    f"{t.hostname}:{t.port}: {reason} (is it reachable from there, and does the jump host's sshd "
+                    "allow TCP forwarding?)") from None
+        if t.proxy_command:
+            self._proxy = _ProxyCommand(t.proxy_command)
+            return self._proxy
         return None
 
     def _connect_once(self) -> paramiko.SSHClient:
         t = self.target
         client = paramiko.SSHClient()
-        trusted: list[tuple[str, paramiko.PKey]] = []
+        trusted: list[tuple[tuple[str, ...], paramiko.PKey, str]] = []
         revoked: list[_Revoked] = []
-        for f in dict.fromkeys([os.path.expanduser("~/.ssh/known_hosts"), *t.known_hosts_files]):
-            if os.path.exists(f):
+        # exactly the files ssh reads: UserKnownHostsFile (default ~/.ssh/known_hosts, ~/.ssh/known_hosts2)
+        # *instead of* the default, then GlobalKnownHostsFile
+        for f in dict.fromkeys([*t.known_hosts_files, *t.global_known_hosts_files]):
+            if os.path.isfile(f):
                 try:
                     tr, rv = load_known_hosts(f)
                 except OSError as e:
                     raise ConnectionFailed(f"{f}: cannot read known_hosts: {e.strerror or e}") from None
-                trusted += tr
+                trusted += [(patterns, key, f) for patterns, key in tr]
                 revoked += rv
-        for name, key in trusted:  # a revoked key is never trusted, even when a plain line lists it too
-            if _revoked(revoked, name, key) is None:
-                client.get_host_keys().add(name, key.get_name(), key)
+        name = t.known_hosts_name  # what ssh looks up: HostKeyAlias, else [host]:port
+        paramiko_name = t.hostname if t.port == 22 else f"[{t.hostname}]:{t.port}"  # what paramiko looks up
+        source: dict[bytes, str] = {}
+        for patterns, key, f in trusted:  # a revoked key is never trusted, even when a plain line lists it too
+            if _host_matches(patterns, name) and _revoked(revoked, name, key) is None:
+                client.get_host_keys().add(paramiko_name, key.get_name(), key)
+                source.setdefault(key.asbytes(), f)
         refuse = _RefuseUnknown()
-        inner = _AcceptNew(t.known_hosts_files[0]) if self.accept_new else refuse
-        client.set_missing_host_key_policy(_RefuseRevoked(inner, revoked, f"{self.host} ({t.display})"))
+        record_in = t.known_hosts_files[0] if t.known_hosts_files else None
+        inner = _AcceptNew(record_in, name) if self.accept_new else refuse
+        client.set_missing_host_key_policy(_RefuseRevoked(inner, revoked, f"{self.host} ({t.display})", name))
+        sock = self._sock()
+        try:
+            self._connect_client(client, sock, name, source, refuse)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                client.close()
+            raise
+        # a hashed plain line can hide a key revoked for this host by name: check what was accepted
+        server_key = client.get_transport().get_remote_server_key()
+        r = _revoked(revoked, name, server_key)
+        if r is not None:
+            client.close()
+            raise _revoked_error(f"{self.host} ({t.display})", server_key, r)
+        return client
+
+    def _connect_client(self, client: paramiko.SSHClient, sock: object | None, name: str, source: dict[bytes, str],
+                        refuse: _RefuseUnknown) -> None:
+        t = self.target
         try:
             client.connect(
-                t.hostname, port=t.port, username=t.user, key_filename=[f for f in t.identity_files if os.path.exists(f)] or None,
+                t.hostname, port=t.port, username=t.user, key_filename=[f for f in t.identity_files if os.path.isfile(f)] or None,
                 timeout=t.connect_timeout, banner_timeout=t.connect_timeout, auth_timeout=t.connect_timeout,
-                allow_agent=True, look_for_keys=not t.identity_files, sock=self._sock(),
+                allow_agent=t.allow_agent and not t.identities_only, look_for_keys=False, sock=sock,
             )
         except paramiko.BadHostKeyException as e:
+            f = source.get(e.expected_key.asbytes())
+            where = f" in {f}" if f else ""
+            opt = f" -f {shlex.quote(f)}" if f and f != os.path.expanduser("~/.ssh/known_hosts") else ""
             raise HostKeyError(
                 f"{self.host} ({t.display}): HOST KEY CHANGED: offered {fingerprint(e.key)}, known_hosts has "
-                f"{fingerprint(e.expected_key)}; refusing (possible man-in-the-middle). If the host was reinstalled, "
-                f"verify the new key and run: ssh-keygen -R '{t.known_hosts_name}'") from None
+                f"{fingerprint(e.expected_key)} for {name}{where}; refusing (possible man-in-the-middle). If the host "
+                f"was reinstalled, verify the new key and run: ssh-keygen -R '{name}'{opt}") from None
         except paramiko.SSHException as e:
             if refuse.offered is not None:
+                files = ", ".join(t.known_hosts_files) or "no UserKnownHostsFile (none)"
                 raise HostKeyError(
-                    f"{self.host} ({t.display}): unknown host key {refuse.offered.get_name()} {fingerprint(refuse.offered)}; "
-                    f"refusing. Verify it, then `ssh -p {t.port} {t.user}@{t.hostname}` once to record it, "
+                    f"{self.host} ({t.display}): unknown host key {refuse.offered.get_name()} {fingerprint(refuse.offered)} "
+                    f"for {name} (looked up in {files}); refusing. Verify it, then connect once with ssh to record it, "
                     "or re-run with --accept-new-host-key") from None
             if isinstance(e, paramiko.AuthenticationException):
                 raise
             if "No authentication methods" in str(e):
                 raise ConnectionFailed(f"{self.host} ({t.display}): authentication failed: no usable key (no readable "
                                        "IdentityFile in the ssh config and no key in ssh-agent)") from None
+            if self._proxy is not None and self._proxy.process.poll() is not None:
+                raise ConnectionFailed(f"{self.host} ({t.display}): ssh error: {e}{self._proxy_said()}") from None
             raise ConnectionFailed(f"{self.host} ({t.display}): ssh error: {e}") from None
-        # a hashed plain line can hide a key revoked for this host by name: check what was accepted
-        server_key = client.get_transport().get_remote_server_key()
-        r = _revoked(revoked, t.known_hosts_name, server_key)
-        if r is not None:
-            client.close()
-            raise _revoked_error(f"{self.host} ({t.display})", server_key, r)
-        return client
 
     # commands -----------------------------------------------------------------------------
     def alive(self) -> bool:
@@ -475,9 +635,7 @@ class SSHTransport(Transport):
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.client.close()
-        jump = getattr(self, "_jump", None)
-        if jump:
-            jump.close()
+        self._close_path()
 
 
 def connect(host: Host, *, ssh_config: str | Path | None = None, accept_new_host_key: bool = False,
