@@ -1,0 +1,301 @@
+"""The exact posterior over hypotheses (no fault, not the config, one culprit, a pair that fails
+only together) and the per-run pass probability q of a bad config, from the observations."""
+from __future__ import annotations
+
+import math
+from typing import Iterable, NamedTuple, Sequence
+
+from .types import Prior
+
+
+
+_NONE, _NOTHING, _S, _AND = range(4)  # not the config, no fault, one culprit, a pair that fails only together
+
+
+class HypClass(NamedTuple):
+    """Hypotheses that differ only by swapping units within atoms: one likelihood, `mult` members."""
+
+    kind: int  # _NONE | _NOTHING | _S | _AND
+    a: int  # atom of the (first) culprit, -1 when none
+    b: int  # atom of the pair's second unit, -1 when none
+    mult: float  # unit-level hypotheses in the class
+    q_mass: list[float]  # posterior mass per q of the prior's grid
+    mass: float  # sum of q_mass
+
+
+def _bits(mask: int) -> Iterable[int]:
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+class _Belief:
+    """Exact posterior over (hypothesis, q) for one frame, computed from scratch.
+
+    A frame has accepted terms ``terms`` (culprits found earlier, part of every
+    hypothesis) and looks for at most one more term among ``frame_units``: none,
+    one unit, or a pair that fails only together.  Frame 0 (no accepted terms)
+    also has "not the config" (every config bad) and "no fault".
+
+    Units that were in exactly the same observed configs form an *atom*;
+    hypotheses that differ only by swapping units within atoms have the same
+    likelihood and are handled as one class with a multiplicity.  That keeps the
+    cost at O(atoms^2 x observations) while staying exact.
+    """
+
+    def __init__(
+        self,
+        *,
+        frame_units: Sequence[int],
+        terms: Sequence[int],
+        obs: Sequence[tuple[int, int, int]],  # (config, passes, failures)
+        prior: Prior,
+    ) -> None:
+        qw = [w for _, w in prior.q]
+        tot = sum(qw)
+        self.qs = [q for q, _ in prior.q]
+        self.pq = [w / tot for w in qw]
+        self.terms = list(terms)
+        frame0 = not self.terms
+        nobs = len(obs)
+        ks = [k for _, k, _ in obs]
+        fs = [f for _, _, f in obs]
+        failed_vec = 0
+        ebad = 0
+        for i, (c, _, f) in enumerate(obs):
+            if f:
+                failed_vec |= 1 << i
+            if any(t & c == t for t in self.terms):
+                ebad |= 1 << i
+        groups: dict[int, list[int]] = {}
+        for u in frame_units:
+            bit = 1 << u
+            sig = 0
+            for i, (c, _, _) in enumerate(obs):
+                if c & bit:
+                    sig |= 1 << i
+            groups.setdefault(sig, []).append(u)
+        self.atoms: list[tuple[int, int, int, list[int]]] = []  # (signature, mask, size, members)
+        for sig, members in groups.items():
+            m = 0
+            for u in members:
+                m |= 1 << u
+            self.atoms.append((sig, m, len(members), members))
+        v = len(frame_units)
+        pairs = v * (v - 1) // 2
+        cache: dict[int, list[float] | None] = {}
+
+        def weights(bad: int) -> list[float] | None:
+            if bad in cache:
+                return cache[bad]
+            if failed_vec & ~bad:  # a good config never fails
+                cache[bad] = None
+                return None
+            s = f = 0
+            for i in _bits(bad):
+                s += ks[i]
+                f += fs[i]
+            w = [p * (q**s) * ((1.0 - q) ** f) for q, p in zip(self.qs, self.pq)]
+            cache[bad] = w
+            return w
+
+        # class: (kind, atom a, atom b, multiplicity, q-vector of posterior mass, mass)
+        self.classes: list[HypClass] = []
+
+        def add(kind: int, a: int, b: int, mult: float, each: float, ext_bad: int) -> None:
+            if mult <= 0 or each <= 0:
+                return
+            w = weights(ebad | ext_bad)
+            if w is None:
+                return
+            scale = mult * each
+            qv = [scale * x for x in w]
+            mass = sum(qv)
+            if mass > 0:
+                self.classes.append(HypClass(kind, a, b, mult, qv, mass))
+
+        if frame0:
+            p_nothing, p_single, p_pair = prior.no_fault, prior.single, prior.interaction
+            add(_NONE, -1, -1, 1, prior.not_config, (1 << nobs) - 1)
+        else:  # one more culprit, or none
+            p_nothing, p_single = prior.single, prior.multiple
+            inter = prior.interaction if prior.later_interaction is None else prior.later_interaction
+            p_pair = prior.multiple * inter / prior.single
+        add(_NOTHING, -1, -1, 1, p_nothing, 0)
+        if v:
+            for ai, (sig, _, size, _) in enumerate(self.atoms):
+                add(_S, ai, -1, size, p_single / v, sig)
+        if pairs:
+            each = p_pair / pairs
+            na = len(self.atoms)
+            for ai in range(na):
+                sa, _, za, _ = self.atoms[ai]
+                add(_AND, ai, ai, za * (za - 1) / 2, each, sa)
+                for bi in range(ai + 1, na):
+                    sb, _, zb, _ = self.atoms[bi]
+                    add(_AND, ai, bi, za * zb, each, sa & sb)
+        self.z = sum(c.mass for c in self.classes)
+
+    # -- predictions ------------------------------------------------------------
+
+    def _frac(self, cls: tuple, mask: int) -> float:
+        """Fraction of the class's unit-level hypotheses under which ``mask`` is bad."""
+        kind, a, b = cls.kind, cls.a, cls.b
+        if kind == _NONE or any(t & mask == t for t in self.terms):
+            return 1.0
+        if kind == _NOTHING:
+            return 0.0
+        _, am, za, _ = self.atoms[a]
+        ca = (mask & am).bit_count()
+        if kind == _S:
+            return ca / za
+        if a == b:
+            return ca * (ca - 1) / (za * (za - 1))
+        _, bm, zb, _ = self.atoms[b]
+        return (ca / za) * ((mask & bm).bit_count() / zb)
+
+    def p_bad(self, mask: int) -> float:
+        if self.z <= 0:
+            return 0.5
+        return sum(c.mass * self._frac(c, mask) for c in self.classes) / self.z
+
+    def q_given_bad(self, mask: int) -> list[float]:
+        acc = [0.0] * len(self.qs)
+        for c in self.classes:
+            f = self._frac(c, mask)
+            if f:
+                for j, x in enumerate(c.q_mass):
+                    acc[j] += f * x
+        s = sum(acc)
+        return [x / s for x in acc] if s > 0 else list(self.pq)
+
+    def q_belief(self) -> list[float]:
+        acc = [0.0] * len(self.qs)
+        for c in self.classes:
+            for j, x in enumerate(c.q_mass):
+                acc[j] += x
+        s = sum(acc)
+        return [x / s for x in acc] if s > 0 else list(self.pq)
+
+    def eig(self, mask: int, runs: int) -> float:
+        """Expected information gain (nats) about the unit-level hypothesis from one
+        trial of ``mask`` with at most ``runs`` probe runs (outcome: a failure, or all pass)."""
+        if self.z <= 0:
+            return 0.0
+        parts0: list[tuple[float, float]] = []
+        fail: list[tuple[float, float]] = []
+        pas: list[tuple[float, float]] = []
+        for c in self.classes:
+            mult, qv, mass = c.mult, c.q_mass, c.mass
+            parts0.append((mass, mult))
+            f = self._frac(c, mask)
+            if f > 0:
+                phi = sum(x * (1.0 - q**runs) for q, x in zip(self.qs, qv)) / mass
+                fail.append((mass * f * phi, mult * f))
+                pas.append((mass * f * (1.0 - phi), mult * f))
+            if f < 1:
+                pas.append((mass * (1.0 - f), mult * (1.0 - f)))
+
+        def ent(parts: list[tuple[float, float]]) -> tuple[float, float]:
+            tot = sum(m for m, _ in parts)
+            h = 0.0
+            if tot > 0:
+                for m, k in parts:
+                    if m > 0 and k > 0:
+                        p = m / tot
+                        h -= p * math.log(p / k)
+            return h, tot
+
+        h0, _ = ent(parts0)
+        hf, tf = ent(fail)
+        hp, tp = ent(pas)
+        return max(0.0, h0 - (tf / self.z) * hf - (tp / self.z) * hp)
+
+    # -- hypotheses -------------------------------------------------------------
+
+    def ranked(self) -> list[tuple[float, tuple]]:
+        """Classes ranked by the probability of one of their unit-level hypotheses."""
+        if self.z <= 0:
+            return []
+        out = [(c.mass / self.z / c.mult, c) for c in self.classes]
+        out.sort(key=lambda t: -t[0])
+        return out
+
+    def p_nothing(self) -> float:
+        if self.z <= 0:
+            return 0.0
+        return sum(c.mass for c in self.classes if c.kind == _NOTHING) / self.z
+
+    def term(self, cls: tuple) -> int:
+        """The new term (mask) of the first unit-level hypothesis of a class (0 if none)."""
+        kind, a, b = cls.kind, cls.a, cls.b
+        if kind in (_NONE, _NOTHING):
+            return 0
+        ma = self.atoms[a][3]
+        if kind == _S:
+            return 1 << ma[0]
+        y = ma[1] if a == b else self.atoms[b][3][0]
+        return (1 << ma[0]) | (1 << y)
+
+    def expand(self, cls: tuple, limit: int) -> list[int]:
+        """Up to ``limit`` new terms of the unit-level hypotheses of a class."""
+        kind, a, b = cls.kind, cls.a, cls.b
+        if kind in (_NONE, _NOTHING):
+            return [0]
+        ma = self.atoms[a][3]
+        if kind == _S:
+            return [1 << u for u in ma[:limit]]
+        out: list[int] = []
+        mb = self.atoms[b][3]
+        for i, x in enumerate(ma):
+            for y in ma[i + 1 :] if a == b else mb:
+                if len(out) >= limit:
+                    return out
+                out.append((1 << x) | (1 << y))
+        return out
+
+    def marginals(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        if self.z <= 0:
+            return out
+        for kind, a, b, _, _, mass in self.classes:
+            if kind in (_NONE, _NOTHING):
+                continue
+            p = mass / self.z
+            za = self.atoms[a][2]
+            if kind == _S:
+                share = {a: p / za}
+            elif a == b:
+                share = {a: 2 * p / za}
+            else:
+                share = {a: p / za, b: p / self.atoms[b][2]}
+            for ai, x in share.items():
+                for u in self.atoms[ai][3]:
+                    out[u] = out.get(u, 0.0) + x
+        return out
+
+    def p_has_term(self, term: int) -> float:
+        """Posterior probability that ``term`` is the frame's new term."""
+        if self.z <= 0:
+            return 0.0
+        tot = 0.0
+        units = list(_bits(term))
+        for kind, a, b, _, _, mass in self.classes:
+            if kind not in (_S, _AND):
+                continue
+            ma, za = self.atoms[a][1], self.atoms[a][2]
+            if kind == _S and len(units) == 1 and term & ma:
+                tot += mass / za
+            elif kind == _AND and len(units) == 2:
+                x, y = (1 << units[0]), (1 << units[1])
+                if a == b:
+                    if x & ma and y & ma:
+                        tot += mass / (za * (za - 1) / 2)
+                else:
+                    mb, zb = self.atoms[b][1], self.atoms[b][2]
+                    if (x & ma and y & mb) or (y & ma and x & mb):
+                        tot += mass / (za * zb)
+        return tot / self.z
+
+

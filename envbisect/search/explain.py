@@ -1,0 +1,194 @@
+"""Verdicts and their explanations: every sentence observed (with its trial) or marked inferred.
+
+A mixin of `Search`: it reads the search's evidence and belief, never changes them."""
+from __future__ import annotations
+
+
+from .belief import _NONE, _Belief, _bits
+from .types import Hypothesis, Verdict
+
+
+class VerdictWriter:
+    """The verdict half of `Search` (see strategy.py)."""
+
+
+
+    def _marginals(self, post: _Belief) -> list[tuple[str, float]]:
+        conf = self._accepted_conf()
+        marg = {u: p * conf for u, p in post.marginals().items()}
+        for t, c in zip(self._terms, self._term_conf):
+            for u in _bits(t):
+                marg[u] = c
+        items = sorted(marg.items(), key=lambda t: (-t[1], t[0]))
+        return [(self._units[u], p) for u, p in items]
+
+    def _suspects(self, post: _Belief) -> tuple[tuple[str, float], ...]:
+        return tuple((u, round(p, 4)) for u, p in self._marginals(post) if p >= 1e-3)[:20]
+
+    def _not_reproduced(self) -> Verdict:
+        ev = self._evidence[self._all]
+        trials = ", ".join(str(t) for t in ev.trials)
+        if ev.failed:  # it failed as it was running, and passed after a full co-restart
+            return Verdict(
+                "not-reproduced", (), 1.0, (),
+                f"Observed: the running stack failed (trial {ev.trials[0]}), but after a full ordered co-restart "
+                f"the same config passed {ev.restarted_passes} probe runs (trial {ev.trials[-1]}): the files are "
+                "not the cause; the running state was (a service restarted alone, or a stale process).",
+            )
+        conf = 1.0 - self._belief().p_bad(self._all)
+        return Verdict(
+            "not-reproduced",
+            (),
+            conf,
+            (),
+            f"Observed: the current config passed all {ev.passes} probe runs (trial {trials}): the failure did "
+            "not reproduce, so nothing was bisected (check the probe, or run again while the fault shows).",
+        )
+
+    def _not_config(self) -> Verdict:
+        what = "The config (there are no deltas)" if self._n == 0 else "The baseline, with none of the deltas applied,"
+        return Verdict(
+            "not-config",
+            (),
+            1.0,
+            (),
+            f"{what} fails too, so the deltas are not the cause: look outside the config "
+            "(clients, proxies, network, hardware, data).",
+        )
+
+    def _final(self, reason: str) -> Verdict:
+        post = self._belief()
+        if post.z > 0 and reason != "contradiction":
+            p_top, top, conf = self._assess(post)
+            if conf >= self.confidence:
+                return self._verdict(post, top, conf)
+        why = {
+            "budget": f"The restart budget ({self.max_trials}) ran out",
+            "infrastructure": "A trial was unresolved twice in a row (infrastructure trouble, which is no evidence)",
+            "exhausted": "No further trial would be informative",
+            "contradiction": "The observations fit none of the modelled hypotheses (e.g. three deltas that fail "
+            "only together, or a fault that comes and goes between restarts)",
+        }[reason]
+        lead, conf, sus = "", 0.0, ()
+        if post.z > 0:
+            p_top, top, conf = self._assess(post)
+            sus = self._suspects(post)
+            if top.kind == _NONE:
+                lead = f"; most likely the deltas are not the cause ({conf:.0%})"
+            elif sus:
+                lead = "; suspects: " + ", ".join(f"{u} {p:.0%}" for u, p in sus[:6])
+        return Verdict("inconclusive", (), conf, sus, f"{why} before reaching {self.confidence:.0%} confidence{lead}.")
+
+    def _hypothesis(self, kind: int, terms: list[int], p: float) -> Hypothesis:
+        if kind == _NONE:
+            return Hypothesis("not-config", (), p)
+        if not terms:
+            return Hypothesis("no-fault", (), p)
+        tt = tuple(self._names(t) for t in terms)
+        return Hypothesis("interaction" if any(len(t) > 1 for t in tt) else "culprit", tt, p)
+
+    def _verdict(self, post: _Belief, cls: tuple, conf: float) -> Verdict:
+        if cls.kind == _NONE:
+            return Verdict("not-config", (), conf, self._suspects(post),
+                           "Configs failed with and without the deltas: they are not the cause.")
+        t = post.term(cls)
+        terms = self._terms + ([t] if t else [])
+        if not terms:
+            return Verdict("not-reproduced", (), conf, (), "The failure stopped reproducing.")
+        h = self._hypothesis(cls.kind, terms, conf)
+        culprits: list[str] = []
+        for tt in h.terms:
+            culprits.extend(u for u in tt if u not in culprits)
+        return Verdict(h.kind, tuple(culprits), conf, self._suspects(post), self._explain(post, terms), h.terms)
+
+    def _explain(self, post: _Belief, terms: list[int]) -> str:
+        facts: list[str] = []
+        inferred: list[str] = []
+        allv = 0
+        for t in terms:
+            allv |= t
+        for t in terms:
+            names = self._names(t)
+            alone = self._status(t, post) == "fail"
+            if len(names) == 1:
+                x = names[0]
+                if alone:
+                    facts.append(f"{x} alone failed{self._cite(t)}")
+                else:
+                    facts.append(self._necessity(t, 0))
+                    inferred.append(f"{x} breaks the stack on its own, not only together with another delta "
+                                    f"({x} was not tested alone; interactions are rare a priori)")
+            else:
+                details = []
+                solo = [u for u in _bits(t) if self._status(1 << u, post) == "pass"]
+                if solo:
+                    details.append(f"{', '.join(self._units[u] + self._cite(1 << u) for u in solo)} alone passed")
+                if alone:
+                    details.append(f"{' + '.join(names)} alone failed{self._cite(t)}")
+                else:
+                    rest = [u for u in _bits(t) if u not in solo]
+                    if solo and rest:
+                        details.append(self._necessity(1 << rest[0], 1 << solo[0]))
+                    inferred.append(f"no third delta is needed ({' + '.join(names)} was not tested alone)")
+                facts.append(f"{' and '.join(names)} fail only together" + (f" ({'; '.join(details)})" if details else ""))
+        label = ", ".join(self._names(allv))
+        if self._status(self._all & ~allv, post) == "pass":
+            facts.append(f"current without {label} passed{self._cite(self._all & ~allv)}")
+        else:
+            inferred.append(f"no other delta breaks the stack too (current without {label} was not tested; "
+                            "several independent culprits are rare a priori)")
+        premises = []
+        if self._all in self._evidence:
+            premises.append(f"current failed{self._cite(self._all)}")
+        if 0 in self._evidence and self._n:
+            premises.append(f"the baseline passed{self._cite(0)}")
+        text = "Observed: " + "; ".join(premises + facts) + "."
+        if inferred:
+            text += " Inferred, not observed: " + "; ".join(inferred) + "."
+        qb = post.q_belief()
+        mean_q = sum(q * p for q, p in zip(post.qs, qb))
+        if mean_q > 0.15:
+            text += (f" Estimated from the probe runs: the fault is intermittent, a bad config passes about "
+                     f"{mean_q:.0%} of them.")
+        return text
+
+    def _cite(self, mask: int) -> str:
+        """' (trial 4)' / ' (trials 4, 7)': the trials of exactly this config that showed what the
+        sentence says (its failures when it failed, else its passes)."""
+        ev = self._evidence.get(mask)
+        if ev is None:
+            return ""
+        ts = ev.failed_trials if ev.failed else ev.passed_trials
+        if not ts:
+            return ""
+        return f" (trial{'s' if len(ts) > 1 else ''} {', '.join(map(str, ts))})"
+
+    def _cite_pair(self, passed: int, failed: int) -> str:
+        a, b = self._evidence.get(passed), self._evidence.get(failed)
+        if a is None or b is None or not a.passed_trials or not b.failed_trials:
+            return ""
+        return f" (without it passed in trial {a.passed_trials[-1]}, with it failed in trial {b.failed_trials[0]})"
+
+    def _necessity(self, t: int, with_: int) -> str:
+        """Describe the observed pair 'C passed, C + t failed' (C containing ``with_``)."""
+        (u,) = list(_bits(t))
+        best = None
+        for mask, ev in self._evidence.items():
+            if ev.failed or (mask >> u) & 1 or (mask & with_) != with_:
+                continue
+            other = self._evidence.get(mask | t)
+            if other is not None and other.failed and (best is None or mask.bit_count() > best.bit_count()):
+                best = mask
+        x = self._units[u]
+        if best is None:
+            return f"{x} is needed for the failure (from the bisection's passes and failures as a whole)"
+        k = (best & ~with_).bit_count()
+        cite = self._cite_pair(best, best | t)
+        if with_:
+            w = ", ".join(self._names(with_))
+            return (f"adding {x} to {w}" + (f" and {k} other delta{'s' if k != 1 else ''}" if k else "")
+                    + f" made it fail{cite}")
+        if k == 0:
+            return f"{x} alone failed{self._cite(t)}"
+        return f"adding {x} to {k} other delta{'s' if k != 1 else ''} that passed made it fail{cite}"
+

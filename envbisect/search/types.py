@@ -1,0 +1,214 @@
+"""The search's vocabulary: what the caller observes (Observation), what the search asks for
+(TrialRequest, of a TrialKind), what it concludes (Verdict), what it assumes (Prior, Policy) and
+what it promises (restart_bound). Pure data, no I/O."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from ..outcome import Outcome
+
+if TYPE_CHECKING:
+    from .strategy import Search
+
+
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What happened in one trial (normally one co-restart of all services).
+
+    ``passes`` counts the probe runs that passed; ``failures`` the runs that failed
+    (runs normally stop at the first failure, so it is 0 or 1, but a request with
+    ``stop_after > 1`` keeps probing a failing config to learn how often it fails).
+    ``failed=True`` alone means one failure.  A service that died at start because
+    of the config is a failure with ``passes=0``.  ``unresolved`` marks a trial that
+    produced no evidence at all; ``passes`` and ``failures`` are then ignored.
+    ``free`` marks an observation that cost no restart: the running stack probed as
+    it was, because every process verifiably runs the current files.
+    """
+
+    config: frozenset[str]
+    passes: int = 0
+    failed: bool = False
+    unresolved: bool = False
+    failures: int = 0
+    free: bool = False
+
+    def __post_init__(self) -> None:
+        if self.failed and self.failures == 0:
+            object.__setattr__(self, "failures", 1)
+        if self.failures > 0 and not self.failed:
+            object.__setattr__(self, "failed", True)
+
+    @property
+    def outcome(self) -> Outcome:
+        if self.unresolved:
+            return Outcome.UNRESOLVED
+        return Outcome.FAIL if self.failed else Outcome.PASS
+
+    @classmethod
+    def of(cls, config: Iterable[str], outcome: Outcome, passes: int = 0) -> "Observation":
+        """Build an observation from an :class:`Outcome` (``passes``: runs passed before the end)."""
+        return cls(
+            frozenset(config),
+            passes=passes,
+            failed=outcome.failed,
+            unresolved=outcome is Outcome.UNRESOLVED,
+        )
+
+
+class TrialKind(str, Enum):
+    """What a trial is for. The search decides it; the runner, the ETA and the report read it
+    (never the purpose text, which is for people)."""
+
+    PREMISE_CURRENT = "premise-current"  # current (all deltas) must fail
+    PREMISE_BASELINE = "premise-baseline"  # baseline (no deltas) must pass
+    BISECT = "bisect"
+    RETEST = "retest"  # a pass too weak to build on, probed again
+    CONFIRM = "confirm"  # a claim of the verdict observed: alone, the fix, after a co-restart
+    CHECK = "check"  # the most informative trial when the structured steps are spent
+    RETRY = "retry"  # the last trial was unresolved
+    REFINE = "refine"  # a member of an auto-linked unit tested apart (bisect.py)
+    FINAL = "final"  # --leave fixed: current minus the culprits (bisect.py)
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """Apply the baseline plus ``config``, co-restart, run the probe at most ``probes``
+    times in that started configuration, stop after ``stop_after`` failed runs.
+
+    ``free``: the caller may answer it without a restart when the running stack
+    verifiably runs exactly this config (then report ``Observation(free=True)``)."""
+
+    config: frozenset[str]
+    probes: int
+    purpose: str
+    stop_after: int = 1  # failed runs after which probing stops (>1: learn the failure rate)
+    free: bool = False  # may be answered by probing the running stack without a restart
+    kind: TrialKind = TrialKind.CHECK
+    suspects_left: int | None = None  # bisect: units still suspected in this bisection
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Final answer.
+
+    ``kind`` is one of ``"culprit"`` (each unit of ``culprits`` breaks the stack on
+    its own; all must be reverted), ``"interaction"`` (the units of a term fail
+    only together; ``terms`` gives the exact structure), ``"not-config"`` (the
+    baseline fails too: no delta is to blame), ``"not-reproduced"`` (the current
+    config passed) or ``"inconclusive"`` (budget exhausted or infrastructure
+    trouble before reaching ``confidence``; see ``suspects``).
+    """
+
+    kind: str
+    culprits: tuple[str, ...]
+    confidence: float
+    suspects: tuple[tuple[str, float], ...]
+    explanation: str
+    terms: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One hypothesis of the posterior, for reports (see :meth:`Search.hypotheses`)."""
+
+    kind: str  # "culprit" | "interaction" | "not-config" | "no-fault"
+    terms: tuple[tuple[str, ...], ...]
+    probability: float
+
+
+@dataclass(frozen=True)
+class Prior:
+    """Prior belief over the cause of the failure.
+
+    ``single``: mass of "one unit breaks the stack on its own" (spread evenly over
+    the units).  ``interaction``: mass of "two units break it only together"
+    (spread evenly over the pairs).  ``multiple``: odds of "one more independent
+    culprit" against "no more", applied each time a culprit is found (so two
+    independent culprits are ``multiple`` times as likely as one).  ``not_config``
+    and ``no_fault``: masses of "the deltas are not the cause" and "nothing is
+    broken"; both are settled by the premise checks.
+
+    The default says a single culprit is 60 times as likely as an interaction and
+    as two independent culprits.  That is what lets the search claim a single
+    culprit without spending a restart to test it alone (policy ``fast``; see
+    docs/search.md); the verdict then says the claim was inferred, not observed.  :meth:`cautious` makes interactions and
+    second culprits as likely as single ones: every claim is then checked (one or
+    two more restarts) and interactions and second culprits are always found.
+
+    ``q`` is the grid of per-run pass probabilities of a bad config, with prior
+    weights; ``q = 0`` is a deterministic fault.
+    """
+
+    single: float = 1.0
+    interaction: float = 1.0 / 60.0
+    multiple: float = 1.0 / 60.0
+    not_config: float = 0.05
+    no_fault: float = 0.02
+    later_interaction: float | None = None  # interaction mass for a further culprit (None: ``interaction``)
+    q: tuple[tuple[float, float], ...] = ((0.0, 0.9), (0.2, 0.05), (0.4, 0.03), (0.6, 0.015), (0.8, 0.005))
+
+    def __post_init__(self) -> None:
+        for name in ("single", "interaction", "multiple", "not_config", "no_fault"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"Prior.{name} must be >= 0")
+        if self.single <= 0:
+            raise ValueError("Prior.single must be > 0")
+        if not self.q or any(not (0.0 <= q < 1.0) or w < 0 for q, w in self.q):
+            raise ValueError("Prior.q must be (q, weight) pairs with 0 <= q < 1, weight >= 0")
+        if sum(w for _, w in self.q) <= 0:
+            raise ValueError("Prior.q weights must not all be 0")
+
+    @classmethod
+    def cautious(cls) -> "Prior":
+        """Interactions and second culprits are considered likely enough that every
+        culprit is tested alone and the fix (current minus culprits) is checked."""
+        return cls(interaction=1.0, multiple=1.0)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How much of a verdict must be observed rather than inferred (``envbisect bisect --policy``)."""
+
+    prior: Prior
+    require_fix: bool  # "these are all the culprits" only once current-minus-culprits passed
+
+    def search(self, units: Sequence[str], **kw) -> "Search":
+        from .strategy import Search
+
+        return Search(units, prior=self.prior, require_fix=self.require_fix, **kw)
+
+
+POLICIES: dict[str, Policy] = {
+    # a culprit is seen failing alone (so an interaction is never called a single culprit) and the
+    # fix is seen passing (so a second independent culprit is never inferred away)
+    "confirm": Policy(Prior(interaction=1.0, multiple=1.0 / 60.0, later_interaction=1.0 / 60.0), require_fix=True),
+    # trust the prior: fewest restarts; interactions and second culprits are inferred unlikely
+    "fast": Policy(Prior(), require_fix=False),
+    # interactions and second culprits as likely as a single culprit: every claim checked
+    "thorough": Policy(Prior.cautious(), require_fix=True),
+}
+
+
+def restart_bound(n: int, kind: str = "culprit") -> int:
+    """Restarts (premise checks included) promised for a deterministic fault among ``n`` units.
+
+    ``"culprit"``: ``ceil(log2 n) + 3``; ``"interaction"``: ``2 * ceil(log2 n) + 3``;
+    ``"several"`` (two independent culprits): ``2 * ceil(log2 n) + 4``.  The premise checks
+    are included; the first (current must fail) is free when the running stack verifiably
+    runs its files, else each bound is one more.
+    """
+    k = math.ceil(math.log2(n)) if n > 1 else 0
+    if kind == "culprit":
+        return k + 3
+    if kind == "interaction":
+        return 2 * k + 3
+    if kind == "several":
+        return 2 * k + 4
+    raise ValueError(f"unknown kind {kind!r}")
+
+
