@@ -217,16 +217,24 @@ def score(case: Case, lab: Lab, ans: Answer) -> tuple[int, int, bool, bool, str]
 # --------------------------------------------------------------------------- methods
 
 
+try:  # the shared result vocabulary (a str Enum: compares equal to "pass"/"fail")
+    from envbisect.outcome import Outcome as _Outcome  # noqa: E402
+
+    _PASS, _FAIL = _Outcome.PASS, _Outcome.FAIL
+except ImportError:  # older envbisect: plain strings
+    _PASS, _FAIL = "pass", "fail"
+
+
 class _RefineRunner:
     """What BisectRun._refine_links needs from a TrialRunner, answered by the lab."""
 
     def __init__(self, lab: Lab, units: dict[str, tuple[str, ...]]):
         self.lab, self.units = lab, dict(units)
 
-    def run(self, n: int, unit_ids, probes: int, purpose: str, stop_after: int = 1):  # noqa: ANN001
+    def run(self, n: int, unit_ids, probes: int, purpose: str, stop_after: int = 1, *_a, **_kw):  # noqa: ANN001, ANN002, ANN003
         config = {d for u in unit_ids for d in self.units[u]}
         _, failures = self.lab.trial(config, probes, stop_after)
-        return SimpleNamespace(n=n, outcome="fail" if failures else "pass")
+        return SimpleNamespace(n=n, outcome=_FAIL if failures else _PASS, free=False, purpose=purpose)
 
 
 def run_envbisect(lab: Lab, policy: str) -> Answer:
