@@ -39,8 +39,9 @@ from .errors import UsageError
 from .masking import SecretMasker, encodable
 from .rundir import Runs
 from .store import write_private
-from .report import (Redactor, _get_blob, _read_json, journal_summary, load_run, load_snapshot_doc, make_redactor,
-                     masked_deltas, render_html, render_markdown)
+from .report import (Redactor, journal_summary, load_run, load_snapshot_doc, make_redactor, masked_deltas,
+                     render_html, render_markdown)
+from .report.redaction import _get_blob, _read_json
 
 __all__ = ["BundleInfo", "make_bundle", "check_bundle", "find_run"]
 

@@ -1,0 +1,182 @@
+"""Redaction on the way in: a RunRecord never holds a raw secret (see envbisect.report)."""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .. import rundir
+from ..errors import UsageError
+from ..masking import SecretMasker
+from .common import _ANSI_RE, _MIN_RAW_SECRET, _NUMBER_RE, _TRIVIAL_VALUES, _VAR_NAME_RE
+
+# ------------------------------------------------------------------------------------- redaction
+
+class Redactor:
+    """`masker.redact_text` plus literal replacement of known raw secret values."""
+
+    def __init__(self, masker: SecretMasker, raw_values: Iterable[str] = ()):
+        self.masker = masker
+        vals = {v for v in raw_values if isinstance(v, str) and len(v.strip()) >= _MIN_RAW_SECRET
+                and v.strip().lower() not in _TRIVIAL_VALUES and not _NUMBER_RE.fullmatch(v.strip())}
+        self.raw_values: tuple[str, ...] = tuple(sorted(vals, key=lambda v: (-len(v), v)))
+        masker.learn_values(self.raw_values)  # one redaction path: the masker knows them from now on
+
+    def mask(self, value: str) -> str:
+        """The masked form of one secret value (hint + short hash, as the masker writes it)."""
+        return self.masker.mask_value("SECRET", value) or ""
+
+    def raw(self, s: str) -> str:
+        """Only the literal replacement of known raw secret values (safe on markup)."""
+        for v in self.raw_values:
+            if v in s:
+                s = s.replace(v, self.mask(v))
+        return s
+
+    def text(self, s: str) -> str:
+        """Terminal escape sequences removed (a colour code between NAME and =VALUE would hide the
+        pair from the masker), known raw secret values replaced, then the masker's redaction."""
+        if not s:
+            return s
+        if "\x1b" in s:
+            s = _ANSI_RE.sub("", s)
+        for v in self.raw_values:
+            if v in s:
+                s = s.replace(v, self.mask(v))
+        return self.masker.redact_text(s)
+
+    def obj(self, o: Any, key: str | None = None) -> Any:
+        """Every string (dict keys too) of a JSON-like value redacted; a string under a secret-named
+        variable (``"HF_TOKEN": "…"``, as in a process environment) is masked whole. Only keys shaped
+        like a variable name count: ``"decode:HF_TOKEN"`` is a delta id, not a variable."""
+        if isinstance(o, str):
+            if key is not None and self.masker.is_secret_name(key):
+                return self.masker.mask_value(key, self.text(o))
+            return self.text(o)
+        if isinstance(o, Mapping):
+            return {self.text(str(k)): self.obj(v, str(k) if _VAR_NAME_RE.fullmatch(str(k)) else None)
+                    for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [self.obj(v, key) for v in o]
+        return o
+
+    def json_text(self, o: Any, *, indent: int | None = 1, sort_keys: bool = False) -> str:
+        """Redacted JSON: the structure is redacted string by string, then the whole text goes through
+        `text` once more (unless that would break the JSON)."""
+        safe = json.dumps(self.obj(o), indent=indent, sort_keys=sort_keys, ensure_ascii=False, default=str)
+        again = self.text(safe)
+        if again != safe:
+            try:
+                json.loads(again)
+                return again
+            except ValueError:
+                pass
+        return safe
+
+
+def _env_values(content: bytes | str | None) -> dict[str, str]:
+    if content is None:
+        return {}
+    from ..envfile import EnvFileError, parse_env
+
+    text = content.decode("utf-8", "surrogateescape") if isinstance(content, bytes) else content
+    try:
+        return parse_env(text).values()
+    except (EnvFileError, ValueError):
+        return {}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
+
+
+def _store_root(run_dir: Path) -> Path:
+    return run_dir.parent.parent  # STORE/runs/RUN_ID
+
+
+def _get_blob(store_root: Path, sha: str | None) -> bytes | None:
+    if not sha or not all(c in "0123456789abcdef" for c in sha):
+        return None
+    try:
+        return (store_root / "blobs" / sha[:2] / sha).read_bytes()
+    except OSError:
+        return None
+
+
+def load_snapshot_doc(store_root: Path, snap_id: str | None) -> dict[str, Any] | None:
+    """The stored JSON of a snapshot (file contents are blob references), or None."""
+    if not snap_id or "/" in snap_id or snap_id.startswith("."):
+        return None
+    doc = _read_json(store_root / "snapshots" / f"{snap_id}.json")
+    return doc if isinstance(doc, dict) else None
+
+
+def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
+    """Raw values of every secret-named variable this run knows: its env deltas (old and new), the
+    env files and process environments of its baseline and current snapshots, and the original env
+    files in its journal."""
+    run_dir = Path(run_dir)
+    out: set[str] = set()
+    doc = _read_json(run_dir / rundir.RUN) or {}
+    try:  # run.json holds its deltas masked; the raw ones are in the blob it names
+        from ..store import Store
+
+        raw_deltas = Store(_store_root(run_dir)).run_deltas(doc) if isinstance(doc, dict) else []
+    except UsageError:
+        raw_deltas = []
+    for d in raw_deltas:
+        if d.get("kind") == "env" and masker.is_secret_name(d.get("key") or ""):
+            out.update(v for v in (d.get("old"), d.get("new"), d.get("old_word"), d.get("new_word"),
+                                   d.get("old_eval"), d.get("new_eval")) if isinstance(v, str))
+    root = _store_root(run_dir)
+    for sid in (doc.get("baseline"), doc.get("current")):
+        snap = load_snapshot_doc(root, sid)
+        for h in (snap or {}).get("hosts", {}).values():
+            for p in (h.get("env_files") or {}).values():
+                f = (h.get("files") or {}).get(p) or {}
+                for k, v in _env_values(_get_blob(root, f.get("blob"))).items():
+                    if masker.is_secret_name(k):
+                        out.add(v)
+            for proc in (h.get("processes") or {}).values():
+                for k, v in [*(proc.get("environ") or {}).items(), *(proc.get("file_eval") or {}).items()]:
+                    if masker.is_secret_name(k) and isinstance(v, str):
+                        out.add(v)
+    journal = _read_json(run_dir / rundir.JOURNAL) or {}
+    for h in (journal.get("hosts") or {}).values():
+        for f in (h.get("files") or {}).values():
+            b64 = f.get("content_b64")
+            if not b64:
+                continue
+            try:
+                content = base64.b64decode(b64)
+            except ValueError:
+                continue
+            for k, v in _env_values(content).items():
+                if masker.is_secret_name(k):
+                    out.add(v)
+    return out
+
+
+def default_masker(run_dir: Path) -> SecretMasker:
+    """The masker of the run's playbook ([secrets] names/values) when it can be read, else the
+    built-in rules only."""
+    doc = _read_json(Path(run_dir) / rundir.RUN) or {}
+    pb = doc.get("playbook")
+    if pb and Path(pb).exists():
+        try:
+            from ..playbook import load_playbook
+
+            p = load_playbook(pb)
+            return SecretMasker(p.secret_names, p.secret_values)
+        except Exception:  # noqa: BLE001 - a broken playbook must not stop a postmortem
+            pass
+    return SecretMasker()
+
+
+def make_redactor(run_dir: Path, masker: SecretMasker | None = None) -> Redactor:
+    masker = masker or default_masker(run_dir)
+    return Redactor(masker, secret_raw_values(run_dir, masker))
