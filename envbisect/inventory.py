@@ -332,7 +332,9 @@ def convert(path: Path, src: str) -> Any:
     if p.returncode != 0:
         lines = [ln.strip() for ln in p.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
         said = next((ln for ln in lines if "ERROR" in ln), lines[-1] if lines else f"exit status {p.returncode}")
-        raise UsageError(f"{src}: ansible-inventory could not read it: {said}")
+        said = said.replace("[ERROR]: ", "").replace("ERROR! ", "")
+        why = next((ln for ln in lines if ln.startswith("Failed to parse inventory:")), None)
+        raise UsageError(f"{src}: ansible-inventory could not read it: {said}" + (f" ({why})" if why else ""))
     try:
         return json.loads(p.stdout.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):

@@ -106,6 +106,16 @@ class LocalTransport(Transport):
 
 # --- SSH ------------------------------------------------------------------------------------
 
+class _OnlyWhenDebugging(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+# paramiko logs a failed handshake (a proxy command or jump host that gave up, a banner that never
+# came) as ERROR tracebacks from its own thread; envbisect says what failed in one line instead
+_PARAMIKO_LOG = logging.getLogger("envbisect.paramiko")
+_PARAMIKO_LOG.addFilter(_OnlyWhenDebugging())
+
 MAX_JUMP_HOPS = 8  # a longer chain is a loop (say `Host *` with a ProxyJump that matches the jump host too)
 
 
@@ -196,7 +206,8 @@ class _ProxyCommand:
                                         start_new_session=True)
         self.timeout: float | None = None
         self._err = bytearray()
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
 
     def _drain(self) -> None:
         while True:
@@ -205,9 +216,14 @@ class _ProxyCommand:
                 break
             self._err = (self._err + chunk)[-4096:]
 
-    def stderr_line(self) -> str:
+    def outcome(self, wait_s: float = 1.0) -> tuple[int | None, str]:
+        """(exit status or None while it runs, last line of its stderr), for an error message: a
+        command that closed its output is given a moment to exit and finish its stderr."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(wait_s)
+        self._drainer.join(wait_s if self.process.returncode is not None else 0)
         lines = self._err.decode("utf-8", "replace").strip().splitlines()
-        return lines[-1] if lines else ""
+        return self.process.returncode, lines[-1] if lines else ""
 
     def send(self, data: bytes) -> int:
         try:
@@ -219,10 +235,15 @@ class _ProxyCommand:
     def recv(self, size: int) -> bytes:
         import select
 
-        r, _, _ = select.select([self.process.stdout], [], [], self.timeout)
-        if not r:
-            raise socket.timeout()
-        return os.read(self.process.stdout.fileno(), size)  # b"" at EOF: paramiko sees the end
+        try:
+            r, _, _ = select.select([self.process.stdout], [], [], self.timeout)
+            if not r:
+                raise socket.timeout()
+            return os.read(self.process.stdout.fileno(), size)  # b"" at EOF: paramiko sees the end
+        except (ValueError, OSError) as e:  # closed under paramiko's reader thread: the end, too
+            if isinstance(e, socket.timeout):
+                raise
+            return b""
 
     def settimeout(self, timeout: float | None) -> None:
         self.timeout = timeout
@@ -403,21 +424,22 @@ class SSHTransport(Transport):
             raise ConnectionFailed(f"{self.host} ({self.target.display}): authentication failed: {e} "
                                    "(check IdentityFile in your ssh config or your ssh-agent)") from None
         except (OSError, EOFError, paramiko.SSHException, RetryError) as e:
-            self._close_path()
             reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
-            proxy = self._proxy_said()
-            raise ConnectionFailed(f"{self.host} ({self.target.display}): cannot connect after {attempts} attempt(s): "
-                                   f"{reason}{proxy}") from None
+            proxy = self._proxy_failure()
+            self._close_path()
+            raise ConnectionFailed(f"{self.host} ({self.target.display}): " + (proxy or (
+                f"cannot connect after {attempts} attempt(s): {reason}"))) from None
         raise AssertionError("unreachable")
 
-    def _proxy_said(self) -> str:
+    def _proxy_failure(self) -> str | None:
+        """"ProxyCommand CMD exited with status N: LAST STDERR LINE" when the proxy command has died."""
         p = self._proxy
         if p is None:
-            return ""
-        code = p.process.poll()
-        said = p.stderr_line()
-        return (f"; ProxyCommand {p.command!r}" + (f" exited with status {code}" if code is not None else "")
-                + (f": {said}" if said else ""))
+            return None
+        code, said = p.outcome()
+        if code is None:
+            return None
+        return f"ProxyCommand {p.command!r} exited with status {code}" + (f": {said}" if said else " (no message)")
 
     def _close_path(self) -> None:
         """Close what carried the last attempt: the jump chain or the proxy command."""
@@ -468,6 +490,7 @@ class SSHTransport(Transport):
     def _connect_once(self) -> paramiko.SSHClient:
         t = self.target
         client = paramiko.SSHClient()
+        client.set_log_channel(_PARAMIKO_LOG.name)  # its tracebacks only with -vv: the error is reported in one line
         trusted: list[tuple[tuple[str, ...], paramiko.PKey, str]] = []
         revoked: list[_Revoked] = []
         # exactly the files ssh reads: UserKnownHostsFile (default ~/.ssh/known_hosts, ~/.ssh/known_hosts2)
@@ -535,9 +558,7 @@ class SSHTransport(Transport):
             if "No authentication methods" in str(e):
                 raise ConnectionFailed(f"{self.host} ({t.display}): authentication failed: no usable key (no readable "
                                        "IdentityFile in the ssh config and no key in ssh-agent)") from None
-            if self._proxy is not None and self._proxy.process.poll() is not None:
-                raise ConnectionFailed(f"{self.host} ({t.display}): ssh error: {e}{self._proxy_said()}") from None
-            raise ConnectionFailed(f"{self.host} ({t.display}): ssh error: {e}") from None
+            raise ConnectionFailed(f"{self.host} ({t.display}): {self._proxy_failure() or f'ssh error: {e}'}") from None
 
     # commands -----------------------------------------------------------------------------
     def alive(self) -> bool:
