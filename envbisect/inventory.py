@@ -256,8 +256,10 @@ def parse_inventory_json(doc: Any, source: str) -> Inventory:
     """The document of ``ansible-inventory --list`` (or a dynamic inventory script), checked."""
     if not isinstance(doc, dict):
         raise UsageError(f"{source}: not an ansible-inventory --list document (a JSON object of groups and _meta)")
-    meta = doc.get("_meta") or {}
-    hostvars = meta.get("hostvars") or {} if isinstance(meta, dict) else None
+    meta = doc.get("_meta")
+    meta = {} if meta is None else meta
+    hostvars = meta.get("hostvars", {}) if isinstance(meta, dict) else None
+    hostvars = {} if hostvars is None and isinstance(meta, dict) else hostvars
     if not isinstance(hostvars, dict) or not all(isinstance(v, dict) for v in hostvars.values()):
         raise UsageError(f"{source}: _meta.hostvars must map each host to its variables")
     groups: dict[str, dict[str, Any]] = {}
@@ -306,7 +308,7 @@ def load_inventory(source: str | Path) -> Inventory:
             doc = json.loads(raw.decode("utf-8"))
         except (ValueError, UnicodeDecodeError):
             doc = None
-        if isinstance(doc, dict):
+        if doc is not None:  # JSON: it must be an ansible-inventory --list document
             return parse_inventory_json(doc, src)
     return parse_inventory_json(convert(path, src), src)
 
@@ -376,7 +378,7 @@ def bind_inventory(playbook: Playbook, inventory: str | None = None) -> Playbook
         if not names:
             if h.inventory in inv.groups:
                 raise PlaybookError(playbook.path, key, f"group {h.inventory!r} of {inv.source} has no hosts")
-            known = sorted(inv.groups) + inv.all_hosts()
+            known = sorted(g for g in inv.groups if g != "all") + inv.all_hosts()
             shown = ", ".join(known[:12]) + (f", ... ({len(known)} in all)" if len(known) > 12 else "")
             raise PlaybookError(playbook.path, key, f"{h.inventory!r} is no host or group of {inv.source} "
                                                     f"(it has: {shown or 'nothing'})")
