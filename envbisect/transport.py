@@ -136,6 +136,7 @@ class SSHTarget:
     host_key_alias: str | None = None
     identities_only: bool = False
     allow_agent: bool = True
+    hash_known_hosts: bool = False  # HashKnownHosts: a key accepted with --accept-new-host-key is recorded hashed
 
     @property
     def display(self) -> str:
@@ -190,6 +191,7 @@ def resolve_target(spec: str, ssh_config: str | Path | None, options: tuple[tupl
         connect_timeout=float(c.connect_timeout) if c.connect_timeout else 10.0,
         global_known_hosts_files=c.global_known_hosts, host_key_alias=c.host_key_alias,
         identities_only=c.identities_only, allow_agent=c.identity_agent != "none",
+        hash_known_hosts=(c.raw.get("hashknownhosts") or ("no",))[0].lower() in ("yes", "true"),
     )
 
 
@@ -289,8 +291,8 @@ class _AcceptNew(paramiko.MissingHostKeyPolicy):
     ssh looks up: HostKeyAlias or [host]:port, in the first UserKnownHostsFile); a *changed* key is
     still refused by paramiko."""
 
-    def __init__(self, known_hosts_file: str | None, name: str):
-        self.file, self.name = known_hosts_file, name
+    def __init__(self, known_hosts_file: str | None, name: str, hashed: bool = False):
+        self.file, self.name, self.hashed = known_hosts_file, name, hashed
 
     def missing_host_key(self, client, hostname, key):  # noqa: ANN001
         client.get_host_keys().add(hostname, key.get_name(), key)
@@ -301,7 +303,8 @@ class _AcceptNew(paramiko.MissingHostKeyPolicy):
         path = Path(self.file)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with path.open("a") as f:
-            f.write(f"{self.name} {key.get_name()} {key.get_base64()}\n")
+            recorded = paramiko.HostKeys.hash_host(self.name) if self.hashed else self.name
+            f.write(f"{recorded} {key.get_name()} {key.get_base64()}\n")
         log.warning("accepted new host key for %s: %s (saved to %s)", self.name, fingerprint(key), path)
 
 
@@ -512,7 +515,7 @@ class SSHTransport(Transport):
                 source.setdefault(key.asbytes(), f)
         refuse = _RefuseUnknown()
         record_in = t.known_hosts_files[0] if t.known_hosts_files else None
-        inner = _AcceptNew(record_in, name) if self.accept_new else refuse
+        inner = _AcceptNew(record_in, name, t.hash_known_hosts) if self.accept_new else refuse
         client.set_missing_host_key_policy(_RefuseRevoked(inner, revoked, f"{self.host} ({t.display})", name))
         sock = self._sock()
         try:

@@ -436,6 +436,14 @@ def test_host_key_alias_is_the_name_looked_up_and_recorded(tmp_path, sshd, fake_
     assert new.read_text() == f"fresh-alias {sshd.host_key_pub}\n"
     with SSHTransport(Host("node1", "h"), ssh_config=str(cfg), attempts=1) as t:
         assert t.run("true").ok
+    # HashKnownHosts yes: recorded hashed, like ssh does it, and found again
+    hashed = write(tmp_path / "kh.hashed", "")
+    cfg = write(tmp_path / "cfg.hashed", host_block(sshd, "h", hashed, "HashKnownHosts yes"))
+    with SSHTransport(Host("node1", "h"), ssh_config=str(cfg), accept_new_host_key=True, attempts=1):
+        pass
+    assert hashed.read_text().startswith("|1|") and str(sshd.port) not in hashed.read_text().split()[0]
+    with SSHTransport(Host("node1", "h"), ssh_config=str(cfg), attempts=1) as t:
+        assert t.run("true").ok
 
 
 @pytest.mark.sshd
