@@ -81,4 +81,4 @@ def test_resume_picks_the_unfinished_bisection_not_a_later_revert(tmp_path):
         doc = {"deployment": "dep", "created_at": t, **({"kind": kind} if kind else {})}
         (d / "run.json").write_text(json.dumps(doc))
         os.utime(d, (t + 1000, t + 1000))
-    assert _find_run_dir(store, None, "dep").name == "r1-bisect"
+    assert _find_run_dir(store, None, "dep").run_id == "r1-bisect"
