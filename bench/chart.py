@@ -130,9 +130,12 @@ def render(res: dict) -> str:
                        _nice_max(max((v for _, ys in series for v in ys if v is not None), default=1.0)), True))
     nmax = max(ns)
     series = [(m, [get(s, nmax, m, "mean_restarts") for s in flaky]) for m in kmethods]
+    ymax = _nice_max(max(v for m, ys in series if m != "toggle" for v in ys if v is not None) * 1.15)
+    series = [(m, [v if v is None or v <= ymax else None for v in ys]) for m, ys in series]
     hollow = {m: [(get(s, nmax, m, "right") or 0) < 0.95 for s in flaky] for m in kmethods}
     parts.append(panel(2 * pw2, y2, pw2, PH, f"restarts vs detection (n = {nmax})", [str(d) for d in dets],
-                       "probability that a bad config fails one probe run", "mean restarts", series, hollow=hollow))
+                       "per-probe detection; points above the axis left out", "mean restarts", series, ymax,
+                       hollow=hollow))
     # legend
     leg = []
     lx, ly = 20, 44
