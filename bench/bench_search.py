@@ -15,7 +15,7 @@ Scenarios
   two-culprits two units each break it on their own (deterministic)
   intermittent one culprit whose fault shows on half of the probe runs (3 seeds
                per position); the bound is printed for reference only
-Each runs under the three policies of `envbisect bisect --policy` (envbisect.bisect.POLICIES):
+Each runs under the three policies of `envbisect bisect --policy` (envbisect.runs.bisect.POLICIES):
   fast      trust the prior (interactions and second culprits rare): meets ceil(log2 n)+2
   confirm   the default: a culprit must be seen failing alone, so interactions are found; this
             costs one restart over ceil(log2 n)+2 in the worst case, which no search can avoid

@@ -44,16 +44,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import envbisect.bisect as eb_bisect  # noqa: E402
-import envbisect.journal as eb_journal  # noqa: E402
+import envbisect.runs.bisect as eb_bisect  # noqa: E402
+import envbisect.hosts.journal as eb_journal  # noqa: E402
 import envbisect.search as eb_search  # noqa: E402
-import envbisect.trials as eb_trials  # noqa: E402
-import envbisect.transport as eb_transport  # noqa: E402
-from envbisect.bisect import BisectOptions, BisectRun  # noqa: E402
-from envbisect.deployment import ConnectOptions, Deployment  # noqa: E402
-from envbisect.playbook import load_playbook  # noqa: E402
+import envbisect.trials.runner as eb_trials  # noqa: E402
+import envbisect.hosts.transport as eb_transport  # noqa: E402
+from envbisect.runs.bisect import BisectOptions, BisectRun  # noqa: E402
+from envbisect.runs.deployment import ConnectOptions, Deployment  # noqa: E402
+from envbisect.inputs.playbook import load_playbook  # noqa: E402
 from envbisect.sim.deployment import build  # noqa: E402
-from envbisect.store import Store  # noqa: E402
+from envbisect.state.store import Store  # noqa: E402
 from sshd import start_sshd  # noqa: E402
 
 MAX_OVERHEAD_S = 0.5
@@ -196,8 +196,8 @@ def calibrate(server, repeats: int = 10) -> dict:  # noqa: ANN001
     start (envbisect's host operations run a small Python program per round trip)."""
     import statistics
 
-    from envbisect.playbook import Host
-    from envbisect.transport import connect
+    from envbisect.inputs.playbook import Host
+    from envbisect.hosts.transport import connect
 
     t = connect(Host("calib", server.alias, sys.executable), ssh_config=str(server.ssh_config), attempts=1)
     try:

@@ -27,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from envbisect.deployment import ConnectOptions, Deployment  # noqa: E402
-from envbisect.playbook import load_playbook  # noqa: E402
-from envbisect.store import Store  # noqa: E402
+from envbisect.runs.deployment import ConnectOptions, Deployment  # noqa: E402
+from envbisect.inputs.playbook import load_playbook  # noqa: E402
+from envbisect.state.store import Store  # noqa: E402
 from hosttree import make_tree  # noqa: E402
 from sshd import start_sshd, write_ssh_config  # noqa: E402
 

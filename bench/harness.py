@@ -30,8 +30,8 @@ from typing import Callable, Iterable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from envbisect.bisect import BisectRun, make_units  # noqa: E402
-from envbisect.deltas import Delta  # noqa: E402
+from envbisect.runs.bisect import BisectRun, make_units  # noqa: E402
+from envbisect.state.deltas import Delta  # noqa: E402
 from envbisect.search import POLICIES, Observation, Verdict  # noqa: E402
 
 NS = (4, 8, 16, 32, 64, 128)

@@ -1,6 +1,6 @@
 """A small live deployment for CLI tests: a host tree (tests/hosttree.py) through `ssh = "local"`,
 three services whose start/stop is `true` behind a real HTTP health endpoint, and a `command` probe.
-Every run goes through the real CLI (`python -m envbisect.cli`) in a subprocess.
+Every run goes through the real CLI (`python -m envbisect.cli.app`) in a subprocess.
 
 Each stack has its own deployment name: the lock and host journal (~/.envbisect) are per name and
 shared with every other run on this machine.
@@ -19,7 +19,7 @@ from typing import Iterator
 
 from hosttree import make_tree
 
-ENVBISECT = [sys.executable, "-m", "envbisect.cli"]
+ENVBISECT = [sys.executable, "-m", "envbisect.cli.app"]
 
 
 class _Health(BaseHTTPRequestHandler):

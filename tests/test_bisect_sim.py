@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from envbisect.bisect import BisectOptions, BisectRun
-from envbisect.deployment import ConnectOptions, Deployment
-from envbisect.playbook import load_playbook
+from envbisect.runs.bisect import BisectOptions, BisectRun
+from envbisect.runs.deployment import ConnectOptions, Deployment
+from envbisect.inputs.playbook import load_playbook
 from envbisect.search import restart_bound
 from envbisect.sim.deployment import build
-from envbisect.store import Store
+from envbisect.state.store import Store
 
 pytestmark = pytest.mark.sim
-ENVBISECT = [sys.executable, "-m", "envbisect.cli"]
+ENVBISECT = [sys.executable, "-m", "envbisect.cli.app"]
 
 
 def tree_fingerprint(sim) -> dict:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from envbisect.bundle import check_bundle, make_bundle
-from envbisect.masking import SecretMasker, mask_hash
-from envbisect.playbook import load_playbook
+from envbisect.report.bundle import check_bundle, make_bundle
+from envbisect.inputs.masking import SecretMasker, mask_hash
+from envbisect.inputs.playbook import load_playbook
 from envbisect.report import load_run, render_html, render_markdown
 from envbisect.sim.deployment import DEFAULT_RULES, FAKE_CLUSTER_PASS, FAKE_HF_TOKEN
 from test_bisect_sim import INNOCENT, Scenario, plant

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from envbisect.configuration import FileOriginal, OriginalState, RepoOriginal, target_state, touched
-from envbisect.deltas import Delta
-from envbisect.deployment import ConnectOptions, Deployment
+from envbisect.state.configuration import FileOriginal, OriginalState, RepoOriginal, target_state, touched
+from envbisect.state.deltas import Delta
+from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import LockHeld, RemoteError
-from envbisect.journal import HostEditor, find_journal
-from envbisect.playbook import load_playbook
-from envbisect.store import Store
+from envbisect.hosts.journal import HostEditor, find_journal
+from envbisect.inputs.playbook import load_playbook
+from envbisect.state.store import Store
 
 from hosttree import DECODE, git, make_tree
 

@@ -1,4 +1,4 @@
-"""Tests for envbisect.envfile: shell-faithful parsing and byte-surgical edits of serve-env files."""
+"""Tests for envbisect.inputs.envfile: shell-faithful parsing and byte-surgical edits of serve-env files."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbisect.envfile import EnvAssignment, EnvFile, EnvFileError, parse_env, shell_quote
+from envbisect.inputs.envfile import EnvAssignment, EnvFile, EnvFileError, parse_env, shell_quote
 
 SAMPLE = (
     "# decode tuning\n"
@@ -596,7 +596,7 @@ def test_exported_flag_reflects_only_the_export_keyword():
 
 # ------------------------------------------------------------------------------ shell meaning
 
-from envbisect.envfile import word_meaning  # noqa: E402
+from envbisect.inputs.envfile import word_meaning  # noqa: E402
 
 
 @pytest.mark.parametrize("a,b", [

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from envbisect.bisect import BisectOptions, BisectRun
-from envbisect.deployment import ConnectOptions, Deployment
+from envbisect.runs.bisect import BisectOptions, BisectRun
+from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import ExitStatus, HostConflict
-from envbisect.playbook import load_playbook
+from envbisect.inputs.playbook import load_playbook
 from envbisect.sim.deployment import SERVICES
-from envbisect.store import Store
+from envbisect.state.store import Store
 
 from sshd import SSHD, start_sshd
 from test_bisect_sim import ENVBISECT, INNOCENT, Scenario, plant, scenario, tree_fingerprint  # noqa: F401 - fixture

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from envbisect.configuration import TargetState, target_state
-from envbisect.deltas import Delta
-from envbisect.deployment import ConnectOptions, Deployment
+from envbisect.state.configuration import TargetState, target_state
+from envbisect.state.deltas import Delta
+from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import ExitStatus, HostConflict, LockHeld, LockLost, RemoteError
-from envbisect.journal import HostEditor, find_journal, remote_paths
-from envbisect.playbook import load_playbook
-from envbisect.store import Store
+from envbisect.hosts.journal import HostEditor, find_journal, remote_paths
+from envbisect.inputs.playbook import load_playbook
+from envbisect.state.store import Store
 
 from hosttree import DECODE, PREFILL, git, make_tree
 
@@ -71,11 +71,11 @@ class Site:
             import os, sys, time, signal
             from pathlib import Path
             sys.path.insert(0, {str(Path(__file__).parent)!r})
-            from envbisect.deployment import ConnectOptions, Deployment
-            from envbisect.journal import HostEditor
-            from envbisect.configuration import TargetState
-            from envbisect.playbook import load_playbook
-            from envbisect.store import Store
+            from envbisect.runs.deployment import ConnectOptions, Deployment
+            from envbisect.hosts.journal import HostEditor
+            from envbisect.state.configuration import TargetState
+            from envbisect.inputs.playbook import load_playbook
+            from envbisect.state.store import Store
             dep = Deployment(load_playbook({str(self.playbook)!r}), Store({str(self.store)!r}),
                              ConnectOptions(ssh_config={self.ssh_config!r}))
             DECODE, PREFILL = {str(self.tree.env('decode'))!r}, {str(self.tree.env('prefill'))!r}
@@ -413,12 +413,12 @@ NOBODY = 65534
 AS_NOBODY = r"""
 import json, os, sys
 from pathlib import Path
-import envbisect.hostops as H
-from envbisect.configuration import TargetState
+import envbisect.hosts.hostops as H
+from envbisect.state.configuration import TargetState
 from envbisect.errors import UsageError
-from envbisect.journal import HostEditor
-from envbisect.playbook import load_playbook
-from envbisect.transport import LocalTransport
+from envbisect.hosts.journal import HostEditor
+from envbisect.inputs.playbook import load_playbook
+from envbisect.hosts.transport import LocalTransport
 pb_path, path, run_dir, home = sys.argv[1:5]
 H._source()  # everything read from the (root-only) install is read before the uid changes
 pb = load_playbook(pb_path)

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from envbisect import inventory as inv_mod
-from envbisect.deployment import ConnectOptions, Deployment
+from envbisect.inputs import inventory as inv_mod
+from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import PlaybookError, UsageError
-from envbisect.inventory import bind_inventory, load_inventory, parse_inventory_json
-from envbisect.playbook import load_playbook
-from envbisect.store import Store
-from envbisect.transport import resolve_target
+from envbisect.inputs.inventory import bind_inventory, load_inventory, parse_inventory_json
+from envbisect.inputs.playbook import load_playbook
+from envbisect.state.store import Store
+from envbisect.hosts.transport import resolve_target
 
 from hosttree import DECODE, PREFILL, make_tree
 
-ENVBISECT = [sys.executable, "-m", "envbisect.cli"]
+ENVBISECT = [sys.executable, "-m", "envbisect.cli.app"]
 ANSIBLE_VARS = ("ANSIBLE_REMOTE_USER", "ANSIBLE_REMOTE_PORT", "ANSIBLE_PRIVATE_KEY_FILE", "ANSIBLE_SSH_ARGS",
                 "ANSIBLE_SSH_COMMON_ARGS", "ANSIBLE_SSH_EXTRA_ARGS", "ANSIBLE_PYTHON_INTERPRETER", "ANSIBLE_TRANSPORT")
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envbisect.masking import MASK, SecretMasker, mask_hash
+from envbisect.inputs.masking import MASK, SecretMasker, mask_hash
 
 M = SecretMasker()
 
@@ -376,7 +376,7 @@ def test_prop_redact_never_crashes_and_is_idempotent(text):
 
 # ------------------------------------------- issue 8: names, shapes, over-mask, hygiene
 
-from envbisect.masking import encodable, printable, strip_escapes  # noqa: E402
+from envbisect.inputs.masking import encodable, printable, strip_escapes  # noqa: E402
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Issue 8, item 5: one clear line and a documented exit status, never a traceback.
 
-Every reproduction from the issue runs the real CLI (`python -m envbisect.cli`) in a subprocess and
+Every reproduction from the issue runs the real CLI (`python -m envbisect.cli.app`) in a subprocess and
 checks stdout/stderr byte for byte: one line on stderr, no "Traceback", the status from
 `envbisect.errors.ExitStatus`. The last-resort handler (a bug) writes a private crash log with
 secrets masked and prints one line pointing to it; `--traceback` shows the traceback instead.
@@ -14,10 +14,10 @@ import sys
 import pytest
 
 from envbisect.errors import ExitStatus, PlaybookError
-from envbisect.playbook import PROBE_REPEAT_MAX, load_playbook
+from envbisect.inputs.playbook import PROBE_REPEAT_MAX, load_playbook
 from envbisect.search import Search
 
-ENVBISECT = [sys.executable, "-m", "envbisect.cli"]
+ENVBISECT = [sys.executable, "-m", "envbisect.cli.app"]
 
 
 def run_cli(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
@@ -262,8 +262,8 @@ def test_restore_when_the_journal_names_a_host_no_longer_in_the_playbook(stack, 
 
 BUG = """
 import sys
-import envbisect.cli as cli
-import envbisect.store as store
+import envbisect.cli.app as cli
+import envbisect.state.store as store
 def boom(self):
     raise RuntimeError("bug while holding HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123 and postgres://u:pw9@h/x")
 store.Store.list = boom
@@ -343,4 +343,4 @@ def test_known_hosts_markers(sshd, tmp_path, lines, status, needle):
     if status == ExitStatus.CONNECTION:
         assert needle in one_line(r) and sshd.host_key_fingerprint in r.stderr
     elif needle:
-        assert needle in r.stderr and all(l.startswith("WARNING envbisect.transport") for l in r.stderr.splitlines())
+        assert needle in r.stderr and all(l.startswith("WARNING envbisect.hosts.transport") for l in r.stderr.splitlines())

@@ -1,6 +1,6 @@
 """Issue 8, item 4: one redaction path for every output, and nothing a value holds reaches a terminal raw.
 
-The reproductions run the real CLI (`python -m envbisect.cli`) against a real directory tree (`ssh =
+The reproductions run the real CLI (`python -m envbisect.cli.app`) against a real directory tree (`ssh =
 "local"`), a real HTTP health endpoint and a `command` probe that prints every planted secret, then
 check that not one byte of any planted secret is in stdout, stderr (progress lines, `-vv` debug
 logs) or the run records (run.json, trials.jsonl, events.jsonl, verdict.json, environment.json), and
@@ -93,7 +93,7 @@ def test_secrets_are_masked_in_every_output_and_run_record(stack):
     outputs["bisect --json -vv"] = r.stdout + r.stderr
     doc = json.loads(r.stdout)
     assert doc["verdict"] == "culprit" and doc["culprits"] == ["decode:BAD"]
-    assert b"DEBUG envbisect.transport" in r.stderr and b"trial 1" in r.stderr  # debug logs and progress ran
+    assert b"DEBUG envbisect.hosts.transport" in r.stderr and b"trial 1" in r.stderr  # debug logs and progress ran
     assert any("leak" in q["excerpt"] for t in doc["trials"] for pr in t["probe"]["runs"] for q in pr["requests"])
     run_id = doc["run"]
 
@@ -173,11 +173,11 @@ def test_terminal_injection_escapes_and_markup_are_shown_not_obeyed(stack):
 
 def test_render_verdict_and_progress_survive_markup_and_escapes_in_any_field(monkeypatch):
     # rich markup in a value ("[/x]") crashed render_diff/render_verdict; escapes reached the terminal
-    from envbisect import cli
-    from envbisect.bisect import BisectResult
-    from envbisect.diagnose import Layer, PathReport
+    from envbisect.cli import app as cli
+    from envbisect.runs.bisect import BisectResult
+    from envbisect.trials.diagnose import Layer, PathReport
     from envbisect.search import Verdict
-    from envbisect.trials import Trial
+    from envbisect.trials.runner import Trial
 
     buf, ebuf = io.StringIO(), io.StringIO()
     monkeypatch.setattr(cli.out, "file", buf)
@@ -205,7 +205,7 @@ def test_debug_logs_are_redacted(monkeypatch, tmp_path):
     # -vv logs (ours and paramiko's) pass through the same masker as everything else
     import logging
 
-    from envbisect import cli
+    from envbisect.cli import app as cli
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

@@ -13,16 +13,16 @@ import uuid
 
 import pytest
 
-from envbisect.configuration import target_state
-from envbisect.deployment import ConnectOptions, Deployment
+from envbisect.state.configuration import target_state
+from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import EnvCheckFailed, UsageError
-from envbisect.journal import HostEditor
-from envbisect.playbook import load_playbook
-from envbisect.store import Store, snapshot_from_json, snapshot_to_json
+from envbisect.hosts.journal import HostEditor
+from envbisect.inputs.playbook import load_playbook
+from envbisect.state.store import Store, snapshot_from_json, snapshot_to_json
 
 from hosttree import DECODE, make_tree
 
-ENVBISECT = [sys.executable, "-m", "envbisect.cli"]
+ENVBISECT = [sys.executable, "-m", "envbisect.cli.app"]
 pytestmark = pytest.mark.skipif(not shutil.which("bash"), reason="bash missing")
 
 NOON = DECODE + """\
@@ -164,7 +164,7 @@ def test_old_snapshots_without_evaluation_still_load_and_fall_back(tree, tmp_pat
     old = snapshot_from_json(json.loads(json.dumps(doc)), store.get_blob)
     ps = old.hosts["node1"].processes["decode"]
     assert ps.file_eval is None and ps.status == "ok"
-    from envbisect.deltas import compute_diff
+    from envbisect.state.deltas import compute_diff
 
     diff = compute_diff(old, None, since=None)
     # envbisect's own reading cannot compute ${X%pat}: without the host's evaluation that is drift
@@ -298,9 +298,9 @@ def test_check_masks_secrets_and_uses_the_reference_text_when_nothing_was_record
 
 
 def test_revert_tells_the_sides_of_a_quoting_only_change_apart():
-    from envbisect.configuration import FileOriginal, OriginalState
-    from envbisect.deltas import Delta
-    from envbisect.revert import applied_now
+    from envbisect.state.configuration import FileOriginal, OriginalState
+    from envbisect.state.deltas import Delta
+    from envbisect.runs.revert import applied_now
 
     d = Delta("decode:T", "env", "h", "decode", "/e", "T", "changed", "$HOME/t", "$HOME/t", "snapshot:x",
               old_word="'$HOME/t'", new_word='"$HOME/t"')

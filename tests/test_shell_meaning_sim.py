@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from envbisect.bisect import BisectOptions, BisectRun
-from envbisect.deployment import ConnectOptions, Deployment
+from envbisect.runs.bisect import BisectOptions, BisectRun
+from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import EnvCheckFailed
-from envbisect.playbook import load_playbook
+from envbisect.inputs.playbook import load_playbook
 from envbisect.sim.deployment import DEFAULT_RULES, build
-from envbisect.store import Store
+from envbisect.state.store import Store
 
 pytestmark = pytest.mark.sim
 

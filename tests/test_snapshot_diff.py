@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from envbisect.deployment import ConnectOptions, Deployment
+from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import ConnectionFailed, PlaybookError
-from envbisect.playbook import load_playbook
-from envbisect.store import Store
+from envbisect.inputs.playbook import load_playbook
+from envbisect.state.store import Store
 
 from hosttree import DECODE, PREFILL, git, make_tree
 
-ENVBISECT = [sys.executable, "-m", "envbisect.cli"]
+ENVBISECT = [sys.executable, "-m", "envbisect.cli.app"]
 
 
 @pytest.fixture(params=["local", "ssh"])

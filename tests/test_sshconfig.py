@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from envbisect import sshconfig
-from envbisect.deployment import ConnectOptions, Deployment
+from envbisect.hosts import sshconfig
+from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import ConnectionFailed, HostKeyError
-from envbisect.playbook import Host, load_playbook
-from envbisect.store import Store
-from envbisect.transport import SSHTransport, resolve_target
+from envbisect.inputs.playbook import Host, load_playbook
+from envbisect.state.store import Store
+from envbisect.hosts.transport import SSHTransport, resolve_target
 
 from hosttree import DECODE, make_tree
 
-ENVBISECT = [sys.executable, "-m", "envbisect.cli"]
+ENVBISECT = [sys.executable, "-m", "envbisect.cli.app"]
 # the lines of `ssh -G` envbisect's resolution must reproduce exactly
 KEYS = ("user", "hostname", "port", "identityfile", "identitiesonly", "proxyjump", "proxycommand",
         "userknownhostsfile", "globalknownhostsfile", "hostkeyalias", "connecttimeout", "batchmode")

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envbisect.timespec import TimeSpecError, host_now, parse_time
+from envbisect.inputs.timespec import TimeSpecError, host_now, parse_time
 
 UTC = timezone.utc
 NY = ZoneInfo("America/New_York")
@@ -365,7 +365,7 @@ def test_dates_at_the_ends_of_the_calendar_are_an_error_or_a_time_never_an_overf
     # issue 8: `--since 0001-01-01` on a host east of UTC raised OverflowError (a traceback)
     import time as _time
 
-    from envbisect.timespec import TimeSpecError, host_now, parse_time
+    from envbisect.inputs.timespec import TimeSpecError, host_now, parse_time
 
     try:
         got = parse_time(spec, host_now(_time.time(), tz, offset))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import textwrap
 import time
 
-from envbisect.bisect import make_units
-from envbisect.deltas import Delta
-from envbisect.playbook import load_playbook
-from envbisect.restart import co_restart
-from envbisect.transport import LocalTransport
+from envbisect.runs.bisect import make_units
+from envbisect.state.deltas import Delta
+from envbisect.inputs.playbook import load_playbook
+from envbisect.hosts.restart import co_restart
+from envbisect.hosts.transport import LocalTransport
 
 
 def env(service: str, key: str, new: str, old: str = "1") -> Delta:
@@ -71,8 +71,8 @@ def test_resume_picks_the_unfinished_bisection_not_a_later_revert(tmp_path):
     import json
     import os
 
-    from envbisect.bisect import _find_run_dir
-    from envbisect.store import Store
+    from envbisect.runs.bisect import _find_run_dir
+    from envbisect.state.store import Store
 
     store = Store(tmp_path)
     for name, kind, t in (("r1-bisect", None, 1.0), ("r2-revert", "revert", 2.0)):

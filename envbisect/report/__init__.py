@@ -21,11 +21,11 @@ checks and what they meant, a timeline, every trial, the verdict, the layered pa
 """
 from __future__ import annotations
 
-from .common import OUTCOME_COLORS
-from .html import render_html, trials_svg
-from .markdown import render_markdown
-from .record import RunRecord, journal_summary, load_run, masked_deltas, snapshot_summary
-from .redaction import Redactor, default_masker, load_snapshot_doc, make_redactor, secret_raw_values
+from envbisect.report.common import OUTCOME_COLORS
+from envbisect.report.html import render_html, trials_svg
+from envbisect.report.markdown import render_markdown
+from envbisect.report.record import RunRecord, journal_summary, load_run, masked_deltas, snapshot_summary
+from envbisect.report.redaction import Redactor, default_masker, load_snapshot_doc, make_redactor, secret_raw_values
 
 __all__ = ["RunRecord", "Redactor", "load_run", "make_redactor", "render_markdown", "render_html",
            "OUTCOME_COLORS", "trials_svg", "journal_summary", "masked_deltas", "snapshot_summary",

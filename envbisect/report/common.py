@@ -5,7 +5,7 @@ import contextvars
 import re
 from typing import Any
 
-from ..masking import SecretMasker
+from envbisect.inputs.masking import SecretMasker
 
 OUTCOME_COLORS = {"pass": "#2e7d32", "fail": "#d32f2f", "start-failure": "#7f0000", "unresolved": "#9e9e9e"}
 _OUTCOME_LETTER = {"pass": "P", "fail": "F", "start-failure": "S", "unresolved": "U"}

@@ -4,10 +4,10 @@ from __future__ import annotations
 import html
 from typing import Any, Iterable, Sequence
 
-from .common import OUTCOME_COLORS, _LOG_LINES, _OUTCOME_LETTER, _RENDER_MASKER, _t
-from .markdown import _version
-from .record import RunRecord
-from .story import _STATE_MEANING, _VERDICT_MEANING, _clock, _culprit_deltas, _delta_unit, _env_rows, _evidence_for, _is_premise, _premise, _question, _rel, _requests, _secs, _short, _tail, _timeline, _trial_label, _ts, max_latency
+from envbisect.report.common import OUTCOME_COLORS, _LOG_LINES, _OUTCOME_LETTER, _RENDER_MASKER, _t
+from envbisect.report.markdown import _version
+from envbisect.report.record import RunRecord
+from envbisect.report.story import _STATE_MEANING, _VERDICT_MEANING, _clock, _culprit_deltas, _delta_unit, _env_rows, _evidence_for, _is_premise, _premise, _question, _rel, _requests, _secs, _short, _tail, _timeline, _trial_label, _ts, max_latency
 
 # ----------------------------------------------------------------------------------------- HTML
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from .common import _OUTCOME_LETTER, _RENDER_MASKER, _t
-from .record import RunRecord
-from .story import _STATE_MEANING, _VERDICT_MEANING, _clock, _culprit_deltas, _delta_unit, _env_rows, _evidence_for, _is_premise, _premise, _question, _rel, _requests, _secs, _short, _tail, _timeline, _ts, max_latency
+from envbisect.report.common import _OUTCOME_LETTER, _RENDER_MASKER, _t
+from envbisect.report.record import RunRecord
+from envbisect.report.story import _STATE_MEANING, _VERDICT_MEANING, _clock, _culprit_deltas, _delta_unit, _env_rows, _evidence_for, _is_premise, _premise, _question, _rel, _requests, _secs, _short, _tail, _timeline, _ts, max_latency
 
 # ------------------------------------------------------------------------------------- Markdown
 
@@ -237,6 +237,6 @@ def _render_markdown(rec: RunRecord) -> str:
 
 
 def _version() -> str:
-    from .. import __version__
+    from envbisect import __version__
 
     return __version__

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import rundir
-from ..masking import SecretMasker
-from .redaction import Redactor, _read_json, _store_root, load_snapshot_doc, make_redactor
+from envbisect.runs import rundir
+from envbisect.inputs.masking import SecretMasker
+from envbisect.report.redaction import Redactor, _read_json, _store_root, load_snapshot_doc, make_redactor
 
 # ------------------------------------------------------------------------------------ the record
 
@@ -131,7 +131,7 @@ def load_run(run_dir: Path, masker: SecretMasker | None = None, *, redactor: Red
     run_dir = Path(run_dir)
     doc = _read_json(run_dir / rundir.RUN)
     if not isinstance(doc, dict):
-        from ..errors import UsageError
+        from envbisect.errors import UsageError
 
         raise UsageError(f"{run_dir}: no readable run.json (not a run directory?)")
     rd = redactor or make_redactor(run_dir, masker)

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .. import rundir
-from ..errors import UsageError
-from ..masking import SecretMasker
-from .common import _ANSI_RE, _MIN_RAW_SECRET, _NUMBER_RE, _TRIVIAL_VALUES, _VAR_NAME_RE
+from envbisect.runs import rundir
+from envbisect.errors import UsageError
+from envbisect.inputs.masking import SecretMasker
+from envbisect.report.common import _ANSI_RE, _MIN_RAW_SECRET, _NUMBER_RE, _TRIVIAL_VALUES, _VAR_NAME_RE
 
 # ------------------------------------------------------------------------------------- redaction
 
@@ -78,7 +78,7 @@ class Redactor:
 def _env_values(content: bytes | str | None) -> dict[str, str]:
     if content is None:
         return {}
-    from ..envfile import EnvFileError, parse_env
+    from envbisect.inputs.envfile import EnvFileError, parse_env
 
     text = content.decode("utf-8", "surrogateescape") if isinstance(content, bytes) else content
     try:
@@ -123,7 +123,7 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
     out: set[str] = set()
     doc = _read_json(run_dir / rundir.RUN) or {}
     try:  # run.json holds its deltas masked; the raw ones are in the blob it names
-        from ..store import Store
+        from envbisect.state.store import Store
 
         raw_deltas = Store(_store_root(run_dir)).run_deltas(doc) if isinstance(doc, dict) else []
     except UsageError:
@@ -168,7 +168,7 @@ def default_masker(run_dir: Path) -> SecretMasker:
     pb = doc.get("playbook")
     if pb and Path(pb).exists():
         try:
-            from ..playbook import load_playbook
+            from envbisect.inputs.playbook import load_playbook
 
             p = load_playbook(pb)
             return SecretMasker(p.secret_names, p.secret_values)

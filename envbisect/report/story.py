@@ -6,8 +6,8 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
-from .common import _LOG_LINES
-from .record import RunRecord
+from envbisect.report.common import _LOG_LINES
+from envbisect.report.record import RunRecord
 
 # ------------------------------------------------------------------------------- shared helpers
 

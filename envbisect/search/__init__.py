@@ -39,9 +39,9 @@ fix pass are the restarts that separate a verdict from a guess.
 
 from __future__ import annotations
 
-from ..outcome import Outcome
-from .strategy import Search
-from .types import (POLICIES, Hypothesis, Observation, Policy, Prior, TrialKind, TrialRequest, Verdict,
+from envbisect.outcome import Outcome
+from envbisect.search.strategy import Search
+from envbisect.search.types import (POLICIES, Hypothesis, Observation, Policy, Prior, TrialKind, TrialRequest, Verdict,
                     restart_bound)
 
 __all__ = [

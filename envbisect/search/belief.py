@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, NamedTuple, Sequence
 
-from .types import Prior
+from envbisect.search.types import Prior
 
 
 

@@ -4,8 +4,8 @@ A mixin of `Search`: it reads the search's evidence and belief, never changes th
 from __future__ import annotations
 
 
-from .belief import _NONE, _Belief, _bits
-from .types import Hypothesis, Verdict
+from envbisect.search.belief import _NONE, _Belief, _bits
+from envbisect.search.types import Hypothesis, Verdict
 
 
 class VerdictWriter:

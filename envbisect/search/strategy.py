@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from .belief import _AND, _NONE, _NOTHING, _S, _Belief, _bits
-from .explain import VerdictWriter
-from .types import Hypothesis, Observation, Prior, TrialKind, TrialRequest, Verdict, restart_bound
+from envbisect.search.belief import _AND, _NONE, _NOTHING, _S, _Belief, _bits
+from envbisect.search.explain import VerdictWriter
+from envbisect.search.types import Hypothesis, Observation, Prior, TrialKind, TrialRequest, Verdict, restart_bound
 
 
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from ..outcome import Outcome
+from envbisect.outcome import Outcome
 
 if TYPE_CHECKING:
-    from .strategy import Search
+    from envbisect.search.strategy import Search
 
 
 
@@ -178,7 +178,7 @@ class Policy:
     require_fix: bool  # "these are all the culprits" only once current-minus-culprits passed
 
     def search(self, units: Sequence[str], **kw) -> "Search":
-        from .strategy import Search
+        from envbisect.search.strategy import Search
 
         return Search(units, prior=self.prior, require_fix=self.require_fix, **kw)
 

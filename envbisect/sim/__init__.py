@@ -12,7 +12,7 @@ __all__ = ["build", "SimDeployment", "DEFAULT_RULES"]
 
 def __getattr__(name: str) -> Any:  # lazy: keep `python -m envbisect.sim.worker` light
     if name in __all__:
-        from . import deployment
+        from envbisect.sim import deployment
 
         return getattr(deployment, name)
     raise AttributeError(name)

@@ -18,21 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from .configuration import check_applicable, touched
-from .deltas import Delta, Diff, linked_units
-from .deployment import Deployment
-from .diagnose import PathReport, check_path
-from .errors import EnvbisectError, ExitStatus, LockLost, RemoteError, UsageError
-from .journal import HostEditor, describe_conflict, find_journal
-from .playbook import Probe
-from .restart import co_restart
-from .outcome import Cause, Outcome
-from .search import POLICIES, Observation, TrialKind, TrialRequest, Verdict, restart_bound
-from . import rundir
-from .errors import StoreError
-from .rundir import RunDir, Runs
-from .store import Store
-from .trials import Trial, TrialRunner
+from envbisect.state.configuration import check_applicable, touched
+from envbisect.state.deltas import Delta, Diff, linked_units
+from envbisect.runs.deployment import Deployment
+from envbisect.trials.diagnose import PathReport, check_path
+from envbisect.errors import EnvbisectError, ExitStatus, LockLost, RemoteError, UsageError
+from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal
+from envbisect.inputs.playbook import Probe
+from envbisect.hosts.restart import co_restart
+from envbisect.outcome import Cause, Outcome
+from envbisect.search import POLICIES, Observation, TrialKind, TrialRequest, Verdict, restart_bound
+from envbisect.runs import rundir
+from envbisect.errors import StoreError
+from envbisect.runs.rundir import RunDir, Runs
+from envbisect.state.store import Store
+from envbisect.trials.runner import Trial, TrialRunner
 
 VERDICT_EXIT = {"culprit": ExitStatus.OK, "interaction": ExitStatus.OK, "not-config": ExitStatus.NOT_CONFIG,
                 "not-reproduced": ExitStatus.NOT_REPRODUCED, "inconclusive": ExitStatus.INCONCLUSIVE}
@@ -525,7 +525,7 @@ def capture_environment(playbook, transports) -> dict[str, Any]:  # noqa: ANN001
     """Versions for the postmortem: envbisect, and each host's kernel and Python."""
     import platform
 
-    from . import __version__
+    from envbisect import __version__
 
     hosts = {}
     for h, t in transports.items():

@@ -1,6 +1,6 @@
 """The library entry point: a playbook bound to live connections and a local store.
 
-    from envbisect.deployment import Deployment
+    from envbisect.runs.deployment import Deployment
     with Deployment.open("envbisect.toml") as dep:
         diff = dep.diff(since="noon")
         for d in diff.deltas: print(d.id, d.old, "->", d.new)
@@ -14,15 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .deltas import Diff, compute_diff
-from .errors import UsageError
-from .inventory import bind_inventory
-from .masking import SecretMasker
-from .playbook import Playbook, load_playbook
-from .snapshot import Snapshot, collect_host, for_each_host, take_snapshot, without_fallback
-from .store import Store
-from .timespec import TimeSpecError, host_now, parse_time
-from .transport import Transport, connect
+from envbisect.state.deltas import Diff, compute_diff
+from envbisect.errors import UsageError
+from envbisect.inputs.inventory import bind_inventory
+from envbisect.inputs.masking import SecretMasker
+from envbisect.inputs.playbook import Playbook, load_playbook
+from envbisect.hosts.collector import collect_host, for_each_host, take_snapshot
+from envbisect.state.snapshot import Snapshot, without_fallback
+from envbisect.state.store import Store
+from envbisect.inputs.timespec import TimeSpecError, host_now, parse_time
+from envbisect.hosts.transport import Transport, connect
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class Deployment:
         """Teach `masker` the raw values of the secret-named variables in these snapshots (env
         files and process environments): from then on they are masked wherever they turn up,
         shaped or not (a log line, a probe's answer, an error message)."""
-        from .envfile import parse_env
+        from envbisect.inputs.envfile import parse_env
 
         for snap in snaps:
             for h in (snap.hosts.values() if snap else ()):

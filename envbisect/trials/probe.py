@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .playbook import LOCAL, Probe
-from .restart import split_url
-from .outcome import Outcome
-from .transport import LocalTransport, Transport
+from envbisect.inputs.playbook import LOCAL, Probe
+from envbisect.hosts.restart import split_url
+from envbisect.outcome import Outcome
+from envbisect.hosts.transport import LocalTransport, Transport
 
 # a probe run's outcomes (the shared vocabulary: envbisect.outcome)
 PASS, FAIL, CANNOT_TEST, ABORT = Outcome.PASS, Outcome.FAIL, Outcome.CANNOT_TEST, Outcome.ABORT
@@ -128,7 +128,7 @@ def run_probe(probe: Probe, transports: Mapping[str, Transport], *, url: str | N
 
 
 def _run_command(probe: Probe, transport: Transport, t0: float) -> ProbeRun:
-    from .errors import RemoteError
+    from envbisect.errors import RemoteError
 
     try:
         res = transport.run(probe.command or "false", timeout=probe.timeout_s)

@@ -11,10 +11,10 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-from .playbook import Playbook, Probe
-from .probe import PASS, ProbeRun, run_probe
-from .restart import health_ok
-from .transport import Transport
+from envbisect.inputs.playbook import Playbook, Probe
+from envbisect.trials.probe import PASS, ProbeRun, run_probe
+from envbisect.hosts.restart import health_ok
+from envbisect.hosts.transport import Transport
 
 
 @dataclass(frozen=True)

@@ -49,11 +49,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import ConnectionFailed, PlaybookError, UsageError
-from .playbook import LOCAL, Playbook
-from .sshconfig import parse_ssh_args, quote_value
+from envbisect.errors import ConnectionFailed, PlaybookError, UsageError
+from envbisect.inputs.playbook import LOCAL, Playbook
+from envbisect.hosts.sshconfig import parse_ssh_args, quote_value
 
-log = logging.getLogger("envbisect.inventory")
+log = logging.getLogger("envbisect.inputs.inventory")
 
 ANSIBLE_INVENTORY = "ansible-inventory"
 CONVERT_TIMEOUT_S = 120

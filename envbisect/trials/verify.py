@@ -11,12 +11,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from .diagnose import Layer, entry_service, rebase
-from .errors import UsageError
-from .playbook import Playbook, Probe
-from .probe import PASS, run_probe
-from .restart import health_ok
-from .transport import Transport
+from envbisect.trials.diagnose import Layer, entry_service, rebase
+from envbisect.errors import UsageError
+from envbisect.inputs.playbook import Playbook, Probe
+from envbisect.trials.probe import PASS, run_probe
+from envbisect.hosts.restart import health_ok
+from envbisect.hosts.transport import Transport
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import StoreError, UsageError
-from .store import write_private
+from envbisect.errors import StoreError, UsageError
+from envbisect.state.store import write_private
 
 RUN = "run.json"
 TRIALS = "trials.jsonl"

@@ -12,16 +12,16 @@ from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
-from .configuration import OriginalState, target_state
-from .deltas import Delta
-from .errors import RemoteError
-from .journal import HostEditor
-from .outcome import Cause, Outcome
-from .playbook import Playbook, Probe
-from .probe import ABORT, CANNOT_TEST, FAIL, PASS, ProbeRun, run_probe
-from .restart import RestartResult, co_restart
-from .search import TrialKind
-from .transport import Transport
+from envbisect.state.configuration import OriginalState, target_state
+from envbisect.state.deltas import Delta
+from envbisect.errors import RemoteError
+from envbisect.hosts.journal import HostEditor
+from envbisect.outcome import Cause, Outcome
+from envbisect.inputs.playbook import Playbook, Probe
+from envbisect.trials.probe import ABORT, CANNOT_TEST, FAIL, PASS, ProbeRun, run_probe
+from envbisect.hosts.restart import RestartResult, co_restart
+from envbisect.search import TrialKind
+from envbisect.hosts.transport import Transport
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class Trial:
     @classmethod
     def from_json(cls, d: Mapping) -> "Trial":
         """Read back a record of to_json (also of older versions: no kind, cause or free)."""
-        from .probe import RequestRecord
+        from envbisect.trials.probe import RequestRecord
 
         runs = tuple(ProbeRun(r["probe"], r["kind"], Outcome(r["outcome"]), r["reason"],
                               tuple(RequestRecord(q["n"], q["ok"], q["status"], q["latency_s"], q.get("error"),
@@ -210,8 +210,8 @@ class TrialRunner:
 def capture_evidence(playbook: Playbook, transports: Mapping[str, Transport], out: Path) -> None:
     """Log tail and /metrics of every service, right after a trial. Best effort: evidence must
     never turn a trial into a failure. Written raw (0600); the bundle redacts secrets."""
-    from .restart import fetch, log_tail
-    from .store import write_private
+    from envbisect.hosts.restart import fetch, log_tail
+    from envbisect.state.store import write_private
 
     for name, s in playbook.services.items():
         t = transports.get(s.host)

@@ -15,18 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .bisect import _install_signal_handlers, shield_signals
-from .configuration import OriginalState, holds, target_state, touched
-from .deltas import Delta
-from .deployment import Deployment
-from .errors import StoreError, UsageError
-from .journal import HostEditor, describe_conflict
-from .playbook import Probe
-from .restart import RestartResult, co_restart
-from . import rundir
-from .rundir import Runs
-from .trials import probe_repeatedly
-from .verify import VerifyReport, verify
+from envbisect.runs.bisect import _install_signal_handlers, shield_signals
+from envbisect.state.configuration import OriginalState, holds, target_state, touched
+from envbisect.state.deltas import Delta
+from envbisect.runs.deployment import Deployment
+from envbisect.errors import StoreError, UsageError
+from envbisect.hosts.journal import HostEditor, describe_conflict
+from envbisect.inputs.playbook import Probe
+from envbisect.hosts.restart import RestartResult, co_restart
+from envbisect.runs import rundir
+from envbisect.runs.rundir import Runs
+from envbisect.trials.runner import probe_repeatedly
+from envbisect.trials.verify import VerifyReport, verify
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def load_run_deltas(dep: Deployment, run_id: str | None) -> RunDeltas:
 
 def applied_now(original: OriginalState, deltas: Sequence[Delta]) -> dict[str, bool | None]:
     """Is each delta in its new state (True), its old state (False), or neither (None: moved on)?"""
-    from .envfile import EnvFileError, parse_env
+    from envbisect.inputs.envfile import EnvFileError, parse_env
 
     out: dict[str, bool | None] = {}
     for d in deltas:

@@ -27,16 +27,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import faults, rundir
-from .configuration import (FileOriginal, Key, OriginalState, RepoOriginal, TargetState, env_check_ops,
+from envbisect.hosts import faults
+from envbisect.runs import rundir
+from envbisect.state.configuration import (FileOriginal, Key, OriginalState, RepoOriginal, TargetState, env_check_ops,
                             raise_on_env_check)
-from .errors import EnvbisectError, HostConflict, LockHeld, LockLost, RemoteError, UsageError
-from .hostops import b64, run_ops, unb64
-from .masking import SecretMasker
-from .playbook import Playbook
-from .snapshot import for_each_host
-from .store import write_private
-from .transport import Transport
+from envbisect.errors import EnvbisectError, HostConflict, LockHeld, LockLost, RemoteError, UsageError
+from envbisect.hosts.hostops import b64, run_ops, unb64
+from envbisect.inputs.masking import SecretMasker
+from envbisect.inputs.playbook import Playbook
+from envbisect.hosts.collector import for_each_host
+from envbisect.state.store import write_private
+from envbisect.hosts.transport import Transport
 
 HEARTBEAT_S = 20.0  # the lock holder refreshes its lock this often
 STALE_AFTER_S = 300.0  # a lock of another controller with no heartbeat for this long is stale

@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import StoreError
-from .snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
+from envbisect.errors import StoreError
+from envbisect.state.snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
 
 
 def write_private(path: Path, data: bytes) -> None:

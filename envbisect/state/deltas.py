@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
-from .envfile import EnvFile, EnvFileError, parse_env, shell_quote, word_meaning
-from .masking import SecretMasker
-from .snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
+from envbisect.inputs.envfile import EnvFile, EnvFileError, parse_env, shell_quote, word_meaning
+from envbisect.inputs.masking import SecretMasker
+from envbisect.state.snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
 
 CHANGES = ("added", "removed", "changed")
 

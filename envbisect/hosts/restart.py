@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 import httpx
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from . import faults
-from .errors import RemoteError
-from .hostops import run_ops, unb64
-from .playbook import Playbook, Service
-from .transport import Transport
+from envbisect.hosts import faults
+from envbisect.errors import RemoteError
+from envbisect.hosts.hostops import run_ops, unb64
+from envbisect.inputs.playbook import Playbook, Service
+from envbisect.hosts.transport import Transport
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .errors import ConnectionFailed
+from envbisect.errors import ConnectionFailed
 
-log = logging.getLogger("envbisect.sshconfig")
+log = logging.getLogger("envbisect.hosts.sshconfig")
 
 SYSTEM_CONFIG = "/etc/ssh/ssh_config"
 SYSTEM_DIR = "/etc/ssh"

@@ -17,9 +17,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from .deltas import Delta
-from .envfile import EnvFile, meaning_refs, parse_env, word_meaning
-from .errors import UsageError
+from envbisect.state.deltas import Delta
+from envbisect.inputs.envfile import EnvFile, meaning_refs, parse_env, word_meaning
+from envbisect.errors import UsageError
 
 Key = tuple[str, str]  # (host, path)
 
@@ -251,7 +251,7 @@ def env_check_ops(target: TargetState, host: str, ops: Sequence[Mapping]) -> lis
 def raise_on_env_check(results: Mapping[str, Sequence[Mapping]], masker) -> None:  # noqa: ANN001
     """Raise `EnvCheckFailed` (one line, values masked) for the first host whose env_check results
     show a mismatch or could not evaluate the file."""
-    from .errors import EnvCheckFailed
+    from envbisect.errors import EnvCheckFailed
 
     for host in sorted(results):
         for r in results[host]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import PlaybookError
+from envbisect.errors import PlaybookError
 
 LOCAL = "local"
 PROBE_KINDS = ("http", "multi_round", "concurrent", "command")

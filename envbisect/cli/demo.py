@@ -11,7 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UsageError
+from envbisect.errors import UsageError
 
 # (service, variable, new value): what "somebody" changed this afternoon.
 INNOCENT_CHANGES = [
@@ -42,7 +42,7 @@ class Demo:
 def prepare(root: Path | None = None) -> Demo:
     """Build and start the simulated deployment (known-good state)."""
     try:
-        from .sim.deployment import build
+        from envbisect.sim.deployment import build
     except ImportError as e:  # pragma: no cover - the sim ships with the package
         raise UsageError(f"the simulated deployment is unavailable: {e}") from None
     if shutil.which("sglang-router") is None and not (Path(__import__("sys").executable).parent / "sglang-router").exists():

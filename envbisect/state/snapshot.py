@@ -1,22 +1,12 @@
-"""Snapshot: the state of every host of a playbook at one moment.
-
-One collector script per host (envbisect/remote/collect.py), run in a single round trip, returns
-file metadata and contents, repo HEADs and the start environment of the running services.
+"""Snapshot: the state of every host of a playbook at one moment. Pure data (and its parsing from
+the collector's answer); collecting it over SSH is envbisect.hosts.collector.
 """
 from __future__ import annotations
 
 import base64
-import json
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from importlib import resources
-from typing import Any, Callable, Iterable, Mapping
-
-from .errors import ConnectionFailed, EnvbisectError, RemoteError
-from .playbook import Playbook
-from .transport import Transport
+from typing import Any, Iterable, Mapping
 
 
 @dataclass(frozen=True)
@@ -124,10 +114,6 @@ class Snapshot:
         return datetime.fromtimestamp(self.taken_at, timezone.utc).isoformat(timespec="seconds")
 
 
-def _collector_source() -> str:
-    return resources.files("envbisect").joinpath("remote/collect.py").read_text()
-
-
 def _file_state(d: Mapping[str, Any]) -> FileState:
     content = base64.b64decode(d["content_b64"]) if "content_b64" in d else None
     return FileState(
@@ -135,30 +121,6 @@ def _file_state(d: Mapping[str, Any]) -> FileState:
         mode=d.get("mode"), owner=d.get("owner"), uid=d.get("uid"), gid=d.get("gid"), mtime=d.get("mtime"),
         content=content, too_large=bool(d.get("too_large")), link_target=d.get("link_target"), error=d.get("error"),
     )
-
-
-def collect_host(playbook: Playbook, host: str, transport: Transport, *, since: float | None = None,
-                 log_from: Mapping[str, str] | None = None, clock_only: bool = False) -> HostState:
-    """One round trip: run the collector on `host` and parse what it saw."""
-    services = playbook.services_on(host)
-    req = {
-        "max_size": playbook.max_file_size,
-        "env_files": [s.env_file for s in services],
-        "watch": list(playbook.watch_paths.get(host, ())),
-        "repos": [{"path": r.path, "log_from": (log_from or {}).get(r.path)} for r in playbook.repos_on(host)],
-        "processes": [{"service": s.name, "pid_file": s.pid_file, "env_file": s.env_file} for s in services],
-        "since": since,
-        "backups": list(playbook.backups),
-        "clock_only": clock_only,
-    }
-    res = transport.run_python(_collector_source(), stdin=json.dumps(req).encode(), timeout=120)
-    if not res.ok:
-        raise RemoteError(f"{host}: snapshot collector failed ({transport.python}): {res.stderr_line()}")
-    try:
-        raw = json.loads(res.stdout)
-    except ValueError:
-        raise RemoteError(f"{host}: snapshot collector printed something that is not JSON: {res.stdout[:80]!r}") from None
-    return host_state_from_raw(host, raw, {s.name: s.env_file for s in services})
 
 
 def host_state_from_raw(host: str, raw: Mapping[str, Any], env_files: Mapping[str, str]) -> HostState:
@@ -201,33 +163,6 @@ def new_snapshot_id(label: str | None, when: float) -> str:
     stamp = datetime.fromtimestamp(when, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in label)[:40] if label else ""
     return f"{stamp}-{safe}" if safe else stamp
-
-
-def for_each_host(playbook: Playbook, transports: Mapping[str, Transport],
-                  fn: Callable[[str, Transport], Any]) -> dict[str, Any]:
-    """Run fn on every host in parallel; the first EnvbisectError wins (hosts are independent)."""
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(transports)))) as pool:
-        futures = {h: pool.submit(fn, h, transports[h]) for h in playbook.hosts}
-        out = {}
-        for h, fut in futures.items():
-            try:
-                out[h] = fut.result()
-            except EnvbisectError:
-                raise
-            except OSError as e:
-                raise ConnectionFailed(f"{h}: {e}") from None
-        return out
-
-
-def take_snapshot(playbook: Playbook, transports: Mapping[str, Transport], *, label: str | None = None,
-                  since_by_host: Mapping[str, float] | None = None,
-                  log_from: Mapping[str, Mapping[str, str]] | None = None) -> Snapshot:
-    now = time.time()
-    states = for_each_host(
-        playbook, transports,
-        lambda h, t: collect_host(playbook, h, t, since=(since_by_host or {}).get(h), log_from=(log_from or {}).get(h)),
-    )
-    return Snapshot(id=new_snapshot_id(label, now), label=label, taken_at=now, playbook=playbook.name, hosts=states)
 
 
 def without_fallback(snap: Snapshot) -> Snapshot:

@@ -21,12 +21,12 @@ from typing import Iterator
 import paramiko
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from . import sshconfig
-from .errors import ConnectionFailed, HostKeyError, RemoteError
-from .playbook import Host
-from .sshconfig import Jump
+from envbisect.hosts import sshconfig
+from envbisect.errors import ConnectionFailed, HostKeyError, RemoteError
+from envbisect.inputs.playbook import Host
+from envbisect.hosts.sshconfig import Jump
 
-log = logging.getLogger("envbisect.transport")
+log = logging.getLogger("envbisect.hosts.transport")
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,13 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping, Sequence
 
-from .errors import HostConflict, LockLost, RemoteError
-from .transport import Transport
+from envbisect.errors import HostConflict, LockLost, RemoteError
+from envbisect.hosts.transport import Transport
 
 
 @lru_cache(maxsize=1)
 def _source() -> str:
-    return resources.files("envbisect").joinpath("remote/hostops.py").read_text()
+    return resources.files("envbisect").joinpath("hosts/agent/hostops.py").read_text()
 
 
 def run_ops(transport: Transport, ops: Sequence[Mapping[str, Any]], *, timeout: float = 120) -> list[dict[str, Any]]:

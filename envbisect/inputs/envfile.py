@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from .errors import UsageError
+from envbisect.errors import UsageError
 
 __all__ = [
     "EnvAssignment",

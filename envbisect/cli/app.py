@@ -1,4 +1,4 @@
-"""Command line: a thin layer over `envbisect.deployment` and friends.
+"""Command line: a thin layer over `envbisect.runs.deployment` and friends.
 
 This is the one place that maps errors to exit statuses and one-line messages (see errors.py), and
 the one place where output leaves the process: every byte written to the terminal (stdout, stderr,
@@ -20,13 +20,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__
-from .deployment import ConnectOptions, Deployment
-from .errors import EnvbisectError, ExitStatus, StoreError, UsageError
-from .masking import SecretMasker, printable
-from .playbook import load_playbook
-from .rundir import Runs
-from .store import Store
+from envbisect import __version__
+from envbisect.runs.deployment import ConnectOptions, Deployment
+from envbisect.errors import EnvbisectError, ExitStatus, StoreError, UsageError
+from envbisect.inputs.masking import SecretMasker, printable
+from envbisect.inputs.playbook import load_playbook
+from envbisect.runs.rundir import Runs
+from envbisect.state.store import Store
 
 try:  # typer >= 0.20 vendors click; older ones use click itself
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
@@ -259,7 +259,7 @@ def diff(ctx: typer.Context,
 
 
 def render_diff(result, masker) -> None:  # noqa: ANN001
-    from .deltas import Diff
+    from envbisect.state.deltas import Diff
 
     assert isinstance(result, Diff)
     b = result.baseline
@@ -418,7 +418,7 @@ def bisect(ctx: typer.Context,
                                       "(prints whose it was). Never over an active journal."),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Find the guilty delta(s) on the live deployment, after checking the premises."""
-    from .bisect import BisectOptions, BisectRun
+    from envbisect.runs.bisect import BisectOptions, BisectRun
 
     if leave not in ("original", "fixed"):
         raise typer.BadParameter("must be 'original' or 'fixed'", param_hint="--leave")
@@ -497,7 +497,7 @@ def restore(ctx: typer.Context,
             as_json: bool = typer.Option(False, "--json")) -> None:
     """Undo an interrupted or crashed run from its journal (exact bytes, mode, owner, mtime, HEAD), then co-restart.
     Files someone else changed meanwhile are left as found and listed."""
-    from .bisect import restore_deployment
+    from envbisect.runs.bisect import restore_deployment
 
     o = _opts(ctx)
     with o.deployment() as dep:
@@ -522,9 +522,9 @@ def demo(keep: bool = typer.Option(False, "--keep", help="Leave the demo deploym
     """Run snapshot -> diff -> bisect on a built-in simulated SGLang PD deployment (real sglang-router)."""
     import time as _time
 
-    from . import demo as demo_mod
-    from .bisect import BisectOptions, BisectRun
-    from .deployment import Deployment
+    from envbisect.cli.app import demo as demo_mod
+    from envbisect.runs.bisect import BisectOptions, BisectRun
+    from envbisect.runs.deployment import Deployment
 
     t0 = _time.monotonic()
     say = (lambda *_a, **_k: None) if as_json else out.print
@@ -580,7 +580,7 @@ def verify_cmd(ctx: typer.Context,
                concurrency: int = typer.Option(16, "--concurrency", min=1),
                as_json: bool = typer.Option(False, "--json")) -> None:
     """Layered health check: services, one request, a concurrent batch, a multi-round keep-alive run."""
-    from .verify import verify
+    from envbisect.trials.verify import verify
 
     o = _opts(ctx)
     with o.deployment() as dep:
@@ -599,7 +599,7 @@ def verify_cmd(ctx: typer.Context,
 def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_id: Optional[str],
             probe: Optional[str], run_verify: bool, keep_on_fail: bool, as_json: bool,
             break_lock: bool = False) -> None:
-    from .revert import change, load_run_deltas
+    from envbisect.runs.revert import change, load_run_deltas
 
     o = _opts(ctx)
     with o.deployment() as dep:
@@ -717,7 +717,7 @@ def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> N
 def show(ctx: typer.Context, run: str = typer.Argument(..., help="Run id (see `envbisect runs`)."),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """Print one past run."""
-    from .report import make_redactor
+    from envbisect.report import make_redactor
 
     o = _opts(ctx)
     store = Store(o.store)
@@ -758,7 +758,7 @@ def bundle(ctx: typer.Context,
            check: Optional[Path] = typer.Option(None, "--check", help="Verify a bundle's manifest instead."),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Pack a run's evidence for the postmortem: snapshots, diff, trials, logs, metrics, report.md/.html."""
-    from .bundle import check_bundle, make_bundle
+    from envbisect.report.bundle import check_bundle, make_bundle
 
     o = _opts(ctx)
     if check is not None:
@@ -791,7 +791,7 @@ def _crash_log(text: str) -> Path | None:
     import tempfile
     import time
 
-    from .store import write_private
+    from envbisect.state.store import write_private
 
     name = f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
     dirs = [Path(_Output.store) / "crash"] if _Output.store else []

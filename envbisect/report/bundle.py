@@ -34,14 +34,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import rundir
-from .errors import UsageError
-from .masking import SecretMasker, encodable
-from .rundir import Runs
-from .store import write_private
-from .report import (Redactor, journal_summary, load_run, load_snapshot_doc, make_redactor, masked_deltas,
+from envbisect.runs import rundir
+from envbisect.errors import UsageError
+from envbisect.inputs.masking import SecretMasker, encodable
+from envbisect.runs.rundir import Runs
+from envbisect.state.store import write_private
+from envbisect.report import (Redactor, journal_summary, load_run, load_snapshot_doc, make_redactor, masked_deltas,
                      render_html, render_markdown)
-from .report.redaction import _get_blob, _read_json
+from envbisect.report.redaction import _get_blob, _read_json
 
 __all__ = ["BundleInfo", "make_bundle", "check_bundle", "find_run"]
 
@@ -205,7 +205,7 @@ def make_bundle(store_root: Path, run_id: str | None, out: Path, masker: SecretM
     path, or an existing directory to write `envbisect-RUN_ID.tar.gz` in). `masker` should be the
     deployment's (`Deployment.masker`: built-in rules + the playbook's [secrets]); None reads the
     run's playbook."""
-    from . import __version__
+    from envbisect import __version__
 
     store_root = Path(store_root)
     run_dir = find_run(store_root, run_id)

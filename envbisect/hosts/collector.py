@@ -1,0 +1,66 @@
+"""Collect a snapshot over the transports: the agent script (envbisect/hosts/agent/collect.py) runs
+on every host in one round trip and its answer becomes the typed state (envbisect.state.snapshot)."""
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from typing import Any, Callable, Mapping
+
+from envbisect.errors import ConnectionFailed, EnvbisectError, RemoteError
+from envbisect.hosts.transport import Transport
+from envbisect.inputs.playbook import Playbook
+from envbisect.state.snapshot import HostState, Snapshot, host_state_from_raw, new_snapshot_id
+
+
+def _collector_source() -> str:
+    return resources.files("envbisect").joinpath("hosts/agent/collect.py").read_text()
+
+def collect_host(playbook: Playbook, host: str, transport: Transport, *, since: float | None = None,
+                 log_from: Mapping[str, str] | None = None, clock_only: bool = False) -> HostState:
+    """One round trip: run the collector on `host` and parse what it saw."""
+    services = playbook.services_on(host)
+    req = {
+        "max_size": playbook.max_file_size,
+        "env_files": [s.env_file for s in services],
+        "watch": list(playbook.watch_paths.get(host, ())),
+        "repos": [{"path": r.path, "log_from": (log_from or {}).get(r.path)} for r in playbook.repos_on(host)],
+        "processes": [{"service": s.name, "pid_file": s.pid_file, "env_file": s.env_file} for s in services],
+        "since": since,
+        "backups": list(playbook.backups),
+        "clock_only": clock_only,
+    }
+    res = transport.run_python(_collector_source(), stdin=json.dumps(req).encode(), timeout=120)
+    if not res.ok:
+        raise RemoteError(f"{host}: snapshot collector failed ({transport.python}): {res.stderr_line()}")
+    try:
+        raw = json.loads(res.stdout)
+    except ValueError:
+        raise RemoteError(f"{host}: snapshot collector printed something that is not JSON: {res.stdout[:80]!r}") from None
+    return host_state_from_raw(host, raw, {s.name: s.env_file for s in services})
+
+def for_each_host(playbook: Playbook, transports: Mapping[str, Transport],
+                  fn: Callable[[str, Transport], Any]) -> dict[str, Any]:
+    """Run fn on every host in parallel; the first EnvbisectError wins (hosts are independent)."""
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(transports)))) as pool:
+        futures = {h: pool.submit(fn, h, transports[h]) for h in playbook.hosts}
+        out = {}
+        for h, fut in futures.items():
+            try:
+                out[h] = fut.result()
+            except EnvbisectError:
+                raise
+            except OSError as e:
+                raise ConnectionFailed(f"{h}: {e}") from None
+        return out
+
+def take_snapshot(playbook: Playbook, transports: Mapping[str, Transport], *, label: str | None = None,
+                  since_by_host: Mapping[str, float] | None = None,
+                  log_from: Mapping[str, Mapping[str, str]] | None = None) -> Snapshot:
+    now = time.time()
+    states = for_each_host(
+        playbook, transports,
+        lambda h, t: collect_host(playbook, h, t, since=(since_by_host or {}).get(h), log_from=(log_from or {}).get(h)),
+    )
+    return Snapshot(id=new_snapshot_id(label, now), label=label, taken_at=now, playbook=playbook.name, hosts=states)

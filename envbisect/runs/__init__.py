@@ -1,0 +1,1 @@
+"""Runs: a bisection, a revert/apply, their folders, and the Deployment they act on."""

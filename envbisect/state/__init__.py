@@ -1,0 +1,1 @@
+"""State: snapshot types, the local store, deltas between two snapshots, and target configurations."""

@@ -1,0 +1,1 @@
+"""Trials: apply a configuration, co-restart, probe; the layered verify and path check."""
