@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from envbisect.inputs import inventory as inv_mod
+from envbisect.hosts import inventory as inv_mod
 from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import PlaybookError, UsageError
-from envbisect.inputs.inventory import bind_inventory, load_inventory, parse_inventory_json
+from envbisect.hosts.inventory import bind_inventory, load_inventory, parse_inventory_json
 from envbisect.inputs.playbook import load_playbook
 from envbisect.state.store import Store
 from envbisect.hosts.transport import resolve_target

@@ -25,7 +25,7 @@ from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import EnvbisectError, ExitStatus, StoreError, UsageError
 from envbisect.inputs.masking import SecretMasker, printable
 from envbisect.inputs.playbook import load_playbook
-from envbisect.runs.rundir import Runs
+from envbisect.state.rundir import Runs
 from envbisect.state.store import Store
 
 try:  # typer >= 0.20 vendors click; older ones use click itself

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from envbisect.hosts import faults
-from envbisect.runs import rundir
+from envbisect.state import rundir
 from envbisect.state.configuration import (FileOriginal, Key, OriginalState, RepoOriginal, TargetState, env_check_ops,
                             raise_on_env_check)
 from envbisect.errors import EnvbisectError, HostConflict, LockHeld, LockLost, RemoteError, UsageError

@@ -34,10 +34,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from envbisect.runs import rundir
+from envbisect.state import rundir
 from envbisect.errors import UsageError
 from envbisect.inputs.masking import SecretMasker, encodable
-from envbisect.runs.rundir import Runs
+from envbisect.state.rundir import Runs
 from envbisect.state.store import write_private
 from envbisect.report import (Redactor, journal_summary, load_run, load_snapshot_doc, make_redactor, masked_deltas,
                      render_html, render_markdown)

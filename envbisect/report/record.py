@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from envbisect.runs import rundir
+from envbisect.state import rundir
 from envbisect.inputs.masking import SecretMasker
 from envbisect.report.redaction import Redactor, _read_json, _store_root, load_snapshot_doc, make_redactor
 

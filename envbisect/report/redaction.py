@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from envbisect.runs import rundir
+from envbisect.state import rundir
 from envbisect.errors import UsageError
 from envbisect.inputs.masking import SecretMasker
 from envbisect.report.common import _ANSI_RE, _MIN_RAW_SECRET, _NUMBER_RE, _TRIVIAL_VALUES, _VAR_NAME_RE

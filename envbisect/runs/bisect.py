@@ -28,9 +28,9 @@ from envbisect.inputs.playbook import Probe
 from envbisect.hosts.restart import co_restart
 from envbisect.outcome import Cause, Outcome
 from envbisect.search import POLICIES, Observation, TrialKind, TrialRequest, Verdict, restart_bound
-from envbisect.runs import rundir
+from envbisect.state import rundir
 from envbisect.errors import StoreError
-from envbisect.runs.rundir import RunDir, Runs
+from envbisect.state.rundir import RunDir, Runs
 from envbisect.state.store import Store
 from envbisect.trials.runner import Trial, TrialRunner
 

@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 
 from envbisect.state.deltas import Diff, compute_diff
 from envbisect.errors import UsageError
-from envbisect.inputs.inventory import bind_inventory
+from envbisect.hosts.inventory import bind_inventory
 from envbisect.inputs.masking import SecretMasker
 from envbisect.inputs.playbook import Playbook, load_playbook
 from envbisect.hosts.collector import collect_host, for_each_host, take_snapshot

@@ -23,8 +23,8 @@ from envbisect.errors import StoreError, UsageError
 from envbisect.hosts.journal import HostEditor, describe_conflict
 from envbisect.inputs.playbook import Probe
 from envbisect.hosts.restart import RestartResult, co_restart
-from envbisect.runs import rundir
-from envbisect.runs.rundir import Runs
+from envbisect.state import rundir
+from envbisect.state.rundir import Runs
 from envbisect.trials.runner import probe_repeatedly
 from envbisect.trials.verify import VerifyReport, verify
 

@@ -53,7 +53,7 @@ from envbisect.errors import ConnectionFailed, PlaybookError, UsageError
 from envbisect.inputs.playbook import LOCAL, Playbook
 from envbisect.hosts.sshconfig import parse_ssh_args, quote_value
 
-log = logging.getLogger("envbisect.inputs.inventory")
+log = logging.getLogger("envbisect.hosts.inventory")
 
 ANSIBLE_INVENTORY = "ansible-inventory"
 CONVERT_TIMEOUT_S = 120
