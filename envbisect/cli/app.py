@@ -238,6 +238,106 @@ def snapshots(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"))
     out.print(t)
 
 
+@app.command()
+def schedule(ctx: typer.Context,
+             every: str = typer.Option(..., "--every", help="How often: 15m, 1h, 6h, 1d."),
+             label: str = typer.Option("auto", "--label", help="Label of the scheduled snapshots (prune treats "
+                                                              "'auto' as automatic)."),
+             install: bool = typer.Option(False, "--install", help="Write the systemd user units (or add the "
+                                                                   "crontab line) instead of printing them."),
+             cron: bool = typer.Option(False, "--cron", help="A crontab line even where systemd runs."),
+             systemd: bool = typer.Option(False, "--systemd", help="systemd user units even where systemd is "
+                                                                  "not detected."),
+             as_json: bool = typer.Option(False, "--json")) -> None:
+    """Take `snapshot --label auto` on a timer: a systemd user timer, or a crontab line without systemd."""
+    from envbisect.runs.schedule import install as do_install, make_schedule
+
+    if cron and systemd:
+        raise typer.BadParameter("give --cron or --systemd, not both", param_hint="--cron")
+    o = _opts(ctx)
+    o.masker()
+    sch = make_schedule(every=every, label=label, playbook=o.playbook, store=o.store, ssh_config=o.ssh_config,
+                        inventory=o.inventory, kind="cron" if cron else ("systemd" if systemd else None))
+    done = do_install(sch) if install else None
+    if as_json:
+        emit_json({**sch.to_json(), "installed": done.to_json() if done else None})
+        return
+    import shlex
+
+    again = f"envbisect schedule --every {every}" + (f" --label {label}" if label != "auto" else "") \
+        + (" --cron" if cron else "") + (" --systemd" if systemd else "") + " --install"
+    deploy_hook = ("after a deploy, from its hook: " + " ".join(shlex.quote(a) for a in sch.command[:-3])
+                   + " snapshot --label deploy-$(git rev-parse --short HEAD)")
+    if sch.kind == "systemd":
+        if done is None:
+            for path, text in sch.files.items():
+                out.print(Text(f"# {path}", style="bold"))
+                out.print(text)
+            out.print(f"write them with `{again}`, then run: {sch.enable_command}")
+        else:
+            for p in done.changed:
+                out.print(f"wrote {p}")
+            for p in done.unchanged:
+                out.print(f"unchanged {p}")
+            out.print("now run:")
+            for step in done.next_steps:
+                out.print(f"  {step}")
+    else:
+        if done is None:
+            out.print(sch.cron_marker)
+            out.print(sch.cron_line)
+            out.print(f"add it with `{again}` (or `crontab -e`)")
+        elif done.changed:
+            out.print(f"added to your crontab: {sch.cron_line}")
+            for step in done.next_steps:
+                out.print(f"  {step}")
+        else:
+            out.print(f"your crontab already has it: {sch.cron_line}")
+    out.print(Text(deploy_hook, style="dim"))
+
+
+@app.command()
+def prune(ctx: typer.Context,
+          keep: str = typer.Option(..., "--keep", help="Keep snapshots newer than this: 14d, 36h, 2w."),
+          keep_labelled: bool = typer.Option(False, "--keep-labelled",
+                                             help="Keep every snapshot with a label other than 'auto'/'diff'."),
+          dry_run: bool = typer.Option(False, "--dry-run", help="List what would go; remove nothing."),
+          as_json: bool = typer.Option(False, "--json")) -> None:
+    """Thin the store: old automatic snapshots go (never one a run uses, never the newest), then unused blobs."""
+    from rich.table import Column
+
+    from envbisect.state.prune import parse_duration, prune as do_prune
+
+    o = _opts(ctx)
+    o.masker()
+    res = do_prune(Store(o.store), keep_s=parse_duration(keep, "--keep"), keep_labelled=keep_labelled, dry_run=dry_run)
+    if as_json:
+        emit_json(res.to_json())
+        return
+    word = "would remove" if dry_run else "removed"
+    if res.deleted:
+        t = Table(Column("snapshot", no_wrap=True), "label", "taken at",  # ids never cut short
+                  title=f"{word} {len(res.deleted)} snapshot(s)")
+        for e in res.deleted:
+            t.add_row(e.id, e.label or "", _when(e.taken_at))
+        out.print(t)
+    else:
+        out.print(f"no snapshot to remove ({len(res.kept)} kept)")
+    if res.kept:
+        t = Table(Column("snapshot", no_wrap=True), "label", "taken at", "kept because",
+                  title=f"kept {len(res.kept)} snapshot(s)")
+        for e in res.kept:
+            t.add_row(e.id, e.label or "", _when(e.taken_at), "; ".join(e.keep))
+        out.print(t)
+    if res.blob_gc:
+        out.print(f"blobs: {word} {res.blobs_deleted} ({res.blob_bytes_deleted} bytes), kept {res.blobs_kept}"
+                  + (f" ({res.blobs_young} unused but written in the last 15 min)" if res.blobs_young else ""))
+    for n in res.notes:
+        out.print(Text(f"note: {n}", style="yellow"))
+    if dry_run:
+        out.print("dry run: nothing was removed")
+
+
 # --- diff --------------------------------------------------------------------------------------
 
 @app.command()
@@ -259,11 +359,12 @@ def diff(ctx: typer.Context,
 
 
 def render_diff(result, masker) -> None:  # noqa: ANN001
-    from envbisect.state.deltas import Diff
+    from envbisect.state.deltas import Diff, fallback_sources
 
     assert isinstance(result, Diff)
     b = result.baseline
-    head = f"baseline: snapshot {b.id} ({_when(b.taken_at)})" if b else "baseline: no snapshot old enough; fallback sources"
+    head = f"baseline: snapshot {b.id} ({_when(b.taken_at)})" if b else \
+        "baseline: no snapshot old enough; fallback sources: " + (", ".join(fallback_sources(result)) or "none")
     if result.since:
         head += f"   since: {_when(result.since)}"
     out.print(head)

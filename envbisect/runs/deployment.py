@@ -10,11 +10,12 @@ The CLI is a thin layer over this object.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from envbisect.state.deltas import Diff, compute_diff
+from envbisect.state.deltas import Diff, compute_diff, fallback_note
 from envbisect.errors import UsageError
 from envbisect.hosts.inventory import bind_inventory
 from envbisect.inputs.masking import SecretMasker
@@ -151,6 +152,10 @@ class Deployment:
                                 log_from=log_from)
         self.learn_secrets(baseline, current)
         result = compute_diff(current, baseline, since=min(since_by_host.values()))
+        if baseline is None:  # say which sources stood in, and how to have a snapshot next time
+            mine = [s for s in self.store.list() if s.playbook == self.playbook.name]
+            oldest = (mine[0].id, mine[0].taken_at) if mine else None
+            result = dataclasses.replace(result, notes=result.notes + (fallback_note(result, oldest),))
         self.masker.learn_env((d.key, v) for d in result.deltas if d.kind == "env" and d.key
                               for v in (d.old, d.new))
         if save:

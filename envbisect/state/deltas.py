@@ -174,7 +174,7 @@ class Diff:
         return {
             "since": _iso(self.since),
             "baseline": ({"snapshot": b.id, "label": b.label, "taken_at": b.taken_at_iso} if b else
-                         {"snapshot": None, "sources": sorted({d.baseline_source.split(":")[0] for d in self.deltas})}),
+                         {"snapshot": None, "sources": fallback_sources(self), "hint": SNAPSHOT_HINT}),
             "current": {"snapshot": self.current.id, "taken_at": self.current.taken_at_iso},
             "deltas": [d.to_json(masker) for d in self.deltas],
             "drift": [d.to_json(masker) for d in self.drift],
@@ -182,6 +182,36 @@ class Diff:
             "unknown_processes": list(self.unknown_processes),
             "notes": [masker.redact_text(n) for n in self.notes],
         }
+
+
+SNAPSHOT_HINT = ("for a real baseline next time: `envbisect schedule --every 1h --install` (a snapshot labelled "
+                 "auto every hour; `envbisect prune` thins them), or `envbisect snapshot --label NAME` from a "
+                 "deploy hook")
+_SOURCE_WORDS = {
+    "backup": "backup copies ([baseline] backups)", "git": "the files' git history",
+    "reflog": "the repos' reflog", "process": "the environment the running services started with",
+    "mtime": "modification times only (old values unknown)", "snapshot": "a snapshot",
+}
+
+
+def fallback_sources(diff: "Diff") -> list[str]:
+    """Where the old values of a diff without a baseline snapshot came from: backup, git, ..."""
+    return sorted({d.baseline_source.split(":")[0] for d in diff.deltas})
+
+
+def fallback_note(diff: "Diff", oldest: tuple[str, float] | None) -> str:
+    """Says, for a diff --since with no snapshot old enough, which sources stood in and how to have
+    a real snapshot next time. ``oldest``: (id, taken_at) of the deployment's oldest snapshot."""
+    counts: dict[str, int] = {}
+    for d in diff.deltas:
+        k = d.baseline_source.split(":")[0]
+        counts[k] = counts.get(k, 0) + 1
+    since = _iso(diff.since) or "TIME"
+    where = (f"the oldest snapshot of this deployment, {oldest[0]}, is from {_iso(oldest[1])}" if oldest
+             else "there is no snapshot of this deployment in the store")
+    used = "; ".join(f"{_SOURCE_WORDS.get(k, k)} ({n} delta{'s' if n != 1 else ''})" for k, n in sorted(counts.items()))
+    return (f"no snapshot taken at or before {since} ({where}): old values came from "
+            f"{used or 'no other source (nothing found older than that time)'}; {SNAPSHOT_HINT}")
 
 
 def _iso(t: float | None) -> str | None:

@@ -5,16 +5,20 @@ file + rename) so an interrupted envbisect never leaves half a snapshot behind.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from envbisect.errors import StoreError
 from envbisect.state.snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
+
+PRUNE_LOCK = ".prune.lock"  # see Store.writing
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -62,8 +66,12 @@ class Store:
     def put_blob(self, data: bytes) -> str:
         sha = hashlib.sha256(data).hexdigest()
         path = self.blobs_dir / sha[:2] / sha
-        if not path.exists():
+        try:  # reused: made fresh again, so `envbisect prune` leaves it to what is being written
+            os.utime(path)
+        except FileNotFoundError:
             write_private(path, data)
+        except OSError:
+            pass
         return sha
 
     def get_blob(self, sha: str) -> bytes | None:
@@ -76,10 +84,26 @@ class Store:
     # snapshots ----------------------------------------------------------------------------
     def save(self, snap: Snapshot) -> Path:
         self._ensure()
-        doc = snapshot_to_json(snap, self.put_blob)
-        path = self.snapshots_dir / f"{snap.id}.json"
-        write_private(path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        with self.writing():
+            doc = snapshot_to_json(snap, self.put_blob)
+            path = self.snapshots_dir / f"{snap.id}.json"
+            write_private(path, json.dumps(doc, indent=1, sort_keys=True).encode())
         return path
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Blobs and the file naming them are written under a shared lock that `envbisect prune`
+        takes exclusively (envbisect.state.prune): a prune never runs between the two."""
+        try:
+            fd = os.open(self.root / PRUNE_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            yield  # a read-only or odd store: writing fails on its own, with its own message
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
 
     def list(self) -> list[Snapshot]:
         """All snapshots, oldest first."""
