@@ -333,6 +333,9 @@ class Search(VerdictWriter):
                     return self._final("contradiction")
                 if fluke is not None:
                     return fluke  # type: ignore[return-value]
+                solo = self._solo_pass_check(post, top)
+                if solo is not None:
+                    return solo
                 fix = self._fix_observed(post, top) or self._restart_proof(post, top)
                 if fix is not None:
                     return fix
@@ -344,6 +347,12 @@ class Search(VerdictWriter):
             if step is None:
                 step = self._fallback(post)
             if step is None:
+                final = self._belief()
+                if final.z > 0:
+                    _p, ftop, fconf = self._assess(final)
+                    solo = self._solo_pass_check(final, ftop) if fconf >= self.confidence else None
+                    if solo is not None:
+                        return solo
                 return self._final("exhausted")
             return step  # type: ignore[return-value]
         return self._final("exhausted")  # pragma: no cover - defensive
@@ -523,6 +532,43 @@ class Search(VerdictWriter):
             return None
         cands.sort(key=lambda c: -c[0])  # stable: "alone" first on ties
         return self._request(cands[0][1], cands[0][2], post, TrialKind.CONFIRM)
+
+    def _solo_pass_check(self, post: _Belief, top: tuple) -> TrialRequest | None:
+        """"They fail only together" rests on each member having passed without the other: in a
+        config that held it but not the whole pair. Under the pair hypothesis those passes look
+        certain, so the posterior never doubts them; with an intermittent fault a single culprit
+        passes by luck, and the verdict would name an innocent partner. So, for each member, the
+        passes of all such configs together must be believable at even odds (P(bad | passes) <= tau
+        with a prior of 1/2, as if it were a culprit alone), else it is probed alone (again)."""
+        if top.kind != _AND:
+            return None
+        term = post.term(top)
+        qd = list(post.q_given_bad(self._all))
+        if qd and qd[0] < 0.5 and post.qs[0] == 0.0:
+            # Evidently intermittent. The estimate of q comes from few runs and leans low exactly
+            # when bad configs passed by luck, so every rate on the grid keeps some weight here.
+            qd = [max(p, 0.1) if q > 0 else p for q, p in zip(post.qs, qd)]
+            total = sum(qd)
+            qd = [p / total for p in qd]
+        runs = max(self._runs_for(0.5, qd, post.qs), self.base_probes)
+        for u in _bits(term):
+            name = self._units[u]
+            passes = sum(ev.passes for m, ev in self._evidence.items()
+                         if (m >> u) & 1 and (m & term) != term and not ev.failed)
+            if passes == 0:
+                if not self.require_fix:
+                    continue  # policy fast: inferred, and the explanation says so
+                return TrialRequest(frozenset([name]), runs, f"confirm: does {name} break the stack alone?",
+                                    kind=TrialKind.CONFIRM)
+            lucky = sum(p * q**passes for q, p in zip(post.qs, qd))
+            if lucky / (lucky + 1.0) > self._tau:
+                ev = self._evidence.get(1 << u)
+                if ev is not None and ev.passes >= self._retest_cap:
+                    continue
+                return TrialRequest(frozenset([name]), runs,
+                                    f"retest: {name} passed {passes} runs without its partner, too few to rule out "
+                                    "that it breaks the stack alone, intermittently", kind=TrialKind.RETEST)
+        return None
 
     def _fix_observed(self, post: _Belief, top: tuple) -> TrialRequest | None:
         """With ``require_fix``, "these are all the culprits" is observed, never inferred:
