@@ -192,6 +192,81 @@ def _when(t: float | None) -> str:
         return str(t)
 
 
+# --- init --------------------------------------------------------------------------------------
+
+@app.command()
+def init(ctx: typer.Context,
+         host: str = typer.Option(..., "--host", help="ssh target to look at (as a playbook's ssh = ...; with "
+                                                     "--inventory, an inventory host)."),
+         out_path: Optional[str] = typer.Option(None, "--out", help="Where to write the draft (default: the "
+                                                                   "--playbook path; - prints it)."),
+         name: Optional[str] = typer.Option(None, "--name", help="[deployment] name (default HOST-sglang[-pd])."),
+         python: str = typer.Option("python3", "--python", help="Interpreter on the host."),
+         under: Optional[str] = typer.Option(None, "--under", help="Only processes whose working directory is "
+                                                                   "DIR or below it (one stack of several)."),
+         match: List[str] = typer.Option([], "--match", help="Also count processes whose command line matches "
+                                                             "this regex as SGLang servers (your own launcher)."),
+         force: bool = typer.Option(False, "--force", help="Replace an existing file."),
+         as_json: bool = typer.Option(False, "--json")) -> None:
+    """Write a commented playbook draft from the SGLang servers and routers running on HOST (changes nothing there)."""
+    import tomllib
+
+    from envbisect.hosts.inventory import bind_inventory
+    from envbisect.hosts.transport import connect
+    from envbisect.inputs.playbook import Host, Playbook, Restart
+    from envbisect.runs import discover as disc
+
+    o = _opts(ctx)
+    key = disc.host_key(host)
+    dest = None if out_path == "-" else Path(out_path or o.playbook)
+    if dest is not None and dest.exists() and not force:  # before connecting: nothing to lose but time
+        raise UsageError(f"{dest} exists: give --force to replace it, or --out FILE (--out - prints the draft)")
+    inventory_file = None
+    if o.inventory:
+        stub = Playbook(path=(dest or Path("envbisect.toml")).absolute(), name="init",
+                        hosts={key: Host(key, "", "" if python == "python3" else python, inventory=host)},
+                        services={}, restart=Restart(()))
+        target = bind_inventory(stub, o.inventory).hosts[key]
+        inventory_file = o.inventory if o.inventory == "-" else str(Path(o.inventory).absolute())
+    else:
+        target = Host(key, host, python)
+    transport = connect(target, ssh_config=o.ssh_config, accept_new_host_key=o.accept_new_host_key,
+                        attempts=o.connect_attempts)
+    try:
+        doc = disc.scan(transport, match)
+    finally:
+        transport.close()
+    services, repos, _notes = disc.interpret(doc, under=under, extra_match=match)
+    text, required, optional = disc.draft(
+        doc, services, repos, host=key, ssh=None if o.inventory else host, inventory_host=host if o.inventory else None,
+        inventory_file=inventory_file, python=target.python or "python3", name=name,
+        command=f"init --host {host}" + (f" --under {under}" if under else ""))
+    text = _Output.masker.redact_text(text)
+    tomllib.loads(text)  # a draft that is not TOML would be a bug
+    if dest is not None:
+        disc.write_draft(dest, text, force=force)
+    if as_json:
+        emit_json({"host": host, "hostname": doc.get("hostname"), "draft": str(dest) if dest else None,
+                   "text": None if dest else text, "todo_required": required, "todo_optional": optional,
+                   **disc.summary(services, repos)})
+        return
+    if dest is None:
+        sys.stdout.write(text)
+        return
+    out.print(Text.assemble("wrote ", _bold(dest), f": {len(services)} service(s) found on {doc.get('hostname', host)}, "
+                            f"{len(repos)} repo(s); nothing was changed there"))
+    t = Table("service", "env file", "start", "health")
+    for s in services:
+        t.add_row(s.name, *(str(s.keys[k].value) if s.keys[k].known else "TODO" for k in ("env_file", "start", "health")))
+    out.print(t)
+    if required:
+        out.print(Text(f"{required} TODO (required) to fill in before envbisect can load it "
+                       f"(and {optional} optional); then: envbisect -p {dest} snapshot --label known-good", style="yellow"))
+    else:
+        out.print(f"{optional} TODO (optional) to look at; read the lines marked check:, then: "
+                  f"envbisect -p {dest} snapshot --label known-good")
+
+
 # --- snapshot ----------------------------------------------------------------------------------
 
 @app.command()
