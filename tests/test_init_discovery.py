@@ -268,6 +268,20 @@ def test_init_on_sglang_launch_server_started_by_a_foreground_script(tmp_path, s
     assert r.returncode == 0, r.stderr
     snap = json.loads(r.stdout)
     assert str(a["checkout"]) in list(snap["hosts"].values())[0]["repos"]
+
+    # the host named by an Ansible inventory: the draft keeps naming it that way
+    inv = tmp_path / "inventory.json"
+    inv.write_text(json.dumps({"_meta": {"hostvars": {"gpu1": {"ansible_host": sshd.alias}}},
+                               "all": {"children": ["ungrouped"]}, "ungrouped": {"hosts": ["gpu1"]}}))
+    out2 = tmp_path / "from-inventory.toml"
+    r = run("--ssh-config", cfg, "--inventory", str(inv), "init", "--host", "gpu1", "--python", sys.executable,
+            "--under", str(a["root"]), "--out", str(out2))
+    assert r.returncode == 0, r.stderr
+    out2.write_text(fill_required(out2.read_text()))
+    pb2 = load_playbook(out2)
+    assert pb2.hosts["gpu1"].inventory == "gpu1" and pb2.inventory_file == str(inv)
+    r = run("-p", str(out2), "--store", str(tmp_path / "store2"), "--ssh-config", cfg, "snapshot")
+    assert r.returncode == 0, r.stderr  # bound through the [inventory] file the draft names
     assert all(s["proc"].poll() is None for s in stacks)
 
 
