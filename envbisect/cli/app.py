@@ -698,7 +698,7 @@ def demo(keep: bool = typer.Option(False, "--keep", help="Leave the demo deploym
     """Run snapshot -> diff -> bisect on a built-in simulated SGLang PD deployment (real sglang-router)."""
     import time as _time
 
-    from envbisect.cli.app import demo as demo_mod
+    from envbisect.cli import demo as demo_mod
     from envbisect.runs.bisect import BisectOptions, BisectRun
     from envbisect.runs.deployment import Deployment
 
