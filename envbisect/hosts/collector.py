@@ -2,20 +2,16 @@
 on every host in one round trip and its answer becomes the typed state (envbisect.state.snapshot)."""
 from __future__ import annotations
 
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
 from typing import Any, Callable, Mapping
 
-from envbisect.errors import ConnectionFailed, EnvbisectError, RemoteError
+from envbisect.errors import ConnectionFailed, EnvbisectError
+from envbisect.hosts.hostops import run_agent
 from envbisect.hosts.transport import Transport
 from envbisect.inputs.playbook import Playbook
 from envbisect.state.snapshot import HostState, Snapshot, host_state_from_raw, new_snapshot_id
 
-
-def _collector_source() -> str:
-    return resources.files("envbisect").joinpath("hosts/agent/collect.py").read_text()
 
 def collect_host(playbook: Playbook, host: str, transport: Transport, *, since: float | None = None,
                  log_from: Mapping[str, str] | None = None, clock_only: bool = False) -> HostState:
@@ -31,13 +27,7 @@ def collect_host(playbook: Playbook, host: str, transport: Transport, *, since: 
         "backups": list(playbook.backups),
         "clock_only": clock_only,
     }
-    res = transport.run_python(_collector_source(), stdin=json.dumps(req).encode(), timeout=120)
-    if not res.ok:
-        raise RemoteError(f"{host}: snapshot collector failed ({transport.python}): {res.stderr_line()}")
-    try:
-        raw = json.loads(res.stdout)
-    except ValueError:
-        raise RemoteError(f"{host}: snapshot collector printed something that is not JSON: {res.stdout[:80]!r}") from None
+    raw = run_agent(transport, "collect.py", req, what="snapshot collector")
     return host_state_from_raw(host, raw, {s.name: s.env_file for s in services})
 
 def for_each_host(playbook: Playbook, transports: Mapping[str, Transport],

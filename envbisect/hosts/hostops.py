@@ -1,4 +1,5 @@
-"""Local side of envbisect/remote/hostops.py: batched host operations in one round trip."""
+"""Controller side of the agent scripts (envbisect/hosts/agent/): one round trip each, JSON in and
+out; and batched host operations (agent/hostops.py) in one round trip."""
 from __future__ import annotations
 
 import base64
@@ -11,22 +12,33 @@ from envbisect.errors import HostConflict, LockLost, RemoteError
 from envbisect.hosts.transport import Transport
 
 
-@lru_cache(maxsize=1)
-def _source() -> str:
-    return resources.files("envbisect").joinpath("hosts/agent/hostops.py").read_text()
+@lru_cache(maxsize=None)
+def agent_source(name: str) -> str:
+    """The text of agent script `name` (e.g. "collect.py"), sent to a host as `python3 -c`."""
+    return resources.files("envbisect").joinpath("hosts/agent", name).read_text()
+
+
+def run_agent(transport: Transport, name: str, request: Mapping[str, Any], *, what: str,
+              timeout: float = 120) -> dict[str, Any]:
+    """Run agent script `name` on the host with `request` as JSON on stdin; its JSON answer. A
+    failure or an answer that is not a JSON object is a RemoteError naming the host and `what`."""
+    res = transport.run_python(agent_source(name), stdin=json.dumps(request).encode(), timeout=timeout)
+    if not res.ok:
+        raise RemoteError(f"{transport.host}: {what} failed ({transport.python}): {res.stderr_line()}")
+    try:
+        doc = json.loads(res.stdout)
+    except ValueError:
+        raise RemoteError(f"{transport.host}: {what} printed something that is not JSON: {res.stdout[:80]!r}") from None
+    if not isinstance(doc, dict):
+        raise RemoteError(f"{transport.host}: {what} answered an unexpected document")
+    return doc
 
 
 def run_ops(transport: Transport, ops: Sequence[Mapping[str, Any]], *, timeout: float = 120) -> list[dict[str, Any]]:
     """Run ops in order on the host; raises RemoteError with the host's one-line reason on the first failure."""
     if not ops:
         return []
-    res = transport.run_python(_source(), stdin=json.dumps({"ops": list(ops)}).encode(), timeout=timeout)
-    if not res.ok:
-        raise RemoteError(f"{transport.host}: host operation failed: {res.stderr_line()}")
-    try:
-        doc = json.loads(res.stdout)
-    except ValueError:
-        raise RemoteError(f"{transport.host}: unexpected output from host operation: {res.stdout[:80]!r}") from None
+    doc = run_agent(transport, "hostops.py", {"ops": list(ops)}, what="host operation", timeout=timeout)
     if doc.get("conflict"):
         c = doc["conflict"]
         cls = LockLost if c.get("lock_lost") else HostConflict

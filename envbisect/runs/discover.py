@@ -27,11 +27,11 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from envbisect.errors import RemoteError, UsageError
+from envbisect.hosts.hostops import run_agent
 from envbisect.hosts.transport import Transport
 
 MATCHERS: tuple[dict[str, Any], ...] = (
@@ -54,10 +54,6 @@ ROLE_ORDER = {"prefill": 0, "decode": 1, "server": 2, "router": 3}
 ANY_ADDR = ("0.0.0.0", "::", "", "*", "[::]")
 
 
-def _agent_source() -> str:
-    return resources.files("envbisect").joinpath("hosts/agent/discover.py").read_text()
-
-
 def matchers(extra: Sequence[str] = ()) -> list[dict[str, Any]]:
     out = [dict(m) for m in MATCHERS]
     for i, rx in enumerate(extra):
@@ -75,14 +71,8 @@ def scan(transport: Transport, extra_match: Sequence[str] = ()) -> dict[str, Any
     """One round trip: the agent's findings on the host (see envbisect/hosts/agent/discover.py)."""
     req = {"matchers": [{k: v for k, v in m.items() if k in ("name", "kind", "regex", "markers", "log_listen")}
                         for m in matchers(extra_match)]}
-    res = transport.run_python(_agent_source(), stdin=json.dumps(req).encode(), timeout=120)
-    if not res.ok:
-        raise RemoteError(f"{transport.host}: discovery failed ({transport.python}): {res.stderr_line()}")
-    try:
-        doc = json.loads(res.stdout)
-    except ValueError:
-        raise RemoteError(f"{transport.host}: discovery printed something that is not JSON: {res.stdout[:80]!r}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("processes"), list):
+    doc = run_agent(transport, "discover.py", req, what="discovery")
+    if not isinstance(doc.get("processes"), list):
         raise RemoteError(f"{transport.host}: discovery answered an unexpected document")
     return doc
 

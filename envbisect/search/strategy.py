@@ -240,10 +240,15 @@ class Search(VerdictWriter):
             return self.max_probes
         return self._runs_for(pb, post.q_given_bad(mask), post.qs)
 
+    @staticmethod
+    def _doubt_after(pb: float, qd: Sequence[float], qs: Sequence[float], r: int) -> float:
+        """P(config bad | it passed r runs), for a prior pb of bad and the belief qd over q."""
+        lucky = sum(p * q**r for q, p in zip(qs, qd))
+        return pb * lucky / (pb * lucky + (1 - pb))
+
     def _runs_for(self, pb: float, qd: Sequence[float], qs: Sequence[float]) -> int:
         for r in range(self.base_probes, self.max_probes + 1):
-            lucky = sum(p * q**r for q, p in zip(qs, qd))
-            if pb * lucky / (pb * lucky + (1 - pb)) <= self._tau:
+            if self._doubt_after(pb, qd, qs, r) <= self._tau:
                 return r
         return self.max_probes
 
@@ -560,8 +565,7 @@ class Search(VerdictWriter):
                     continue  # policy fast: inferred, and the explanation says so
                 return TrialRequest(frozenset([name]), runs, f"confirm: does {name} break the stack alone?",
                                     kind=TrialKind.CONFIRM)
-            lucky = sum(p * q**passes for q, p in zip(post.qs, qd))
-            if lucky / (lucky + 1.0) > self._tau:
+            if self._doubt_after(0.5, qd, post.qs, passes) > self._tau:
                 ev = self._evidence.get(1 << u)
                 if ev is not None and ev.passes >= self._retest_cap:
                     continue
