@@ -36,7 +36,7 @@ from typing import Callable, Iterable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from envbisect.search import POLICIES, Observation, Policy, Verdict, restart_bound  # noqa: E402
+from envbisect.search import POLICIES, Observation, Policy, Verdict  # noqa: E402
 
 NS = (2, 4, 8, 13, 16, 32, 64)
 MAX_PAIRS = 700  # per (scenario, n): pairs beyond this are sampled with a fixed stride

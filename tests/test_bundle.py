@@ -181,7 +181,7 @@ def test_markdown_report_tells_the_story(run):
     for heading in ("## The question", "## What changed (deltas)", "## Premise checks", "## Timeline", "## Trials",
                     "## Verdict", "## End state", "## Environment and versions"):
         assert heading in md
-    assert f"**Verdict: culprit**" in md and CULPRIT in md
+    assert "**Verdict: culprit**" in md and CULPRIT in md
     assert "Reproduced: the current configuration" in md and "The baseline (no deltas) passes" in md
     assert md.count("### Trial ") == len(run.result.trials)
     assert "restoring the original files and co-restarting" in md  # the timeline has the end state

@@ -116,9 +116,8 @@ def test_init_drafts_the_simulated_deployment_over_sshd_and_changes_nothing(tmp_
     assert procs["router"] == "unknown"  # running, but the router blanks its /proc/PID/environ
     r = run("-p", str(out), "--store", str(store), "--ssh-config", cfg, "verify", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
-    # (snapshot runs `git status`, which may refresh the repo's .git/index stat cache: not init's doing)
-    no_git = lambda fp: {k: v for k, v in fp.items() if ".git" not in Path(k).parts}  # noqa: E731
-    assert no_git(fingerprint(sim.root)) == no_git(before) and sim.running_pids() == pids
+    # .git included: the snapshot's `git status` must not refresh the checkout's index either
+    assert fingerprint(sim.root) == before and sim.running_pids() == pids
 
 
 FAKE_SERVER = '''\
@@ -168,9 +167,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_stack(root: Path, port: int) -> dict:
+def make_stack(root: Path, port: int, launcher: list[str] | None = None) -> dict:
     """A checkout holding the `sglang` package, an env file, and a start script that sources it and
-    runs the server in the foreground (it stays the server's parent)."""
+    runs the server in the foreground (it stays the server's parent). `launcher` is what runs
+    `bash start-server.sh` (a CI job, a harness): by default the test process itself."""
     checkout = root / "checkout"
     pkg = checkout / "python" / "sglang"
     pkg.mkdir(parents=True)
@@ -198,7 +198,7 @@ def make_stack(root: Path, port: int) -> dict:
     stop = root / "stop-server.sh"
     stop.write_text(f"#!/usr/bin/env bash\npkill -f -- 'sglang.launch_server --host 127.0.0.1 --port {port} ' || true\n")
     stop.chmod(0o755)
-    p = subprocess.Popen(["bash", str(start)], cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    p = subprocess.Popen([*(launcher or []), "bash", str(start)], cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 20
     while True:
@@ -283,6 +283,35 @@ def test_init_on_sglang_launch_server_started_by_a_foreground_script(tmp_path, s
     r = run("-p", str(out2), "--store", str(tmp_path / "store2"), "--ssh-config", cfg, "snapshot")
     assert r.returncode == 0, r.stderr  # bound through the [inventory] file the draft names
     assert all(s["proc"].poll() is None for s in stacks)
+
+
+def test_init_does_not_take_the_repo_of_whatever_started_the_start_script(tmp_path, sshd):
+    """The chain of CI: `bash ci/run.sh` in a checkout of its own runs a Python harness, which runs
+    `bash start-server.sh`, which runs the server. Only the shells that start the server itself are
+    its start scripts: a shell above a program that is not a shell or a wrapper (nohup, sudo...)
+    started that program, not the server, and its checkout is not the server's code."""
+    ci = tmp_path / "ci-checkout"
+    (ci / "ci").mkdir(parents=True)
+    harness = ci / "ci" / "run.sh"
+    harness.write_text(f'#!/usr/bin/env bash\ncd "$(dirname "$0")/.."\nexec {sys.executable} -c '
+                       '"import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))" "$@"\n')
+    harness.chmod(0o755)
+    git(ci, "init", "-q", "-b", "main")
+    git(ci, "add", ".")
+    git(ci, "commit", "-qm", "ci")
+    # bash run.sh stays the harness's parent: no exec in a subshell, so the chain is
+    # bash run.sh -> python harness -> bash start-server.sh -> python -m sglang.launch_server
+    harness.write_text(harness.read_text().replace("exec ", ""))
+    stack = make_stack(tmp_path / "stack", free_port(), launcher=["bash", str(harness)])
+    try:
+        r = run("--ssh-config", str(sshd.ssh_config), "init", "--host", sshd.alias, "--python", sys.executable,
+                "--under", str(stack["root"]), "--out", "-", "--json")
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert [x["path"] for x in doc["repos"]] == [str(stack["checkout"])], doc["repos"]
+    finally:
+        os.killpg(stack["proc"].pid, signal.SIGTERM)
+        stack["proc"].wait(timeout=10)
 
 
 def test_init_errors_are_one_line(tmp_path, sshd, stacks):

@@ -684,7 +684,7 @@ def restore(ctx: typer.Context,
         out.print(f"restored {res['files']} file(s) and {res['repos']} repo(s) from run {res['run']}; "
                   f"co-restart: {res['co_restart']}")
         if res["conflicts"]:
-            out.print(f"left as found (changed by someone else during the run): "
+            out.print("left as found (changed by someone else during the run): "
                       + ", ".join(f"{c['host']}:{c['path']}" for c in res["conflicts"]))
     else:
         out.print(res["reason"])

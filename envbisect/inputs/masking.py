@@ -198,7 +198,7 @@ _SQ = r"'(?P<sq>[^'\n]*)'"
 _KV_FORMS: tuple[tuple[re.Pattern[str], re.Pattern[str], str], ...] = (
     # "NAME": "VALUE" / 'NAME': 'VALUE' / "NAME": 123  (JSON, Python repr)
     (
-        re.compile(rf"(?P<q>[\"'])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=q)\s*:\s*"),
+        re.compile(r"(?P<q>[\"'])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=q)\s*:\s*"),
         re.compile(
             r'"(?P<dq>(?:[^"\\]|\\.)*)"'
             r"|'(?P<sq>(?:[^'\\]|\\.)*)'"

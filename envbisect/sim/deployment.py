@@ -548,7 +548,7 @@ def _playbook(root: Path, ssh: str, ports: dict[str, int], python: str, with_rep
     out = [
         "# Playbook of the simulated SGLang PD deployment (envbisect.sim.deployment.build).",
         "[deployment]",
-        f'name = "sim-pd"',
+        'name = "sim-pd"',
         "",
         "[hosts.node1]",
         f"ssh = {_toml_str(ssh)}",

@@ -102,8 +102,13 @@ def walk(root):
     return found
 
 
+# A snapshot only reads: without this, `git status` refreshes .git/index (its stat cache) and so
+# writes into the operator's checkout, and takes index.lock, racing a `git pull` running there.
+GIT_ENV = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
+
+
 def git(repo, *args):
-    p = subprocess.run(["git", "-C", repo] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.run(["git", "-C", repo] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=GIT_ENV)
     return p.returncode, p.stdout.decode("utf-8", "replace").strip(), p.stderr.decode("utf-8", "replace").strip()
 
 
@@ -117,8 +122,9 @@ def repo_state(path, log_from):
     rc, status, _ = git(path, "status", "--porcelain", "--untracked-files=no")
     out["dirty"] = bool(status)
     out["dirty_files"] = [line[3:] for line in status.splitlines()][:50]
-    rc, desc, _ = git(path, "describe", "--always", "--tags", "--dirty")
-    out["describe"] = desc if rc == 0 else None
+    # not `describe --dirty`: it refreshes the index whatever GIT_OPTIONAL_LOCKS says
+    rc, desc, _ = git(path, "describe", "--always", "--tags")
+    out["describe"] = (desc + ("-dirty" if status else "")) if rc == 0 else None
     if log_from and log_from != head:
         rc, log, _ = git(path, "log", "--format=%H %s", "--max-count=50", log_from + ".." + head)
         out["log_since"] = {"from": log_from, "commits": log.splitlines() if rc == 0 else []}
@@ -158,7 +164,8 @@ def git_fallback(path):
     rc, commit, _ = git(top, "log", "-1", "--format=%H", "--until=@%d" % int(SINCE), "--", rel)
     if rc != 0 or not commit:
         return {"repo": top, "commit": None}
-    p = subprocess.run(["git", "-C", top, "show", commit + ":" + rel], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.run(["git", "-C", top, "show", commit + ":" + rel], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       env=GIT_ENV)
     if p.returncode != 0:
         return {"repo": top, "commit": commit, "absent": True}
     return {"repo": top, "commit": commit, "content_b64": b64(p.stdout[:MAX]), "sha256": hashlib.sha256(p.stdout).hexdigest()}

@@ -512,6 +512,9 @@ def unit_file(unit, user, home):
 # --- the processes ---------------------------------------------------------------------------
 
 WRAPPERS = SHELLS + ("sudo", "su", "runuser", "doas", "tmux", "screen", "nohup", "setsid", "timeout", "env")
+# what may stand between a start script and the server it starts
+PASS_THROUGH = WRAPPERS + ("stdbuf", "numactl", "taskset", "nice", "ionice", "chrt", "tini", "dumb-init",
+                           "start-stop-daemon", "flock", "script")
 
 
 def match(argv):
@@ -620,7 +623,12 @@ def process(pid, m, all_matched):
         if p in all_matched:
             out["child_of"] = p
         anc.append({"pid": p, "argv0": os.path.basename(a[0]) if a else None})
-        if a and os.path.basename(a[0]).rstrip("0123456789.") in SHELLS:
+        base = os.path.basename(a[0]).rstrip("0123456789.") if a else ""
+        if base not in PASS_THROUGH:
+            # a program that is neither a shell nor a wrapper (a CI harness, a supervisor written
+            # in Python) started what is below it: the shells above it did not start the server
+            break
+        if base in SHELLS:
             rest = [x for x in a[1:] if not x.startswith("-") or x == "-c"]
             if "-c" in a[1:]:
                 i = a.index("-c")

@@ -48,7 +48,7 @@ def file_sha(path):
 
 def repo_state(repo):
     head = git(repo, "rev-parse", "--verify", "HEAD")
-    p = subprocess.run(["git", "-C", repo, "symbolic-ref", "-q", "HEAD"], stdout=subprocess.PIPE)
+    p = subprocess.run(["git", "-C", repo, "symbolic-ref", "-q", "HEAD"], stdout=subprocess.PIPE, env=GIT_ENV)
     return [head, p.stdout.decode().strip() or None]
 
 
@@ -74,8 +74,12 @@ def owner_problem(path, st):
     return None
 
 
+# reads (rev-parse, status) must not refresh the operator's index; a checkout still takes its lock
+GIT_ENV = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
+
+
 def git(repo, *args):
-    p = subprocess.run(["git", "-C", repo] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.run(["git", "-C", repo] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=GIT_ENV)
     if p.returncode != 0:
         raise OpError("git %s in %s: %s" % (args[0], repo, (p.stderr.decode("utf-8", "replace").strip().splitlines() or ["failed"])[-1]))
     return p.stdout.decode("utf-8", "replace").strip()
