@@ -423,7 +423,7 @@ from envbisect.hosts.journal import HostEditor
 from envbisect.inputs.playbook import load_playbook
 from envbisect.hosts.transport import LocalTransport
 pb_path, path, run_dir, home = sys.argv[1:5]
-H.agent_source("hostops.py")  # everything read from the (root-only) install is read before the uid changes
+H.agent_source("hostops.py"), H.agent_source("server.py")  # everything read from the (root-only) install is read before the uid changes
 pb = load_playbook(pb_path)
 os.environ["HOME"] = home
 os.setgroups([])

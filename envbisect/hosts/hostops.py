@@ -4,25 +4,20 @@ from __future__ import annotations
 
 import base64
 import json
-from functools import lru_cache
-from importlib import resources
 from typing import Any, Mapping, Sequence
 
 from envbisect.errors import HostConflict, LockLost, RemoteError
+from envbisect.hosts.session import agent_source
 from envbisect.hosts.transport import Transport
 
-
-@lru_cache(maxsize=None)
-def agent_source(name: str) -> str:
-    """The text of agent script `name` (e.g. "collect.py"), sent to a host as `python3 -c`."""
-    return resources.files("envbisect").joinpath("hosts/agent", name).read_text()
+__all__ = ["agent_source", "run_agent", "run_ops", "b64", "unb64"]
 
 
 def run_agent(transport: Transport, name: str, request: Mapping[str, Any], *, what: str,
               timeout: float = 120) -> dict[str, Any]:
     """Run agent script `name` on the host with `request` as JSON on stdin; its JSON answer. A
     failure or an answer that is not a JSON object is a RemoteError naming the host and `what`."""
-    res = transport.run_python(agent_source(name), stdin=json.dumps(request).encode(), timeout=timeout)
+    res = transport.run_agent_script(name, agent_source(name), stdin=json.dumps(request).encode(), timeout=timeout)
     if not res.ok:
         raise RemoteError(f"{transport.host}: {what} failed ({transport.python}): {res.stderr_line()}")
     try:

@@ -14,6 +14,7 @@ import shlex
 import socket
 import subprocess
 import threading
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -25,6 +26,7 @@ from envbisect.hosts import sshconfig
 from envbisect.errors import ConnectionFailed, HostKeyError, RemoteError
 from envbisect.inputs.playbook import Host
 from envbisect.hosts.sshconfig import Jump
+from envbisect.hosts.session import AgentSession, SessionDied, agent_source
 
 log = logging.getLogger("envbisect.hosts.transport")
 
@@ -63,6 +65,42 @@ class Transport:
         cmd = " ".join([shlex.quote(self.python), "-c", shlex.quote(script), *map(shlex.quote, args)])
         return self.run(cmd, stdin=stdin, timeout=timeout)
 
+    def run_agent_script(self, name: str, source: str, *, stdin: bytes = b"", timeout: float | None = None) -> CommandResult:
+        """Run one of envbisect's agent scripts (stdlib Python, JSON on stdin) as `run_python`
+        would, through this connection's persistent agent when it has one: one message on an
+        open channel instead of a new channel and a Python start-up on the host."""
+        session = self._agent_session()
+        if session is None:
+            return self.run_python(source, stdin=stdin, timeout=timeout)
+        self.round_trips += 1
+        log.debug("%s: round trip %d: agent %s", self.host, self.round_trips, name)
+        try:
+            reply = session.call(name, source, stdin.decode("utf-8"), timeout)
+        except SessionDied as e:
+            if not self.alive():
+                raise RemoteError(f"{self.host}: lost the ssh connection") from None
+            return CommandResult(e.reply.exit_code, e.reply.stdout, e.reply.stderr)
+        return CommandResult(reply.exit_code, reply.stdout, reply.stderr)
+
+    def _agent_session(self) -> AgentSession | None:
+        """The persistent agent, started on first use; None: run each script as its own command."""
+        if os.environ.get("ENVBISECT_ONE_SHOT_AGENT"):  # for measuring what the session saves
+            return None
+        if getattr(self, "_session", None) is None:
+            self._session = AgentSession(self.host, self._open_agent_stream)
+        return self._session
+
+    def _agent_command(self) -> str:
+        return " ".join([shlex.quote(self.python), "-u", "-c", shlex.quote(agent_source("server.py"))])
+
+    def _open_agent_stream(self):  # noqa: ANN202 - an AgentStream
+        raise NotImplementedError
+
+    def _close_agent(self) -> None:
+        session = getattr(self, "_session", None)
+        if session is not None:
+            session.close()
+
     def check(self, command: str, *, stdin: bytes | None = None, timeout: float | None = None, what: str = "") -> CommandResult:
         res = self.run(command, stdin=stdin, timeout=timeout)
         if not res.ok:
@@ -91,10 +129,81 @@ class Transport:
         self.close()
 
 
+class _StderrTail:
+    """The last bytes an agent wrote to stderr (read on a thread: a full pipe would stall it)."""
+
+    def __init__(self, read: "callable") -> None:  # type: ignore[valid-type]
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+
+        def drain() -> None:
+            try:
+                while True:
+                    chunk = read(65536)
+                    if not chunk:
+                        return
+                    self._chunks.append(chunk)
+                    self._size += len(chunk)
+                    while self._size > 65536 and len(self._chunks) > 1:
+                        self._size -= len(self._chunks.popleft())
+            except Exception:  # noqa: BLE001 - a closed stream ends the drain
+                return
+
+        self._thread = threading.Thread(target=drain, daemon=True)
+        self._thread.start()
+
+    def get(self, wait_s: float = 0.5) -> bytes:
+        self._thread.join(wait_s)
+        return b"".join(self._chunks)
+
+
+class _ProcessStream:
+    """The persistent agent as a local process (LocalTransport)."""
+
+    def __init__(self, command: str):
+        self.p = subprocess.Popen(["bash", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, start_new_session=True)
+        self._err = _StderrTail(self.p.stderr.read1)  # type: ignore[union-attr]
+
+    def send(self, data: bytes) -> None:
+        assert self.p.stdin is not None
+        self.p.stdin.write(data)
+        self.p.stdin.flush()
+
+    def readline(self) -> bytes:
+        assert self.p.stdout is not None
+        return self.p.stdout.readline()
+
+    def stderr_tail(self) -> bytes:
+        return self._err.get()
+
+    def exit_status(self, wait_s: float) -> int | None:
+        try:
+            return self.p.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.p.stdin.close()  # type: ignore[union-attr]
+        try:
+            self.p.wait(1.0)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(self.p.pid, 9)
+            self.p.wait(5)
+
+
 class LocalTransport(Transport):
     def __init__(self, host: str = "local", python: str = "python3"):
         super().__init__()
         self.host, self.python = host, python
+
+    def _open_agent_stream(self) -> _ProcessStream:
+        return _ProcessStream(self._agent_command())
+
+    def close(self) -> None:
+        self._close_agent()
 
     def _run(self, command: str, *, stdin: bytes | None, timeout: float | None) -> CommandResult:
         try:
@@ -564,6 +673,16 @@ class SSHTransport(Transport):
             raise ConnectionFailed(f"{self.host} ({t.display}): {self._proxy_failure() or f'ssh error: {e}'}") from None
 
     # commands -----------------------------------------------------------------------------
+    def _open_agent_stream(self) -> "_ChannelStream":
+        if not self.alive():
+            raise RemoteError(f"{self.host}: lost the ssh connection")
+        try:
+            chan = self.client.get_transport().open_session(timeout=self.target.connect_timeout)
+            chan.exec_command(self._agent_command())
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise RemoteError(f"{self.host}: lost the ssh connection: {e or type(e).__name__}") from None
+        return _ChannelStream(chan)
+
     def alive(self) -> bool:
         t = self.client.get_transport()
         return t is not None and t.is_active()
@@ -657,9 +776,39 @@ class SSHTransport(Transport):
             listener.close()
 
     def close(self) -> None:
+        self._close_agent()
         with contextlib.suppress(Exception):
             self.client.close()
         self._close_path()
+
+
+class _ChannelStream:
+    """The persistent agent on an SSH exec channel."""
+
+    def __init__(self, chan: paramiko.Channel):
+        self.chan = chan
+        self._out = chan.makefile("rb")
+        self._err = _StderrTail(chan.recv_stderr)
+
+    def send(self, data: bytes) -> None:
+        self.chan.sendall(data)
+
+    def readline(self) -> bytes:
+        return self._out.readline()
+
+    def stderr_tail(self) -> bytes:
+        return self._err.get()
+
+    def exit_status(self, wait_s: float) -> int | None:
+        if self.chan.status_event.wait(wait_s):
+            return self.chan.exit_status
+        return None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.chan.shutdown_write()  # end of input: the agent exits
+        with contextlib.suppress(Exception):
+            self.chan.close()
 
 
 def connect(host: Host, *, ssh_config: str | Path | None = None, accept_new_host_key: bool = False,

@@ -209,18 +209,38 @@ class TrialRunner:
 
 def capture_evidence(playbook: Playbook, transports: Mapping[str, Transport], out: Path) -> None:
     """Log tail and /metrics of every service, right after a trial. Best effort: evidence must
-    never turn a trial into a failure. Written raw (0600); the bundle redacts secrets."""
-    from envbisect.hosts.restart import fetch, log_tail
+    never turn a trial into a failure. Written raw (0600); the bundle redacts secrets. The log
+    tails of one host come in one round trip."""
+    from envbisect.hosts.hostops import run_ops, unb64
+    from envbisect.hosts.restart import fetch
     from envbisect.state.store import write_private
 
+    def failed(name: str, e: BaseException) -> None:
+        write_private(out / f"{name}.error.txt", f"{type(e).__name__}: {e}".encode())
+
+    by_host: dict[str, list[str]] = {}
+    for name, s in playbook.services.items():
+        if s.log and s.host in transports:
+            by_host.setdefault(s.host, []).append(name)
+    for host, names in by_host.items():
+        paths = sorted({playbook.services[n].log for n in names})
+        try:
+            got = run_ops(transports[host], [{"op": "tail", "paths": paths, "bytes": 16384}])[0]
+        except Exception as e:  # noqa: BLE001 - evidence is best effort
+            for n in names:
+                failed(n, e)
+            continue
+        for n in names:
+            data = unb64(got.get(playbook.services[n].log)) or b""
+            try:
+                write_private(out / f"{n}.log.txt", data.decode("utf-8", "replace").encode())
+            except OSError as e:
+                failed(n, e)
     for name, s in playbook.services.items():
         t = transports.get(s.host)
-        if t is None:
+        if t is None or not s.metrics:
             continue
         try:
-            if s.log:
-                write_private(out / f"{name}.log.txt", log_tail(t, s, 16384).encode())
-            if s.metrics:
-                write_private(out / f"{name}.metrics.txt", fetch(t, s.metrics).text.encode())
-        except (RemoteError, OSError, Exception) as e:  # noqa: BLE001 - evidence is best effort
-            write_private(out / f"{name}.error.txt", f"{type(e).__name__}: {e}".encode())
+            write_private(out / f"{name}.metrics.txt", fetch(t, s.metrics).text.encode())
+        except Exception as e:  # noqa: BLE001 - evidence is best effort
+            failed(name, e)
