@@ -83,13 +83,14 @@ class Profiler:
         self._rt = 0
         self._rt_lock = threading.Lock()
 
-    def count_trip(self, fn):  # noqa: ANN001
+    def count_trip(self, fn, when=lambda: True):  # noqa: ANN001
         prof = self
 
         @functools.wraps(fn)
         def wrapper(*a, **kw):  # noqa: ANN002, ANN003
-            with prof._rt_lock:
-                prof._rt += 1
+            if when():
+                with prof._rt_lock:
+                    prof._rt += 1
             return fn(*a, **kw)
         return wrapper
 
@@ -128,8 +129,13 @@ class Profiler:
             (eb_bisect, "capture_environment", "setup"), (eb_bisect.BisectRun, "_save_run", "setup"),
             (eb_journal.HostEditor, "restore", "restore"),
         ]
-        saved = [(eb_transport.Transport, "run", eb_transport.Transport.__dict__["run"])]
+        saved = [(eb_transport.Transport, "run", eb_transport.Transport.__dict__["run"]),
+                 (eb_transport.Transport, "run_agent_script", eb_transport.Transport.__dict__["run_agent_script"])]
         eb_transport.Transport.run = self.count_trip(eb_transport.Transport.run)
+        # a message to the persistent agent is a round trip too (without one, the script's own
+        # run() is counted instead)
+        eb_transport.Transport.run_agent_script = self.count_trip(
+            eb_transport.Transport.run_agent_script, when=lambda: not os.environ.get("ENVBISECT_ONE_SHOT_AGENT"))
         for owner, name, cat in patches:
             orig = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
             saved.append((owner, name, orig))
@@ -202,7 +208,8 @@ def calibrate(server, repeats: int = 10) -> dict:  # noqa: ANN001
     t = connect(Host("calib", server.alias, sys.executable), ssh_config=str(server.ssh_config), attempts=1)
     try:
         out = {}
-        for what, fn in (("true", lambda: t.run("true")), ("python", lambda: t.run_python("pass"))):
+        for what, fn in (("true", lambda: t.run("true")), ("python", lambda: t.run_python("pass")),
+                         ("agent", lambda: t.run_agent_script("pass.py", "pass"))):
             times = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
@@ -223,7 +230,7 @@ def measure(names=tuple(CASES), log=print) -> dict:  # noqa: ANN001
         try:
             calib = calibrate(server)
             log(f"  one SSH round trip now: {calib['true'] * 1000:.0f} ms (true), {calib['python'] * 1000:.0f} ms "
-                "(python start)")
+                f"(python start), {calib['agent'] * 1000:.1f} ms (a message to the persistent agent)")
             for name in names:
                 rows.append(run_case(d / name, server, name, log=log))
         finally:
@@ -255,7 +262,8 @@ def table(res: dict) -> str:
                "own = wall - restart - probe; setup/restore are once per run, spread over its trials")
     rt = res["round_trip_s"]
     out.append(f"one SSH round trip on this machine during the run: {rt['true'] * 1000:.0f} ms for `true`, "
-               f"{rt['python'] * 1000:.0f} ms for a Python start; load average {res['loadavg_1min_after']:.1f} "
+               f"{rt['python'] * 1000:.0f} ms for a Python start, {rt['agent'] * 1000:.1f} ms for a message to the "
+               f"persistent agent (what host operations use); load average {res['loadavg_1min_after']:.1f} "
                f"on {os.cpu_count()} cores")
     return "\n".join(out)
 
