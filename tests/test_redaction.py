@@ -173,15 +173,16 @@ def test_terminal_injection_escapes_and_markup_are_shown_not_obeyed(stack):
 
 def test_render_verdict_and_progress_survive_markup_and_escapes_in_any_field(monkeypatch):
     # rich markup in a value ("[/x]") crashed render_diff/render_verdict; escapes reached the terminal
-    from envbisect.cli import app as cli
     from envbisect.runs.bisect import BisectResult
     from envbisect.trials.diagnose import Layer, PathReport
     from envbisect.search import Verdict
     from envbisect.trials.runner import Trial
 
+    from envbisect.cli import render
+    from envbisect.cli.environment import Environment
+
     buf, ebuf = io.StringIO(), io.StringIO()
-    monkeypatch.setattr(cli.out, "file", buf)
-    monkeypatch.setattr(cli.err, "file", ebuf)
+    env = Environment(stdout=buf, stderr=ebuf)
     evil = "[/x] [bold]b[/bold] \x1b]0;pwned\x07 \x1b[2J :x: \u202e HF_TOKEN=abcdefgh123 " + GH
     trial = Trial(1, "premise " + evil, ("u",), ("u",), "fail", "reason " + evil)
     for kind in ("not-config", "not-reproduced", "inconclusive", "culprit"):
@@ -189,8 +190,8 @@ def test_render_verdict_and_progress_survive_markup_and_escapes_in_any_field(mon
         report = PathReport((Layer("layer " + evil, "http://x/[/y]", False, "reason " + evil),), "x", "end " + evil)
         result = BisectResult("r1", v, (trial,), "original", {"u": ("u[/x]",)}, report, ("drift " + evil,), None,
                               ("note " + evil,))
-        cli.render_verdict(result)
-    progress = cli._Progress(quiet=False)
+        render.render_verdict(env, result)
+    progress = render.Progress(env, quiet=False)
     progress("trial-start", {"n": 1, "purpose": evil, "config": [evil], "total_deltas": 2})
     progress("trial-end", {"trial": trial})
     progress("step", {"message": evil})
@@ -205,11 +206,11 @@ def test_debug_logs_are_redacted(monkeypatch, tmp_path):
     # -vv logs (ours and paramiko's) pass through the same masker as everything else
     import logging
 
-    from envbisect.cli import app as cli
+    from envbisect.cli.environment import Environment, RedactingFormatter
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(cli._RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(RedactingFormatter(Environment(), "%(levelname)s %(name)s: %(message)s"))
     log = logging.getLogger("envbisect.test-redaction")
     log.addHandler(handler)
     log.setLevel(logging.DEBUG)

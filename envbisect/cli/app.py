@@ -1,26 +1,27 @@
 """Command line: a thin layer over `envbisect.runs.deployment` and friends.
 
-This is the one place that maps errors to exit statuses and one-line messages (see errors.py), and
-the one place where output leaves the process: every byte written to the terminal (stdout, stderr,
-logs) goes through `shown()` -- the deployment's masker, then `masking.printable` -- and every
-`--json` document through the same masker (`emit_json`). See docs/safety.md.
+Each command parses its options, calls the library, hands the result to `cli.render` (people) or
+`Environment.emit_json` (machines), and returns an `ExitStatus`. `run(args, env)` is the one place
+that maps errors to exit statuses and one-line messages (see errors.py); everything a command
+writes goes through the `Environment` it was given (cli/environment.py), so it runs in-process
+against any streams. See docs/safety.md for what the environment's masker guarantees.
 """
 from __future__ import annotations
 
 import json
-import logging
 import sys
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from envbisect import __version__
+from envbisect.cli import render
+from envbisect.cli.environment import Environment
+from envbisect.cli.render import bold, when
 from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import EnvbisectError, ExitStatus, StoreError, UsageError
 from envbisect.inputs.masking import SecretMasker, printable
@@ -39,72 +40,6 @@ app = typer.Typer(
 )
 
 
-class _Output:
-    """What every output of this process is redacted with: the deployment's masker once a playbook
-    is loaded (built-in rules + [secrets] + the raw values it learns), the built-in rules before."""
-
-    masker: SecretMasker = SecretMasker()
-    store: Path | None = None  # where the crash log goes
-    traceback: bool = False  # --traceback
-
-
-def shown(text: Any, *, one_line: bool = False) -> str:
-    """The one helper between data and a terminal: secrets masked, escape sequences and control
-    characters made visible (`masking.printable`). ``one_line``: newlines too, for a value shown
-    inside a line (a value must not be able to fake the next line)."""
-    return printable(_Output.masker.redact_text("" if text is None else str(text)), keep_newlines=not one_line)
-
-
-def _shown_text(t: Text) -> Text:
-    """A rich `Text` through `shown()`, keeping its styles where the redaction allows."""
-    plain = t.plain
-    want = shown(plain)
-    if want == plain:
-        return t
-    cuts = sorted({sp.start for sp in t.spans} | {sp.end for sp in t.spans})
-    new = t.blank_copy()
-    for part in t.divide(cuts):
-        start = len(new)
-        new.append(shown(part.plain))
-        for sp in part.spans:
-            new.stylize(sp.style, start, len(new))
-    if new.plain != want:  # a secret across two styles: correctness over colour
-        new = t.blank_copy(want)
-    return new
-
-
-class SafeConsole(Console):
-    """A console that cannot be injected into or leak: markup and emoji codes are off (a value such
-    as ``[/x]`` or ``:x:`` is text, never style, and cannot crash the renderer), and every string and
-    `Text` it renders -- messages, table cells, progress lines -- goes through `shown()`."""
-
-    def __init__(self, **kw: Any):
-        super().__init__(markup=False, emoji=False, highlight=False, soft_wrap=True, **kw)
-
-    def render_str(self, text: str, **kw: Any) -> Text:  # every str: print() arguments, table cells
-        return super().render_str(shown(text), **kw)
-
-    def render(self, renderable: Any, options: Any = None) -> Any:  # every Text, however nested
-        if isinstance(renderable, Text):
-            renderable = _shown_text(renderable)
-        return super().render(renderable, options)
-
-
-def _bold(s: Any) -> tuple[str, str]:
-    return (str(s), "bold")
-
-
-out = SafeConsole()
-err = SafeConsole(stderr=True)
-
-
-class _RedactingFormatter(logging.Formatter):
-    """Log records (every verbosity, paramiko's too, tracebacks included) through `shown()`."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return shown(super().format(record))
-
-
 @dataclass
 class Options:
     playbook: Path
@@ -113,12 +48,13 @@ class Options:
     accept_new_host_key: bool
     connect_attempts: int
     inventory: Optional[str] = None
+    env: Environment = field(default_factory=Environment)
 
     def deployment(self) -> Deployment:
         dep = Deployment(load_playbook(self.playbook), Store(self.store),
                          ConnectOptions(self.ssh_config, self.accept_new_host_key, self.connect_attempts,
                                         inventory=self.inventory))
-        _Output.masker = dep.masker  # every output from now on learns what the deployment learns
+        self.env.masker = dep.masker  # every output from now on learns what the deployment learns
         return dep
 
     def masker(self, *, strict: bool = False) -> SecretMasker:
@@ -128,20 +64,26 @@ class Options:
         if self.playbook.exists():
             try:
                 pb = load_playbook(self.playbook)
-                _Output.masker = SecretMasker(pb.secret_names, pb.secret_values)
+                self.env.masker = SecretMasker(pb.secret_names, pb.secret_values)
             except EnvbisectError:
                 if strict:
                     raise
-        return _Output.masker
+        return self.env.masker
 
 
 def _opts(ctx: typer.Context) -> Options:
     return ctx.ensure_object(Options)  # type: ignore[return-value]
 
 
-def _print_version(value: bool) -> None:
+def _env(ctx: typer.Context) -> Environment:
+    """The Environment `run()` was given (before the callback: the context's obj itself)."""
+    obj = ctx.find_root().obj
+    return obj.env if isinstance(obj, Options) else obj if isinstance(obj, Environment) else Environment()
+
+
+def _print_version(ctx: typer.Context, value: bool) -> None:
     if value:  # eager: works without a command
-        out.print(f"envbisect {__version__}")
+        _env(ctx).out.print(f"envbisect {__version__}")
         raise typer.Exit(0)
 
 
@@ -166,30 +108,10 @@ def _main(
     version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
                                  help="Print the version and exit."),
 ) -> None:
-    _Output.store, _Output.traceback = store, traceback or _Output.traceback
-    level = logging.WARNING - 10 * min(verbose, 2)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler], force=True)
-    if verbose < 2:
-        logging.getLogger("paramiko").setLevel(logging.WARNING)
-    ctx.obj = Options(playbook, store, ssh_config, accept_new_host_key, connect_attempts, inventory)
-
-
-def emit_json(doc: Any) -> None:
-    """`--json` output: the document through the same masker as everything else (ASCII JSON, so no
-    control character reaches the terminal raw)."""
-    plain = json.loads(json.dumps(doc, default=str))  # dataclasses, paths, ... as the strings they print as
-    sys.stdout.write(json.dumps(_Output.masker.redact_obj(plain), indent=2, sort_keys=False) + "\n")
-
-
-def _when(t: float | None) -> str:
-    if t is None:
-        return "?"
-    try:
-        return datetime.fromtimestamp(t, timezone.utc).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-    except (OverflowError, OSError, ValueError, TypeError):  # a damaged record, or --since 0001-01-01
-        return str(t)
+    env = _env(ctx)
+    env.store, env.traceback = store, traceback or env.traceback
+    env.configure_logging(verbose)
+    ctx.obj = Options(playbook, store, ssh_config, accept_new_host_key, connect_attempts, inventory, env)
 
 
 # --- init --------------------------------------------------------------------------------------
@@ -207,8 +129,9 @@ def init(ctx: typer.Context,
          match: List[str] = typer.Option([], "--match", help="Also count processes whose command line matches "
                                                              "this regex as SGLang servers (your own launcher)."),
          force: bool = typer.Option(False, "--force", help="Replace an existing file."),
-         as_json: bool = typer.Option(False, "--json")) -> None:
+         as_json: bool = typer.Option(False, "--json")) -> int:
     """Write a commented playbook draft from the SGLang servers and routers running on HOST (changes nothing there)."""
+    env = _env(ctx)
     import tomllib
 
     from envbisect.hosts.inventory import bind_inventory
@@ -241,29 +164,29 @@ def init(ctx: typer.Context,
         doc, services, repos, host=key, ssh=None if o.inventory else host, inventory_host=host if o.inventory else None,
         inventory_file=inventory_file, python=target.python or "python3", name=name,
         command=f"init --host {host}" + (f" --under {under}" if under else ""))
-    text = _Output.masker.redact_text(text)
+    text = env.masker.redact_text(text)
     tomllib.loads(text)  # a draft that is not TOML would be a bug
     if dest is not None:
         disc.write_draft(dest, text, force=force)
     if as_json:
-        emit_json({"host": host, "hostname": doc.get("hostname"), "draft": str(dest) if dest else None,
+        env.emit_json({"host": host, "hostname": doc.get("hostname"), "draft": str(dest) if dest else None,
                    "text": None if dest else text, "todo_required": required, "todo_optional": optional,
                    **disc.summary(services, repos)})
         return
     if dest is None:
-        sys.stdout.write(text)
+        env.write_raw(text)
         return
-    out.print(Text.assemble("wrote ", _bold(dest), f": {len(services)} service(s) found on {doc.get('hostname', host)}, "
+    env.out.print(Text.assemble("wrote ", bold(dest), f": {len(services)} service(s) found on {doc.get('hostname', host)}, "
                             f"{len(repos)} repo(s); nothing was changed there"))
     t = Table("service", "env file", "start", "health")
     for s in services:
         t.add_row(s.name, *(str(s.keys[k].value) if s.keys[k].known else "TODO" for k in ("env_file", "start", "health")))
-    out.print(t)
+    env.out.print(t)
     if required:
-        out.print(Text(f"{required} TODO (required) to fill in before envbisect can load it "
+        env.out.print(Text(f"{required} TODO (required) to fill in before envbisect can load it "
                        f"(and {optional} optional); then: envbisect -p {dest} snapshot --label known-good", style="yellow"))
     else:
-        out.print(f"{optional} TODO (optional) to look at; read the lines marked check:, then: "
+        env.out.print(f"{optional} TODO (optional) to look at; read the lines marked check:, then: "
                   f"envbisect -p {dest} snapshot --label known-good")
 
 
@@ -271,8 +194,9 @@ def init(ctx: typer.Context,
 
 @app.command()
 def snapshot(ctx: typer.Context, label: Optional[str] = typer.Option(None, "--label", "-l", help="A name to find it by."),
-             as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+             as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> int:
     """Record the state of every host: env files, watched files, repo HEADs, process environments."""
+    env = _env(ctx)
     o = _opts(ctx)
     with o.deployment() as dep:
         snap = dep.snapshot(label)
@@ -284,33 +208,34 @@ def snapshot(ctx: typer.Context, label: Optional[str] = typer.Option(None, "--la
                   for h, s in snap.hosts.items()},
     }
     if as_json:
-        emit_json(summary)
+        env.emit_json(summary)
         return
-    out.print(Text.assemble("snapshot ", _bold(snap.id), f" saved in {o.store}"))
+    env.out.print(Text.assemble("snapshot ", bold(snap.id), f" saved in {o.store}"))
     t = Table("host", "files", "repos", "processes", "ssh round trips")
     for h, s in summary["hosts"].items():
         t.add_row(h, str(s["files"]), ", ".join(f"{Path(p).name}@{d}" for p, d in s["repos"].items()) or "-",
                   ", ".join(f"{n}: {st}" for n, st in s["processes"].items()) or "-", str(s["round_trips"]))
-    out.print(t)
+    env.out.print(t)
 
 
 @app.command()
-def snapshots(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+def snapshots(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> int:
     """List stored snapshots, oldest first."""
+    env = _env(ctx)
     o = _opts(ctx)
     snaps = Store(o.store).list()
     rows = [{"id": s.id, "label": s.label, "taken_at": s.taken_at_iso, "deployment": s.playbook,
              "hosts": sorted(s.hosts)} for s in snaps]
     if as_json:
-        emit_json(rows)
+        env.emit_json(rows)
         return
     if not rows:
-        out.print(f"no snapshots in {o.store} (take one with `envbisect snapshot`)")
+        env.out.print(f"no snapshots in {o.store} (take one with `envbisect snapshot`)")
         return
     t = Table("id", "label", "taken at", "deployment", "hosts")
     for s, r in zip(snaps, rows):
-        t.add_row(r["id"], r["label"] or "", _when(s.taken_at), r["deployment"], ", ".join(r["hosts"]))
-    out.print(t)
+        t.add_row(r["id"], r["label"] or "", when(s.taken_at), r["deployment"], ", ".join(r["hosts"]))
+    env.out.print(t)
 
 
 @app.command()
@@ -323,8 +248,9 @@ def schedule(ctx: typer.Context,
              cron: bool = typer.Option(False, "--cron", help="A crontab line even where systemd runs."),
              systemd: bool = typer.Option(False, "--systemd", help="systemd user units even where systemd is "
                                                                   "not detected."),
-             as_json: bool = typer.Option(False, "--json")) -> None:
+             as_json: bool = typer.Option(False, "--json")) -> int:
     """Take `snapshot --label auto` on a timer: a systemd user timer, or a crontab line without systemd."""
+    env = _env(ctx)
     from envbisect.runs.schedule import install as do_install, make_schedule
 
     if cron and systemd:
@@ -335,7 +261,7 @@ def schedule(ctx: typer.Context,
                         inventory=o.inventory, kind="cron" if cron else ("systemd" if systemd else None))
     done = do_install(sch) if install else None
     if as_json:
-        emit_json({**sch.to_json(), "installed": done.to_json() if done else None})
+        env.emit_json({**sch.to_json(), "installed": done.to_json() if done else None})
         return
     import shlex
 
@@ -346,29 +272,29 @@ def schedule(ctx: typer.Context,
     if sch.kind == "systemd":
         if done is None:
             for path, text in sch.files.items():
-                out.print(Text(f"# {path}", style="bold"))
-                out.print(text)
-            out.print(f"write them with `{again}`, then run: {sch.enable_command}")
+                env.out.print(Text(f"# {path}", style="bold"))
+                env.out.print(text)
+            env.out.print(f"write them with `{again}`, then run: {sch.enable_command}")
         else:
             for p in done.changed:
-                out.print(f"wrote {p}")
+                env.out.print(f"wrote {p}")
             for p in done.unchanged:
-                out.print(f"unchanged {p}")
-            out.print("now run:")
+                env.out.print(f"unchanged {p}")
+            env.out.print("now run:")
             for step in done.next_steps:
-                out.print(f"  {step}")
+                env.out.print(f"  {step}")
     else:
         if done is None:
-            out.print(sch.cron_marker)
-            out.print(sch.cron_line)
-            out.print(f"add it with `{again}` (or `crontab -e`)")
+            env.out.print(sch.cron_marker)
+            env.out.print(sch.cron_line)
+            env.out.print(f"add it with `{again}` (or `crontab -e`)")
         elif done.changed:
-            out.print(f"added to your crontab: {sch.cron_line}")
+            env.out.print(f"added to your crontab: {sch.cron_line}")
             for step in done.next_steps:
-                out.print(f"  {step}")
+                env.out.print(f"  {step}")
         else:
-            out.print(f"your crontab already has it: {sch.cron_line}")
-    out.print(Text(deploy_hook, style="dim"))
+            env.out.print(f"your crontab already has it: {sch.cron_line}")
+    env.out.print(Text(deploy_hook, style="dim"))
 
 
 @app.command()
@@ -377,8 +303,9 @@ def prune(ctx: typer.Context,
           keep_labelled: bool = typer.Option(False, "--keep-labelled",
                                              help="Keep every snapshot with a label other than 'auto'/'diff'."),
           dry_run: bool = typer.Option(False, "--dry-run", help="List what would go; remove nothing."),
-          as_json: bool = typer.Option(False, "--json")) -> None:
+          as_json: bool = typer.Option(False, "--json")) -> int:
     """Thin the store: old automatic snapshots go (never one a run uses, never the newest), then unused blobs."""
+    env = _env(ctx)
     from rich.table import Column
 
     from envbisect.state.prune import parse_duration, prune as do_prune
@@ -387,30 +314,30 @@ def prune(ctx: typer.Context,
     o.masker()
     res = do_prune(Store(o.store), keep_s=parse_duration(keep, "--keep"), keep_labelled=keep_labelled, dry_run=dry_run)
     if as_json:
-        emit_json(res.to_json())
+        env.emit_json(res.to_json())
         return
     word = "would remove" if dry_run else "removed"
     if res.deleted:
         t = Table(Column("snapshot", no_wrap=True), "label", "taken at",  # ids never cut short
                   title=f"{word} {len(res.deleted)} snapshot(s)")
         for e in res.deleted:
-            t.add_row(e.id, e.label or "", _when(e.taken_at))
-        out.print(t)
+            t.add_row(e.id, e.label or "", when(e.taken_at))
+        env.out.print(t)
     else:
-        out.print(f"no snapshot to remove ({len(res.kept)} kept)")
+        env.out.print(f"no snapshot to remove ({len(res.kept)} kept)")
     if res.kept:
         t = Table(Column("snapshot", no_wrap=True), "label", "taken at", "kept because",
                   title=f"kept {len(res.kept)} snapshot(s)")
         for e in res.kept:
-            t.add_row(e.id, e.label or "", _when(e.taken_at), "; ".join(e.keep))
-        out.print(t)
+            t.add_row(e.id, e.label or "", when(e.taken_at), "; ".join(e.keep))
+        env.out.print(t)
     if res.blob_gc:
-        out.print(f"blobs: {word} {res.blobs_deleted} ({res.blob_bytes_deleted} bytes), kept {res.blobs_kept}"
+        env.out.print(f"blobs: {word} {res.blobs_deleted} ({res.blob_bytes_deleted} bytes), kept {res.blobs_kept}"
                   + (f" ({res.blobs_young} unused but written in the last 15 min)" if res.blobs_young else ""))
     for n in res.notes:
-        out.print(Text(f"note: {n}", style="yellow"))
+        env.out.print(Text(f"note: {n}", style="yellow"))
     if dry_run:
-        out.print("dry run: nothing was removed")
+        env.out.print("dry run: nothing was removed")
 
 
 # --- diff --------------------------------------------------------------------------------------
@@ -420,155 +347,23 @@ def diff(ctx: typer.Context,
          since: Optional[str] = typer.Option(None, "--since", "-s",
                                              help="Known-good TIME: noon, midnight, 'today 12:00', 'yesterday 18:00', '2h ago', ISO 8601, epoch."),
          against: Optional[str] = typer.Option(None, "--against", "-a", help="A snapshot label, id or file."),
-         as_json: bool = typer.Option(False, "--json")) -> None:
+         as_json: bool = typer.Option(False, "--json")) -> int:
     """What changed since the last known-good state? Exit 0: nothing, 1: deltas found."""
+    env = _env(ctx)
     o = _opts(ctx)
     with o.deployment() as dep:
         result = dep.diff(since=since, against=against)
         masker = dep.masker
     if as_json:
-        emit_json(result.to_json(masker))
+        env.emit_json(result.to_json(masker))
     else:
-        render_diff(result, masker)
-    raise typer.Exit(int(ExitStatus.DELTAS if result.deltas else ExitStatus.OK))
+        render.render_diff(env, result, masker)
+    return int(ExitStatus.DELTAS if result.deltas else ExitStatus.OK)
 
-
-def render_diff(result, masker) -> None:  # noqa: ANN001
-    from envbisect.state.deltas import Diff, fallback_sources
-
-    assert isinstance(result, Diff)
-    b = result.baseline
-    head = f"baseline: snapshot {b.id} ({_when(b.taken_at)})" if b else \
-        "baseline: no snapshot old enough; fallback sources: " + (", ".join(fallback_sources(result)) or "none")
-    if result.since:
-        head += f"   since: {_when(result.since)}"
-    out.print(head)
-    if not result.deltas:
-        out.print(Text("no deltas", style="green"))
-    groups: dict[tuple[str, str], list] = {}
-    for d in result.deltas:
-        title = f"{d.service} ({d.path})" if d.kind == "env" else ("repo " + d.path if d.kind == "git" else "watched files")
-        groups.setdefault((d.host, title), []).append(d)
-    for (host, title), items in groups.items():
-        out.print(Text(f"\n{host} · {title}", style="bold"))
-        for d in items:
-            j = d.to_json(masker)
-            name = d.key if d.kind == "env" else d.path
-            if d.kind == "env":
-                # the value, or the shell text and what bash made of it where they differ
-                old, new = (shown(v, one_line=True) for v in (j.get("old_shown", j["old"]), j.get("new_shown", j["new"])))
-                line = {"added": f"+ {name}={new}", "removed": f"- {name}",
-                        "changed": f"~ {name} {old} → {new}"}[d.change] if d.key else f"? {d.path} changed"
-            elif d.kind == "git":
-                line = f"~ HEAD {(d.old or '?')[:10]} → {(d.new or '?')[:10]}"
-            else:
-                sym = {"added": "+", "removed": "-", "changed": "~"}[d.change]
-                line = f"{sym} {name}"
-            style = {"added": "green", "removed": "red", "changed": "yellow"}[d.change]
-            text = Text("  ")
-            text.append(line, style=style)
-            text.append(f"   [{d.id}; from {d.baseline_source}]", style="dim")
-            out.print(text)
-            for det in j["detail"]:
-                out.print(Text(f"      {shown(det, one_line=True)}", style="dim"))
-    if result.links():
-        out.print(Text.assemble("\n", _bold("linked"),
-                                " (same variable changed in several services; they may need to change together):"))
-        for ids in result.links():
-            out.print("  " + " + ".join(ids))
-    if result.drift:
-        out.print(Text.assemble("\n", ("drift", "bold red"),
-                                ": running processes whose start environment differs from their env file"))
-        for dr in result.drift:
-            j = dr.to_json(masker)
-            out.print(f"  {dr.host}/{dr.service} pid {dr.pid} (started {_when(dr.started_at)}): {dr.key} "
-                      f"file={shown(j.get('file_shown') or j['file'], one_line=True)} "
-                      f"process={shown(j['process'], one_line=True)}")
-    if result.unknown_processes:
-        out.print(f"\nstart environment unknown (overwritten or unreadable) for: {', '.join(result.unknown_processes)}")
-    for n in result.notes:
-        out.print(Text(f"note: {shown(masker.redact_text(n))}", style="dim"))
 
 
 
 # --- bisect ------------------------------------------------------------------------------------
-
-def _fmt_s(s: float | None) -> str:
-    if s is None:
-        return "?"
-    s = int(round(s))
-    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
-
-
-def _config_label(config: list[str] | tuple[str, ...], total: int) -> str:
-    if not config:
-        return "baseline (no deltas)"
-    if len(config) == total:
-        return f"current (all {total} deltas)"
-    shown = ", ".join(config[:3]) + (f", +{len(config) - 3} more" if len(config) > 3 else "")
-    return f"{len(config)}/{total}: {shown}"
-
-
-class _Progress:
-    """Human progress lines on stderr (stdout stays clean for --json)."""
-
-    def __init__(self, quiet: bool):
-        self.quiet = quiet
-        self.total = 0
-
-    def __call__(self, kind: str, data: dict) -> None:
-        if self.quiet and kind not in ("interrupted", "restore-failed", "warning"):
-            return
-        if kind == "trial-start":
-            self.total = data.get("total_deltas", self.total)
-            eta = f" · ETA {_fmt_s(data['eta_s'])}" if data.get("eta_s") else ""
-            total = f"/~{data['expected_total']}" if data.get("expected_total") else ""
-            err.print(Text.assemble(_bold(f"trial {data['n']}{total}"), f" · {data['purpose']} · "
-                                    f"{_config_label(data['config'], data.get('total_deltas', 0))}{eta}"))
-        elif kind == "trial-end":
-            t = data["trial"]
-            style = {"pass": "green", "fail": "red", "start-failure": "red", "unresolved": "yellow"}[t.outcome]
-            err.print(Text.assemble("  → ", (t.outcome.upper(), style),
-                                    f"  restart {_fmt_s(t.restart_s)}, probe {t.probe_s:.1f}s: {t.reason}"))
-        elif kind == "step":
-            err.print(Text(f"    {data['message']}", style="dim"))
-        elif kind in ("interrupted", "restore-failed", "warning"):
-            err.print(Text(f"envbisect: {kind}: {data.get('error') or data.get('message')}", style="yellow"))
-        elif kind == "resumed":
-            err.print(f"resuming run {data['run']} after {data['trials_done']} finished trial(s)")
-
-
-def render_verdict(result) -> None:  # noqa: ANN001
-    v = result.verdict
-    colour = {"culprit": "red", "interaction": "red", "not-config": "magenta", "not-reproduced": "cyan",
-              "inconclusive": "yellow"}[v.kind]
-    out.print(Text.assemble("\nverdict: ", (v.kind.upper(), f"bold {colour}"), f"   confidence {v.confidence:.2f}",
-                            f"   restarts {result.restarts}"))
-    if result.culprit_deltas:
-        word = "must all go" if v.kind == "culprit" else "fail only together"
-        out.print(f"  culprit(s), which {word}: " + ", ".join(result.culprit_deltas))
-    out.print(f"  {v.explanation}")
-    if v.kind == "inconclusive" and v.suspects:
-        out.print("  remaining suspects: " + ", ".join(f"{u} ({p:.0%})" for u, p in v.suspects[:8]))
-    if result.path_report:
-        t = Table("layer", "target", "result", title="request path, layer by layer")
-        for l in result.path_report.layers:
-            t.add_row(l.name, l.target, Text("ok" if l.ok else "FAIL", style="green" if l.ok else "red"), l.reason)
-        out.print(t)
-        out.print(Text(f"  {result.path_report.conclusion}", style="bold"))
-    for h in result.drift_hint:
-        out.print(f"  drift: {h}")
-    for n in result.notes:
-        out.print(f"  note: {n}")
-    t = Table("#", "purpose", "configuration", "outcome", "restart", "probe", title="trials")
-    total = len(result.units)
-    for tr in result.trials + ((result.final_probe,) if result.final_probe else ()):
-        t.add_row(str(tr.n), tr.purpose, _config_label(list(tr.units), total), tr.outcome, _fmt_s(tr.restart_s),
-                  f"{tr.passes} pass / {len(tr.probe_runs)}")
-    out.print(t)
-    out.print(f"hosts left: {result.state_left}" + ("" if result.state_left != "fixed" else
-                                                     " (current minus the culprits; every exonerated delta kept)"))
-
 
 @app.command()
 def bisect(ctx: typer.Context,
@@ -592,8 +387,9 @@ def bisect(ctx: typer.Context,
            break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
-           as_json: bool = typer.Option(False, "--json")) -> None:
+           as_json: bool = typer.Option(False, "--json")) -> int:
     """Find the guilty delta(s) on the live deployment, after checking the premises."""
+    env = _env(ctx)
     from envbisect.runs.bisect import BisectOptions, BisectRun
 
     if leave not in ("original", "fixed"):
@@ -603,7 +399,7 @@ def bisect(ctx: typer.Context,
     o = _opts(ctx)
     opts = BisectOptions(probe=probe, only=tuple(only), exclude=tuple(exclude), link=tuple(link), confidence=confidence,
                          max_trials=max_trials, leave=leave, policy=policy, auto_link=not no_auto_link)
-    progress = _Progress(quiet=False)
+    progress = render.Progress(env, quiet=False)
     with o.deployment() as dep:
         run = BisectRun(dep, opts, on_event=progress, break_lock=break_lock)
         if resume:
@@ -622,35 +418,21 @@ def bisect(ctx: typer.Context,
             if dry_run:
                 plan = run.plan(diff)
                 if as_json:
-                    emit_json(plan)
+                    env.emit_json(plan)
                 else:
-                    render_diff(diff, dep.masker)
-                    out.print(Text.assemble("\nplan: probe ", _bold(plan["probe"]),
-                                            f"; {len(plan['units'])} unit(s) to bisect"))
-                    for u, ds in plan["units"].items():
-                        out.print(f"  {u}" + (f"  = {' + '.join(ds)}" if len(ds) > 1 or ds[0] != u else ""))
-                    for n in plan["notes"]:
-                        out.print(f"  note: {n}")
-                    out.print("  1. " + plan["premise_checks"][0] + f" ({plan['first_premise']})"
-                              + "\n  2. " + plan["premise_checks"][1])
-                    e = plan["expected_restarts"]
-                    out.print(f"  at most {e['single culprit']} restart(s) in all for a single culprit "
-                              f"({e['interacting pair']} for an interacting pair, {e['two independent culprits']} "
-                              "for two independent culprits); each restart stops "
-                              + " → ".join(reversed(plan["restart_order"])) + " and starts "
-                              + " → ".join(plan["restart_order"]))
-                    out.print("dry run: no host was touched")
-                raise typer.Exit(0)
+                    render.render_diff(env, diff, dep.masker)
+                    render.render_plan(env, plan)
+                return ExitStatus.OK
             try:
                 result = run.start(diff)
             except KeyboardInterrupt:
                 _print_resume(o, run.run_id)
                 raise
     if as_json:
-        emit_json(result.to_json())
+        env.emit_json(result.to_json())
     else:
-        render_verdict(result)
-    raise typer.Exit(int(result.exit_status))
+        render.render_verdict(env, result)
+    return int(result.exit_status)
 
 
 def _print_resume(o: Options, run_id: str) -> None:
@@ -659,7 +441,7 @@ def _print_resume(o: Options, run_id: str) -> None:
 
         cfg = f" --ssh-config {shlex.quote(o.ssh_config)}" if o.ssh_config else ""
         cfg += f" --inventory {shlex.quote(o.inventory)}" if o.inventory else ""
-        err.print(f"To resume, run: envbisect -p {shlex.quote(str(o.playbook))} --store {shlex.quote(str(o.store))}{cfg} "
+        o.env.err.print(f"To resume, run: envbisect -p {shlex.quote(str(o.playbook))} --store {shlex.quote(str(o.store))}{cfg} "
                   f"bisect --resume --run {run_id}", soft_wrap=True)
 
 
@@ -670,32 +452,35 @@ def restore(ctx: typer.Context,
             break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
-            as_json: bool = typer.Option(False, "--json")) -> None:
+            as_json: bool = typer.Option(False, "--json")) -> int:
     """Undo an interrupted or crashed run from its journal (exact bytes, mode, owner, mtime, HEAD), then co-restart.
     Files someone else changed meanwhile are left as found and listed."""
+    env = _env(ctx)
     from envbisect.runs.bisect import restore_deployment
 
     o = _opts(ctx)
     with o.deployment() as dep:
-        res = restore_deployment(dep, run_id=run_id, break_lock=break_lock, on_event=_Progress(quiet=as_json))
+        res = restore_deployment(dep, run_id=run_id, break_lock=break_lock, on_event=render.Progress(env, quiet=as_json))
     if as_json:
-        emit_json(res)
+        env.emit_json(res)
     elif res["restored"]:
-        out.print(f"restored {res['files']} file(s) and {res['repos']} repo(s) from run {res['run']}; "
+        env.out.print(f"restored {res['files']} file(s) and {res['repos']} repo(s) from run {res['run']}; "
                   f"co-restart: {res['co_restart']}")
         if res["conflicts"]:
-            out.print("left as found (changed by someone else during the run): "
+            env.out.print("left as found (changed by someone else during the run): "
                       + ", ".join(f"{c['host']}:{c['path']}" for c in res["conflicts"]))
     else:
-        out.print(res["reason"])
-    raise typer.Exit(0 if res.get("co_restart_ok", True) else int(ExitStatus.CONNECTION))
+        env.out.print(res["reason"])
+    return 0 if res.get("co_restart_ok", True) else int(ExitStatus.CONNECTION)
 
 
 
 @app.command()
-def demo(keep: bool = typer.Option(False, "--keep", help="Leave the demo deployment's files in place."),
-         as_json: bool = typer.Option(False, "--json")) -> None:
+def demo(ctx: typer.Context,
+         keep: bool = typer.Option(False, "--keep", help="Leave the demo deployment's files in place."),
+         as_json: bool = typer.Option(False, "--json")) -> int:
     """Run snapshot -> diff -> bisect on a built-in simulated SGLang PD deployment (real sglang-router)."""
+    env = _env(ctx)
     import time as _time
 
     from envbisect.cli import demo as demo_mod
@@ -703,59 +488,50 @@ def demo(keep: bool = typer.Option(False, "--keep", help="Leave the demo deploym
     from envbisect.runs.deployment import Deployment
 
     t0 = _time.monotonic()
-    say = (lambda *_a, **_k: None) if as_json else out.print
-    say(Text.assemble(_bold("envbisect demo"), ": simulated prefill + decode workers behind the real sglang-router"))
+    say = (lambda *_a, **_k: None) if as_json else env.out.print
+    say(Text.assemble(bold("envbisect demo"), ": simulated prefill + decode workers behind the real sglang-router"))
     d = demo_mod.prepare()
     try:
         say(f"  deployment in {d.root} (playbook {d.playbook})")
         with Deployment(load_playbook(d.playbook), Store(d.store)) as dep:
-            _Output.masker = dep.masker
+            env.masker = dep.masker
             snap = dep.snapshot("noon")
-            say(Text.assemble("1. known-good snapshot ", _bold(snap.id), " (label 'noon'): the stack serves requests"))
+            say(Text.assemble("1. known-good snapshot ", bold(snap.id), " (label 'noon'): the stack serves requests"))
             changes = demo_mod.plant_changes(d)
             say(f"2. an afternoon of changes: {len(changes)} variables edited, a note file touched, everything restarted;"
                 " requests through the router now hang")
             say("3. envbisect diff --against noon")
             diff = dep.diff(against="noon")
             if not as_json:
-                render_diff(diff, dep.masker)
+                render.render_diff(env, diff, dep.masker)
             say("\n4. envbisect bisect --against noon --probe e2e")
-            result = BisectRun(dep, BisectOptions(probe="e2e"), on_event=_Progress(quiet=as_json)).start(diff)
+            result = BisectRun(dep, BisectOptions(probe="e2e"), on_event=render.Progress(env, quiet=as_json)).start(diff)
         if as_json:
-            emit_json({"diff": diff.to_json(dep.masker), "bisect": result.to_json(),
+            env.emit_json({"diff": diff.to_json(dep.masker), "bisect": result.to_json(),
                        "planted": {"bad": demo_mod.BAD_DELTA_ID},
                        "seconds": round(_time.monotonic() - t0, 1)})
         else:
-            render_verdict(result)
+            render.render_verdict(env, result)
             planted = demo_mod.BAD_DELTA_ID
             ok = result.culprit_deltas == (planted,)
             say(f"\nplanted bad change: {planted} -> envbisect {'found it' if ok else 'DID NOT find it'}"
                 f" in {result.restarts} restarts ({_time.monotonic() - t0:.0f} s in all)")
     finally:
         d.cleanup(keep)
-    raise typer.Exit(0 if result.culprit_deltas == (demo_mod.BAD_DELTA_ID,) else 1)
+    return 0 if result.culprit_deltas == (demo_mod.BAD_DELTA_ID,) else 1
 
 
 
 # --- verify / revert / apply ---------------------------------------------------------------------
-
-def render_verify(report) -> None:  # noqa: ANN001
-    t = Table("layer", "target", "result", "time", "detail", title="verify")
-    for l in report.layers:
-        res = Text("-", style="dim") if l.ok is None else Text("ok" if l.ok else "FAIL", style="green" if l.ok else "red")
-        name = l.name + (" (info)" if l.informational else "")
-        t.add_row(name, l.target, res, f"{l.seconds:.2f}s", l.reason)
-    out.print(t)
-    out.print(Text(report.summary, style="bold green" if report.ok else "bold red"))
-
 
 @app.command("verify")
 def verify_cmd(ctx: typer.Context,
                probe: List[str] = typer.Option([], "--probe", help="Probes to run as the layers (default: one request, "
                                                                    "16 concurrent, multi-round, all via the router)."),
                concurrency: int = typer.Option(16, "--concurrency", min=1),
-               as_json: bool = typer.Option(False, "--json")) -> None:
+               as_json: bool = typer.Option(False, "--json")) -> int:
     """Layered health check: services, one request, a concurrent batch, a multi-round keep-alive run."""
+    env = _env(ctx)
     from envbisect.trials.verify import verify
 
     o = _opts(ctx)
@@ -766,15 +542,16 @@ def verify_cmd(ctx: typer.Context,
                 raise UsageError(f"no probe {name!r} in {pb.path} (known: {', '.join(pb.probes)})")
         report = verify(pb, dep.transports, [pb.probes[n] for n in probe] or None, concurrency=concurrency)
     if as_json:
-        emit_json(report.to_json())
+        env.emit_json(report.to_json())
     else:
-        render_verify(report)
-    raise typer.Exit(0 if report.ok else 1)
+        render.render_verify(env, report)
+    return 0 if report.ok else 1
 
 
 def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_id: Optional[str],
             probe: Optional[str], run_verify: bool, keep_on_fail: bool, as_json: bool,
-            break_lock: bool = False) -> None:
+            break_lock: bool = False) -> int:
+    env = _env(ctx)
     from envbisect.runs.revert import change, load_run_deltas
 
     o = _opts(ctx)
@@ -792,29 +569,29 @@ def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_
         def decide(result) -> bool:  # noqa: ANN001
             if keep_on_fail:
                 return False
-            if sys.stdin.isatty() and not as_json:
+            if env.stdin_isatty and not as_json:
                 return typer.confirm(f"the revert of {', '.join(result.deltas)} did not make '{pname}' pass; "
                                      "put it back?", default=True)
             return True
 
         res = change(dep, action, ids, src, probe=pr, run_verify=run_verify, put_back_on_fail=decide,
-                     on_event=_Progress(quiet=as_json), break_lock=break_lock)
+                     on_event=render.Progress(env, quiet=as_json), break_lock=break_lock)
     if as_json:
-        emit_json(res.to_json())
+        env.emit_json(res.to_json())
     else:
         word = "reverted" if action == "revert" else "applied"
-        out.print(f"{word}: {', '.join(res.deltas)} (co-restart {'ok' if res.restart.ok else 'FAILED: ' + res.restart.message})")
+        env.out.print(f"{word}: {', '.join(res.deltas)} (co-restart {'ok' if res.restart.ok else 'FAILED: ' + res.restart.message})")
         if res.probe_outcome:
-            out.print(Text(f"probe {pname}: {res.probe_outcome.upper()} - {res.probe_reason}",
+            env.out.print(Text(f"probe {pname}: {res.probe_outcome.upper()} - {res.probe_reason}",
                            style="green" if res.probe_outcome == "pass" else "red"))
         if res.verify:
-            render_verify(res.verify)
+            render.render_verify(env, res.verify)
         if res.put_back:
-            out.print(Text(f"put back: {', '.join(res.deltas)} (probe after: {res.after_put_back}). "
+            env.out.print(Text(f"put back: {', '.join(res.deltas)} (probe after: {res.after_put_back}). "
                            "They did not fix it: do not blame them.", style="bold yellow"))
         for n in res.notes:
-            out.print(f"note: {n}")
-    raise typer.Exit(0 if res.ok else 1)
+            env.out.print(f"note: {n}")
+    return 0 if res.ok else 1
 
 
 @app.command()
@@ -827,9 +604,9 @@ def revert(ctx: typer.Context, ids: List[str] = typer.Argument(None, help="Delta
            break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
-           as_json: bool = typer.Option(False, "--json")) -> None:
+           as_json: bool = typer.Option(False, "--json")) -> int:
     """Take deltas out of the live configuration (journaled, co-restart), then prove the symptom is gone."""
-    _change(ctx, "revert", ids or [], verdict, run_id, probe, run_verify, keep_on_fail, as_json, break_lock)
+    return _change(ctx, "revert", ids or [], verdict, run_id, probe, run_verify, keep_on_fail, as_json, break_lock)
 
 
 @app.command("apply")
@@ -840,9 +617,9 @@ def apply_cmd(ctx: typer.Context, ids: List[str] = typer.Argument(..., help="Del
               break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
-              as_json: bool = typer.Option(False, "--json")) -> None:
+              as_json: bool = typer.Option(False, "--json")) -> int:
     """Put deltas back into the live configuration (journaled, co-restart), then probe."""
-    _change(ctx, "apply", ids, False, run_id, probe, run_verify, True, as_json, break_lock)
+    return _change(ctx, "apply", ids, False, run_id, probe, run_verify, True, as_json, break_lock)
 
 
 # --- history -------------------------------------------------------------------------------------
@@ -872,27 +649,29 @@ def _runs(store: Store) -> list[dict]:
 
 
 @app.command()
-def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> int:
     """List past bisect, revert and apply runs with their verdicts."""
+    env = _env(ctx)
     _opts(ctx).masker()
     rows = _runs(Store(_opts(ctx).store))
     if as_json:
-        emit_json(rows)
+        env.emit_json(rows)
         return
     if not rows:
-        out.print("no runs yet")
+        env.out.print("no runs yet")
         return
     t = Table("run", "kind", "when", "result", "deltas", "restarts")
     for r in rows:
-        t.add_row(r["run"], r["kind"], _when(r["created_at"]), r["status"], ", ".join(r["culprits"]),
+        t.add_row(r["run"], r["kind"], when(r["created_at"]), r["status"], ", ".join(r["culprits"]),
                   "" if r["restarts"] is None else str(r["restarts"]))
-    out.print(t)
+    env.out.print(t)
 
 
 @app.command()
 def show(ctx: typer.Context, run: str = typer.Argument(..., help="Run id (see `envbisect runs`)."),
-         as_json: bool = typer.Option(False, "--json")) -> None:
+         as_json: bool = typer.Option(False, "--json")) -> int:
     """Print one past run."""
+    env = _env(ctx)
     from envbisect.report import make_redactor
 
     o = _opts(ctx)
@@ -903,28 +682,28 @@ def show(ctx: typer.Context, run: str = typer.Argument(..., help="Run id (see `e
     res = rd.read_optional(rd.result_name(kind))
     make_redactor(p, o.masker())  # the masker learns the raw secret values this run knows of
     if as_json:
-        emit_json({"run": run, "kind": kind, "result": res, "unfinished": res is None})
+        env.emit_json({"run": run, "kind": kind, "result": res, "unfinished": res is None})
         return
     if res is None:
-        out.print(f"run {run} ({kind}) did not finish; resume it with `envbisect bisect --resume --run {run}` "
+        env.out.print(f"run {run} ({kind}) did not finish; resume it with `envbisect bisect --resume --run {run}` "
                   f"or undo it with `envbisect restore --run {run}`")
         return
     if kind != "bisect":
-        out.print(json.dumps(_Output.masker.redact_obj(res), indent=2))
+        env.out.print(json.dumps(env.masker.redact_obj(res), indent=2))
         return
     try:
-        out.print(Text.assemble(f"run {run}: verdict ", _bold(res["verdict"]), f" (confidence {res['confidence']}), "
+        env.out.print(Text.assemble(f"run {run}: verdict ", bold(res["verdict"]), f" (confidence {res['confidence']}), "
                                 f"{res['restarts']} restarts, hosts left {res['state_left']}"))
         if res["culprits"]:
-            out.print("  culprits: " + ", ".join(map(str, res["culprits"])))
-        out.print("  " + str(res["explanation"]))
+            env.out.print("  culprits: " + ", ".join(map(str, res["culprits"])))
+        env.out.print("  " + str(res["explanation"]))
         t = Table("#", "purpose", "deltas applied", "outcome", "restart s", "probe")
         for tr in res["trials"]:
             t.add_row(str(tr["n"]), str(tr["purpose"]), str(len(tr["config"])), str(tr["outcome"]),
                       f"{float(tr['restart_s']):.1f}", str(tr["reason"]))
     except (KeyError, TypeError, ValueError) as e:
         raise StoreError(f"{rd.file(rd.result_name(kind))}: damaged run file (no usable {e})") from None
-    out.print(t)
+    env.out.print(t)
 
 
 @app.command()
@@ -932,8 +711,9 @@ def bundle(ctx: typer.Context,
            run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the newest bisect run)."),
            out_path: Optional[Path] = typer.Option(None, "--out", help="FILE.tar.gz or a folder (default: ./)."),
            check: Optional[Path] = typer.Option(None, "--check", help="Verify a bundle's manifest instead."),
-           as_json: bool = typer.Option(False, "--json")) -> None:
+           as_json: bool = typer.Option(False, "--json")) -> int:
     """Pack a run's evidence for the postmortem: snapshots, diff, trials, logs, metrics, report.md/.html."""
+    env = _env(ctx)
     from envbisect.report.bundle import check_bundle, make_bundle
 
     o = _opts(ctx)
@@ -942,108 +722,86 @@ def bundle(ctx: typer.Context,
             raise UsageError(f"{check}: no such bundle")
         problems = check_bundle(check)
         if as_json:
-            emit_json({"bundle": str(check), "ok": not problems, "problems": problems})
+            env.emit_json({"bundle": str(check), "ok": not problems, "problems": problems})
         elif problems:
             for p in problems:
-                out.print(Text(f"FAIL {p}", style="red"))
+                env.out.print(Text(f"FAIL {p}", style="red"))
         else:
-            out.print(f"{check}: manifest OK (every member present, sizes and sha256 match)")
-        raise typer.Exit(0 if not problems else 1)
+            env.out.print(f"{check}: manifest OK (every member present, sizes and sha256 match)")
+        return 0 if not problems else 1
     info = make_bundle(o.store, run_id, out_path or Path("."), o.masker(strict=True) if o.playbook.exists() else None)
     if as_json:
-        emit_json({"bundle": str(info.path), "run": info.run_id, "members": len(info.members), "size": info.size,
+        env.emit_json({"bundle": str(info.path), "run": info.run_id, "members": len(info.members), "size": info.size,
                    "sha256": info.sha256})
     else:
-        out.print(Text.assemble("bundle ", _bold(info.path), f" for run {info.run_id}: {len(info.members)} members, "
+        env.out.print(Text.assemble("bundle ", bold(info.path), f" for run {info.run_id}: {len(info.members)} members, "
                                 f"{info.size} bytes, sha256 {info.sha256[:16]}…"))
-        out.print("  open report.html inside it in any browser (no network needed); "
+        env.out.print("  open report.html inside it in any browser (no network needed); "
                   f"check it with `envbisect bundle --check {info.path}`")
 
 
-def _crash_log(text: str) -> Path | None:
-    """Write a traceback (already masked) to a private file: STORE/crash/ (0700), else a 0700 folder
-    in the temp dir. None when neither can be written."""
-    import os
-    import tempfile
-    import time
-
-    from envbisect.state.store import write_private
-
-    name = f"crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
-    dirs = [Path(_Output.store) / "crash"] if _Output.store else []
-    dirs.append(Path(tempfile.gettempdir()) / f"envbisect-crash-{os.getuid()}")
-    for d in dirs:
-        try:
-            write_private(d / name, text.encode("utf-8", "backslashreplace"))
-            return d / name
-        except OSError:
-            continue
-    return None
-
-
-def _internal_error(exc: BaseException) -> int:
+def _internal_error(env: Environment, exc: BaseException) -> int:
     """The last resort: a bug. One line pointing to a private crash log (secrets masked), or, with
     --traceback, the masked traceback itself."""
     import platform
-    import traceback
 
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    text = _Output.masker.redact_text(f"envbisect {__version__} (Python {platform.python_version()}) "
-                                      f"argv: {sys.argv[1:]}\n{tb}")
+    text = env.masker.redact_text(f"envbisect {__version__} (Python {platform.python_version()}) "
+                                  f"argv: {sys.argv[1:]}\n") + env.masked_traceback(exc)
     summary = f"{type(exc).__name__}: {exc}".splitlines()[0][:300] if str(exc) else type(exc).__name__
-    if _Output.traceback:
-        sys.stderr.write(printable(text))
-        err.print(f"envbisect: internal error (a bug): {summary}")
+    if env.traceback:
+        env.stderr.write(printable(text))
+        env.err.print(f"envbisect: internal error (a bug): {summary}")
     else:
-        path = _crash_log(text)
+        path = env.crash_log(text)
         where = f"traceback in {path} (secrets masked)" if path else "could not write a crash log"
-        err.print(f"envbisect: internal error (a bug): {summary}; {where}; --traceback prints it")
+        env.err.print(f"envbisect: internal error (a bug): {summary}; {where}; --traceback prints it")
     return int(ExitStatus.INTERNAL)
 
 
-def _run(args: list[str]) -> int:
-    """Run the CLI; every way out is an exit status and at most one line on stderr."""
-    _Output.traceback = "--traceback" in args
+def run(args: list[str], env: Environment | None = None) -> int:
+    """Run the CLI with `args` against `env` (default: this process's streams); every way out is an
+    exit status and at most one line on stderr. Nothing here exits the process: `main()` does."""
+    env = env or Environment()
+    env.traceback = env.traceback or "--traceback" in args
     try:
         # standalone_mode=False: click's handlers would print "Aborted!" / multi-line usage errors,
-        # and typer turns Ctrl-C into a silent exit 130; here each becomes one line.
-        rc = app(args=args, prog_name="envbisect", standalone_mode=False)
+        # and typer turns Ctrl-C into a silent exit 130; here each becomes one line. The command's
+        # return value (an ExitStatus) comes back as rc.
+        rc = app(args=args, prog_name="envbisect", standalone_mode=False, obj=env)
     except NoArgsIsHelpError as e:
-        e.show()
+        e.show(file=env.stderr)
         return int(ExitStatus.USAGE)
     except ClickException as e:  # bad option or argument (typer.BadParameter too)
-        err.print(f"envbisect: error: {e.format_message()} (see `envbisect --help`)")
+        env.err.print(f"envbisect: error: {e.format_message()} (see `envbisect --help`)")
         return int(e.exit_code) if e.exit_code else int(ExitStatus.USAGE)
-    except typer.Abort:  # EOF at a prompt
-        err.print("envbisect: interrupted")
-        return int(ExitStatus.INTERRUPTED)
-    except KeyboardInterrupt:
-        err.print("envbisect: interrupted")
+    except (typer.Abort, KeyboardInterrupt):  # EOF at a prompt, Ctrl-C
+        env.err.print("envbisect: interrupted")
         return int(ExitStatus.INTERRUPTED)
     except EnvbisectError as e:
-        if _Output.traceback:
-            import traceback
-
-            sys.stderr.write(printable(_Output.masker.redact_text("".join(traceback.format_exception(e)))))
-        err.print(f"envbisect: error: {e}")
+        if env.traceback:
+            env.stderr.write(printable(env.masked_traceback(e)))
+        env.err.print(f"envbisect: error: {e}")
         return int(e.exit_status)
     except BrokenPipeError:  # `envbisect runs | head`
         return int(ExitStatus.OK)
     except OSError as e:
         if e.filename is None and e.strerror is None:
-            return _internal_error(e)
-        err.print(f"envbisect: error: {e.filename or ''}: {e.strerror or e}")
+            return _internal_error(env, e)
+        env.err.print(f"envbisect: error: {e.filename or ''}: {e.strerror or e}")
         return int(ExitStatus.USAGE)
     except Exception as e:  # noqa: BLE001 - the last resort
-        return _internal_error(e)
+        return _internal_error(env, e)
     rc = int(rc or 0)
     if rc == ExitStatus.INTERRUPTED:  # typer's Exit(130) for Ctrl-C/SIGTERM inside a command
-        err.print("envbisect: interrupted")
+        env.err.print("envbisect: interrupted")
     return rc
 
 
+_run = run  # the name older callers know
+
+
 def main() -> None:
-    sys.exit(_run(sys.argv[1:]))
+    sys.exit(run(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,192 @@
+"""What the commands print for people: diffs, verdicts, verify reports, progress lines. Every
+function writes through an `Environment`'s consoles (so through its masker), never to sys.stdout."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from envbisect.cli.environment import Environment
+
+
+def bold(s: Any) -> tuple[str, str]:
+    return (str(s), "bold")
+
+
+def when(t: float | None) -> str:
+    if t is None:
+        return "?"
+    try:
+        return datetime.fromtimestamp(t, timezone.utc).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    except (OverflowError, OSError, ValueError, TypeError):  # a damaged record, or --since 0001-01-01
+        return str(t)
+
+
+
+
+def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
+    from envbisect.state.deltas import Diff, fallback_sources
+
+    assert isinstance(result, Diff)
+    b = result.baseline
+    head = f"baseline: snapshot {b.id} ({when(b.taken_at)})" if b else \
+        "baseline: no snapshot old enough; fallback sources: " + (", ".join(fallback_sources(result)) or "none")
+    if result.since:
+        head += f"   since: {when(result.since)}"
+    env.out.print(head)
+    if not result.deltas:
+        env.out.print(Text("no deltas", style="green"))
+    groups: dict[tuple[str, str], list] = {}
+    for d in result.deltas:
+        title = f"{d.service} ({d.path})" if d.kind == "env" else ("repo " + d.path if d.kind == "git" else "watched files")
+        groups.setdefault((d.host, title), []).append(d)
+    for (host, title), items in groups.items():
+        env.out.print(Text(f"\n{host} · {title}", style="bold"))
+        for d in items:
+            j = d.to_json(masker)
+            name = d.key if d.kind == "env" else d.path
+            if d.kind == "env":
+                # the value, or the shell text and what bash made of it where they differ
+                old, new = (env.shown(v, one_line=True) for v in (j.get("old_shown", j["old"]), j.get("new_shown", j["new"])))
+                line = {"added": f"+ {name}={new}", "removed": f"- {name}",
+                        "changed": f"~ {name} {old} → {new}"}[d.change] if d.key else f"? {d.path} changed"
+            elif d.kind == "git":
+                line = f"~ HEAD {(d.old or '?')[:10]} → {(d.new or '?')[:10]}"
+            else:
+                sym = {"added": "+", "removed": "-", "changed": "~"}[d.change]
+                line = f"{sym} {name}"
+            style = {"added": "green", "removed": "red", "changed": "yellow"}[d.change]
+            text = Text("  ")
+            text.append(line, style=style)
+            text.append(f"   [{d.id}; from {d.baseline_source}]", style="dim")
+            env.out.print(text)
+            for det in j["detail"]:
+                env.out.print(Text(f"      {env.shown(det, one_line=True)}", style="dim"))
+    if result.links():
+        env.out.print(Text.assemble("\n", bold("linked"),
+                                " (same variable changed in several services; they may need to change together):"))
+        for ids in result.links():
+            env.out.print("  " + " + ".join(ids))
+    if result.drift:
+        env.out.print(Text.assemble("\n", ("drift", "bold red"),
+                                ": running processes whose start environment differs from their env file"))
+        for dr in result.drift:
+            j = dr.to_json(masker)
+            env.out.print(f"  {dr.host}/{dr.service} pid {dr.pid} (started {when(dr.started_at)}): {dr.key} "
+                      f"file={env.shown(j.get('file_shown') or j['file'], one_line=True)} "
+                      f"process={env.shown(j['process'], one_line=True)}")
+    if result.unknown_processes:
+        env.out.print(f"\nstart environment unknown (overwritten or unreadable) for: {', '.join(result.unknown_processes)}")
+    for n in result.notes:
+        env.out.print(Text(f"note: {env.shown(masker.redact_text(n))}", style="dim"))
+
+
+
+def fmt_s(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(round(s))
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def config_label(config: list[str] | tuple[str, ...], total: int) -> str:
+    if not config:
+        return "baseline (no deltas)"
+    if len(config) == total:
+        return f"current (all {total} deltas)"
+    shown = ", ".join(config[:3]) + (f", +{len(config) - 3} more" if len(config) > 3 else "")
+    return f"{len(config)}/{total}: {shown}"
+
+
+class Progress:
+    """Human progress lines on stderr (stdout stays clean for --json)."""
+
+    def __init__(self, env: Environment, quiet: bool):
+        self.env, self.quiet = env, quiet
+        self.total = 0
+
+    def __call__(self, kind: str, data: dict) -> None:
+        if self.quiet and kind not in ("interrupted", "restore-failed", "warning"):
+            return
+        if kind == "trial-start":
+            self.total = data.get("total_deltas", self.total)
+            eta = f" · ETA {fmt_s(data['eta_s'])}" if data.get("eta_s") else ""
+            total = f"/~{data['expected_total']}" if data.get("expected_total") else ""
+            self.env.err.print(Text.assemble(bold(f"trial {data['n']}{total}"), f" · {data['purpose']} · "
+                                    f"{config_label(data['config'], data.get('total_deltas', 0))}{eta}"))
+        elif kind == "trial-end":
+            t = data["trial"]
+            style = {"pass": "green", "fail": "red", "start-failure": "red", "unresolved": "yellow"}[t.outcome]
+            self.env.err.print(Text.assemble("  → ", (t.outcome.upper(), style),
+                                    f"  restart {fmt_s(t.restart_s)}, probe {t.probe_s:.1f}s: {t.reason}"))
+        elif kind == "step":
+            self.env.err.print(Text(f"    {data['message']}", style="dim"))
+        elif kind in ("interrupted", "restore-failed", "warning"):
+            self.env.err.print(Text(f"envbisect: {kind}: {data.get('error') or data.get('message')}", style="yellow"))
+        elif kind == "resumed":
+            self.env.err.print(f"resuming run {data['run']} after {data['trials_done']} finished trial(s)")
+
+
+def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
+    v = result.verdict
+    colour = {"culprit": "red", "interaction": "red", "not-config": "magenta", "not-reproduced": "cyan",
+              "inconclusive": "yellow"}[v.kind]
+    env.out.print(Text.assemble("\nverdict: ", (v.kind.upper(), f"bold {colour}"), f"   confidence {v.confidence:.2f}",
+                            f"   restarts {result.restarts}"))
+    if result.culprit_deltas:
+        word = "must all go" if v.kind == "culprit" else "fail only together"
+        env.out.print(f"  culprit(s), which {word}: " + ", ".join(result.culprit_deltas))
+    env.out.print(f"  {v.explanation}")
+    if v.kind == "inconclusive" and v.suspects:
+        env.out.print("  remaining suspects: " + ", ".join(f"{u} ({p:.0%})" for u, p in v.suspects[:8]))
+    if result.path_report:
+        t = Table("layer", "target", "result", title="request path, layer by layer")
+        for l in result.path_report.layers:
+            t.add_row(l.name, l.target, Text("ok" if l.ok else "FAIL", style="green" if l.ok else "red"), l.reason)
+        env.out.print(t)
+        env.out.print(Text(f"  {result.path_report.conclusion}", style="bold"))
+    for h in result.drift_hint:
+        env.out.print(f"  drift: {h}")
+    for n in result.notes:
+        env.out.print(f"  note: {n}")
+    t = Table("#", "purpose", "configuration", "outcome", "restart", "probe", title="trials")
+    total = len(result.units)
+    for tr in result.trials + ((result.final_probe,) if result.final_probe else ()):
+        t.add_row(str(tr.n), tr.purpose, config_label(list(tr.units), total), tr.outcome, fmt_s(tr.restart_s),
+                  f"{tr.passes} pass / {len(tr.probe_runs)}")
+    env.out.print(t)
+    env.out.print(f"hosts left: {result.state_left}" + ("" if result.state_left != "fixed" else
+                                                     " (current minus the culprits; every exonerated delta kept)"))
+
+
+
+
+def render_verify(env: Environment, report) -> None:  # noqa: ANN001
+    t = Table("layer", "target", "result", "time", "detail", title="verify")
+    for l in report.layers:
+        res = Text("-", style="dim") if l.ok is None else Text("ok" if l.ok else "FAIL", style="green" if l.ok else "red")
+        name = l.name + (" (info)" if l.informational else "")
+        t.add_row(name, l.target, res, f"{l.seconds:.2f}s", l.reason)
+    env.out.print(t)
+    env.out.print(Text(report.summary, style="bold green" if report.ok else "bold red"))
+
+
+def render_plan(env: Environment, plan: dict) -> None:
+    """`bisect --dry-run`: what would be bisected, the premise checks, the restart bound."""
+    env.out.print(Text.assemble("\nplan: probe ", bold(plan["probe"]),
+                            f"; {len(plan['units'])} unit(s) to bisect"))
+    for u, ds in plan["units"].items():
+        env.out.print(f"  {u}" + (f"  = {' + '.join(ds)}" if len(ds) > 1 or ds[0] != u else ""))
+    for n in plan["notes"]:
+        env.out.print(f"  note: {n}")
+    env.out.print("  1. " + plan["premise_checks"][0] + f" ({plan['first_premise']})"
+              + "\n  2. " + plan["premise_checks"][1])
+    e = plan["expected_restarts"]
+    env.out.print(f"  at most {e['single culprit']} restart(s) in all for a single culprit "
+              f"({e['interacting pair']} for an interacting pair, {e['two independent culprits']} "
+              "for two independent culprits); each restart stops "
+              + " → ".join(reversed(plan["restart_order"])) + " and starts "
+              + " → ".join(plan["restart_order"]))
+    env.out.print("dry run: no host was touched")

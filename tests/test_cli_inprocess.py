@@ -1,0 +1,136 @@
+"""The CLI in-process: `envbisect.cli.app.run(args, env)` against an injected `Environment`
+(httpie's model), so the command paths are tested without a subprocess each. The deployment is
+real (tests/clistack.py: a host tree through `ssh = "local"`, a real health endpoint, a command
+probe that fails while decode's env file holds BAD); only the streams are in memory."""
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from clistack import CliStack, health_endpoint
+from hosttree import DECODE
+
+from envbisect import __version__
+from envbisect.cli.app import run
+from envbisect.cli.environment import Environment
+from envbisect.errors import ExitStatus
+
+FAILS_ON_BAD = '[probes.p]\nkind = "command"\ncommand = "! grep -q BAD {decode}"\n'
+TOKEN = "hf_zyxwvutsrqponmlkjihgfedcba9876"  # DECODE holds another one
+
+
+class Captured:
+    def __init__(self) -> None:
+        self.stdout, self.stderr = io.StringIO(), io.StringIO()
+        self.env = Environment(stdout=self.stdout, stderr=self.stderr, stdin=io.StringIO(), width=200)
+
+    @property
+    def out(self) -> str:
+        return self.stdout.getvalue()
+
+    @property
+    def err(self) -> str:
+        return self.stderr.getvalue()
+
+
+def cli(*args: str) -> tuple[int, Captured]:
+    c = Captured()
+    return run(list(args), c.env), c
+
+
+@pytest.fixture(scope="module")
+def health():
+    with health_endpoint() as url:
+        yield url
+
+
+@pytest.fixture
+def stack(tmp_path, health):
+    return CliStack(tmp_path, health, FAILS_ON_BAD, name="inproc")
+
+
+def base(stack: CliStack) -> list[str]:
+    return ["-p", str(stack.playbook), "--store", str(stack.store)]
+
+
+def test_version_help_and_bad_usage_go_to_the_injected_streams():
+    rc, c = cli("--version")
+    assert rc == 0 and c.out.strip() == f"envbisect {__version__}" and c.err == ""
+    rc, c = cli("bogus")
+    assert rc == ExitStatus.USAGE and c.out == ""
+    assert c.err.count("\n") == 1 and "No such command 'bogus'" in c.err
+    rc, c = cli()
+    assert rc == ExitStatus.USAGE and "Usage:" in c.err
+
+
+def test_snapshot_diff_bisect_show_in_process_with_exit_statuses(stack):
+    b = base(stack)
+    rc, c = cli(*b, "snapshots")
+    assert rc == ExitStatus.OK and "no snapshots" in c.out
+    rc, c = cli(*b, "snapshot", "--label", "noon", "--json")
+    assert rc == ExitStatus.OK, c.err
+    assert json.loads(c.out)["label"] == "noon"
+    rc, c = cli(*b, "diff", "--against", "noon")
+    assert rc == ExitStatus.OK and "no deltas" in c.out, c.err
+
+    stack.tree.edit("decode", DECODE.replace("hf_abcdefghijklmnopqrstuvwxyz0123", TOKEN) + "export BAD=1\nexport OTHER=2\n")
+    rc, c = cli(*b, "diff", "--against", "noon")
+    assert rc == ExitStatus.DELTAS and "+ BAD=1" in c.out and TOKEN not in c.out, c.out
+    rc, c = cli(*b, "diff", "--against", "noon", "--json")
+    doc = json.loads(c.out)
+    assert rc == ExitStatus.DELTAS and {d["key"] for d in doc["deltas"]} == {"BAD", "OTHER", "HF_TOKEN"}, doc
+    assert TOKEN not in c.out
+
+    rc, c = cli(*b, "bisect", "--against", "noon", "--dry-run")
+    assert rc == ExitStatus.OK and "dry run: no host was touched" in c.out and "plan: probe p" in c.out
+
+    rc, c = cli(*b, "bisect", "--against", "noon", "--json")
+    assert rc == ExitStatus.OK, c.err
+    verdict = json.loads(c.out)
+    assert verdict["verdict"] == "culprit" and verdict["culprits"] == ["decode:BAD"], verdict
+    assert "trial 1" in c.err and TOKEN not in c.out + c.err  # progress lines on the injected stderr
+
+    rc, c = cli(*b, "runs")
+    assert rc == ExitStatus.OK and verdict["run"] in c.out and "culprit" in c.out
+    rc, c = cli(*b, "show", verdict["run"])
+    assert rc == ExitStatus.OK and "verdict culprit" in c.out and "decode:BAD" in c.out
+
+
+def test_an_error_is_one_line_and_a_bug_writes_a_masked_crash_log(stack, tmp_path, monkeypatch):
+    rc, c = cli("-p", str(tmp_path / "missing.toml"), "--store", str(stack.store), "diff")
+    assert rc == ExitStatus.USAGE and c.out == "" and c.err.count("\n") == 1 and "envbisect: error:" in c.err
+
+    import envbisect.state.store as store
+
+    def boom(self):  # noqa: ANN001
+        raise RuntimeError(f"bug while holding HF_TOKEN={TOKEN}")
+
+    monkeypatch.setattr(store.Store, "list", boom)
+    rc, c = cli("--store", str(tmp_path / "s"), "snapshots")
+    assert rc == ExitStatus.INTERNAL and c.err.count("\n") == 1 and "internal error (a bug): RuntimeError" in c.err
+    assert TOKEN not in c.err
+    logs = list((tmp_path / "s" / "crash").glob("crash-*.log"))
+    assert len(logs) == 1 and "in boom" in logs[0].read_text() and TOKEN not in logs[0].read_text()
+    rc, c = cli("--store", str(tmp_path / "s"), "--traceback", "snapshots")
+    assert rc == ExitStatus.INTERNAL and "Traceback (most recent call last)" in c.err and TOKEN not in c.err
+
+
+def test_the_process_streams_are_untouched_by_an_in_process_run(stack, capsys):
+    rc, c = cli(*base(stack), "snapshot", "--json")
+    assert rc == 0 and json.loads(c.out)["hosts"]["node1"]["files"] >= 3
+    got = capsys.readouterr()
+    assert got.out == "" and got.err == ""  # everything went to the injected environment
+
+
+def test_main_applies_the_exit_status(stack, monkeypatch):
+    import envbisect.cli.app as app
+
+    monkeypatch.setattr(sys, "argv", ["envbisect", *base(stack), "diff", "--against", "nosuch"])
+    with pytest.raises(SystemExit) as e:
+        app.main()
+    assert e.value.code == ExitStatus.USAGE
+    assert Path(stack.playbook).exists()
