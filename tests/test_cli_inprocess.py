@@ -134,3 +134,44 @@ def test_main_applies_the_exit_status(stack, monkeypatch):
         app.main()
     assert e.value.code == ExitStatus.USAGE
     assert Path(stack.playbook).exists()
+
+
+def test_bisect_run_takes_its_collaborators_a_runner_that_answers_from_an_oracle(stack):
+    """The library seam behind the CLI: BisectRun with the real lock, journal, records and search,
+    and a TrialRunner that answers from a known truth (OTHER and BAD fail only together) instead of
+    editing, restarting and probing. No host file is touched; the verdict and records are right."""
+    from envbisect.inputs.playbook import load_playbook
+    from envbisect.outcome import Outcome
+    from envbisect.runs.bisect import BisectOptions, BisectRun
+    from envbisect.runs.deployment import Deployment
+    from envbisect.state.store import Store
+    from envbisect.trials.probe import ProbeRun
+    from envbisect.trials.runner import Trial, TrialRunner
+
+    asked: list[tuple[str, ...]] = []
+
+    class OracleRunner(TrialRunner):
+        def run(self, n, unit_ids, probes, purpose, stop_after=1, kind=None, *a, **kw):  # noqa: ANN001
+            config = self.delta_ids(unit_ids)
+            asked.append(config)
+            bad = {"decode:BAD", "decode:OTHER"} <= set(config)
+            outcome = Outcome.FAIL if bad else Outcome.PASS
+            runs = tuple(ProbeRun(self.probe.name, "oracle", outcome, "oracle", (), 0.01) for _ in range(1 if bad else probes))
+            return Trial(n, purpose, tuple(unit_ids), config, outcome, "oracle", runs, kind=kind or Trial.kind)
+
+        probe_running = run
+
+    before = {p.name: p.read_bytes() for p in stack.tree.conf.iterdir()}
+    rc, c = cli(*base(stack), "snapshot", "--label", "noon")
+    assert rc == 0, c.err
+    stack.tree.edit("decode", DECODE + "export BAD=1\nexport OTHER=2\nexport THIRD=3\n")
+    edited = {p.name: p.read_bytes() for p in stack.tree.conf.iterdir()}
+    with Deployment(load_playbook(stack.playbook), Store(stack.store)) as dep:
+        result = BisectRun(dep, BisectOptions(), runner_factory=OracleRunner).start(dep.diff(against="noon"))
+    assert result.verdict.kind == "interaction" and set(result.culprit_deltas) == {"decode:BAD", "decode:OTHER"}
+    # the premises were asked for (current fails, baseline passes), every trial went through the oracle
+    assert ("decode:BAD", "decode:OTHER", "decode:THIRD") in asked and () in asked
+    assert len(asked) == len(result.trials)
+    assert {p.name: p.read_bytes() for p in stack.tree.conf.iterdir()} == edited != before  # hosts as found
+    rc, c = cli(*base(stack), "show", result.run_id)
+    assert rc == 0 and "verdict interaction" in c.out

@@ -27,7 +27,7 @@ from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal
 from envbisect.inputs.playbook import Probe
 from envbisect.hosts.restart import co_restart
 from envbisect.outcome import Cause, Outcome
-from envbisect.search import POLICIES, Observation, TrialKind, TrialRequest, Verdict, restart_bound
+from envbisect.search import POLICIES, Observation, Search, TrialKind, TrialRequest, Verdict, restart_bound
 from envbisect.state import rundir
 from envbisect.errors import StoreError
 from envbisect.state.rundir import RunDir, Runs
@@ -121,8 +121,15 @@ def make_units(deltas: Sequence[Delta], link: Iterable[str], auto_link: bool) ->
 
 class BisectRun:
     def __init__(self, dep: Deployment, opts: BisectOptions, *, on_event: Callable[[str, dict], None] | None = None,
-                 break_lock: bool = False):
+                 break_lock: bool = False, editor_factory: type[HostEditor] = HostEditor,
+                 runner_factory: Callable[..., TrialRunner] = TrialRunner,
+                 search_factory: Callable[..., Search] | None = None):
+        """The collaborators are injectable (a test drives the real lock, journal and records with a
+        runner that answers from an oracle instead of restarting; the bench swaps the search):
+        `editor_factory` is HostEditor's signature (and `resume_from`), `runner_factory` TrialRunner's,
+        `search_factory(unit_ids, confidence=, max_trials=, base_probes=)` the policy's search."""
         self.dep, self.opts = dep, opts
+        self.editor_factory, self.runner_factory, self.search_factory = editor_factory, runner_factory, search_factory
         self.break_lock = break_lock  # --break-lock: take a live lock of another controller (says whose)
         self._listener = on_event or (lambda _kind, _data: None)
         self.playbook = dep.playbook
@@ -209,7 +216,7 @@ class BisectRun:
         self._save_run(diff, deltas, units, probe)
         RunDir(self.run_dir).write(rundir.ENVIRONMENT, self.dep.masker.redact_json(
             capture_environment(self.playbook, self.dep.transports)))
-        editor = HostEditor(self.playbook, self.dep.transports, self.run_dir, self.run_id)
+        editor = self.editor_factory(self.playbook, self.dep.transports, self.run_dir, self.run_id)
         for note in editor.lock(break_lock=self.break_lock):
             self.on_event("warning", {"message": note})
         try:
@@ -247,9 +254,9 @@ class BisectRun:
         journal = find_journal(self.playbook, self.dep.transports, store.runs_dir, self.run_id)
         if journal is not None:
             # the run's own journal: its edits may be live, and are (only) this run's to go on from
-            editor = HostEditor.resume_from(self.playbook, self.dep.transports, run_dir, journal)
+            editor = self.editor_factory.resume_from(self.playbook, self.dep.transports, run_dir, journal)
         else:
-            editor = HostEditor(self.playbook, self.dep.transports, run_dir, self.run_id)
+            editor = self.editor_factory(self.playbook, self.dep.transports, run_dir, self.run_id)
         for note in editor.lock(break_lock=self.break_lock):
             self.on_event("warning", {"message": note})
         if journal is not None:
@@ -287,15 +294,16 @@ class BisectRun:
               units: Mapping[str, tuple[str, ...]], probe: Probe, editor: HostEditor, original,  # noqa: ANN001
               done: list[Trial], notes: list[str], diff_doc: Mapping[str, Any] | None = None) -> BisectResult:
         transports = self.dep.transports
-        runner = TrialRunner(self.playbook, transports, editor, original, deltas, contents, probe, units,
+        runner = self.runner_factory(self.playbook, transports, editor, original, deltas, contents, probe, units,
                              on_step=lambda m: self.on_event("step", {"message": m}),
                              evidence_dir=RunDir(self.run_dir).file(rundir.EVIDENCE))
         unit_ids = list(units)
         self.playbook_units = unit_ids
         if self.opts.policy not in POLICIES:
             raise UsageError(f"unknown policy {self.opts.policy!r} (one of {', '.join(POLICIES)})")
-        search = POLICIES[self.opts.policy].search(unit_ids, confidence=self.opts.confidence,
-                                                   max_trials=self.opts.max_trials, base_probes=probe.repeat)
+        make_search = self.search_factory or POLICIES[self.opts.policy].search
+        search = make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
+                             base_probes=probe.repeat)
         self.trials = list(done)
         for t in done:
             search.observe(_observation(t))
