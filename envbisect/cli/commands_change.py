@@ -1,0 +1,274 @@
+"""Commands that change the live deployment (journaled, co-restarted): bisect, restore, demo,
+verify, revert, apply."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+from rich.text import Text
+
+from envbisect.cli import render
+from envbisect.cli.base import Options, env_of, opts_of, app
+from envbisect.cli.render import bold
+from envbisect.errors import ExitStatus, UsageError
+from envbisect.inputs.playbook import load_playbook
+from envbisect.state.store import Store
+
+
+# --- bisect ------------------------------------------------------------------------------------
+
+@app.command()
+def bisect(ctx: typer.Context,
+           since: Optional[str] = typer.Option(None, "--since", "-s", help="Known-good TIME (see `diff`)."),
+           against: Optional[str] = typer.Option(None, "--against", "-a", help="Known-good snapshot label or id."),
+           probe: Optional[str] = typer.Option(None, "--probe", help="Probe name from the playbook (default: the first)."),
+           only: List[str] = typer.Option([], "--only", help="Bisect only these delta ids."),
+           exclude: List[str] = typer.Option([], "--exclude", help="Leave these delta ids out (kept as they are now)."),
+           link: List[str] = typer.Option([], "--link", help="Treat every delta of this variable as one unit."),
+           confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.9999),
+           max_trials: Optional[int] = typer.Option(None, "--max-trials", min=2, help="Restart budget."),
+           leave: str = typer.Option("original", "--leave", help="original | fixed (current minus the culprits)."),
+           policy: str = typer.Option("confirm", "--policy",
+                                      help="confirm: see each culprit fail alone (default); fast: trust the prior, "
+                                           "fewest restarts; thorough: also prove no other culprit remains."),
+           no_auto_link: bool = typer.Option(False, "--no-auto-link",
+                                             help="Do not pin a variable changed the same way in several services."),
+           dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; touch nothing."),
+           resume: bool = typer.Option(False, "--resume", help="Continue the last interrupted run."),
+           run_id: Optional[str] = typer.Option(None, "--run", help="With --resume: which run."),
+           break_lock: bool = typer.Option(False, "--break-lock",
+                                 help="Take the deployment lock even from a live run of another controller "
+                                      "(prints whose it was). Never over an active journal."),
+           as_json: bool = typer.Option(False, "--json")) -> int:
+    """Find the guilty delta(s) on the live deployment, after checking the premises."""
+    env = env_of(ctx)
+    from envbisect.runs.bisect import BisectOptions, BisectRun
+
+    if leave not in ("original", "fixed"):
+        raise typer.BadParameter("must be 'original' or 'fixed'", param_hint="--leave")
+    if policy not in ("confirm", "fast", "thorough"):
+        raise typer.BadParameter("must be 'confirm', 'fast' or 'thorough'", param_hint="--policy")
+    o = opts_of(ctx)
+    opts = BisectOptions(probe=probe, only=tuple(only), exclude=tuple(exclude), link=tuple(link), confidence=confidence,
+                         max_trials=max_trials, leave=leave, policy=policy, auto_link=not no_auto_link)
+    progress = render.Progress(env, quiet=False)
+    with o.deployment() as dep:
+        run = BisectRun(dep, opts, on_event=progress, break_lock=break_lock)
+        if resume:
+            try:
+                result = run.resume(run_id)
+            except KeyboardInterrupt:
+                _print_resume(o, run.run_id)
+                raise
+        else:
+            run.probe()  # a bad --probe is reported before any host is contacted
+            if not dry_run:
+                run.refuse_unrestored()  # a crashed run's trial state is not the current state
+            diff = dep.diff(since=since, against=against)
+            # No deltas is no verdict: the stack is still co-restarted and probed, so "not-config"
+            # (it fails) or "not-reproduced" (it passes) is observed, never assumed.
+            if dry_run:
+                plan = run.plan(diff)
+                if as_json:
+                    env.emit_json(plan)
+                else:
+                    render.render_diff(env, diff, dep.masker)
+                    render.render_plan(env, plan)
+                return ExitStatus.OK
+            try:
+                result = run.start(diff)
+            except KeyboardInterrupt:
+                _print_resume(o, run.run_id)
+                raise
+    if as_json:
+        env.emit_json(result.to_json())
+    else:
+        render.render_verdict(env, result)
+    return int(result.exit_status)
+
+
+def _print_resume(o: Options, run_id: str) -> None:
+    if run_id:
+        import shlex
+
+        cfg = f" --ssh-config {shlex.quote(o.ssh_config)}" if o.ssh_config else ""
+        cfg += f" --inventory {shlex.quote(o.inventory)}" if o.inventory else ""
+        o.env.err.print(f"To resume, run: envbisect -p {shlex.quote(str(o.playbook))} --store {shlex.quote(str(o.store))}{cfg} "
+                  f"bisect --resume --run {run_id}", soft_wrap=True)
+
+
+@app.command()
+def restore(ctx: typer.Context,
+            run_id: Optional[str] = typer.Option(None, "--run", help="The run to undo (default: the newest with an "
+                                                                     "active journal)."),
+            break_lock: bool = typer.Option(False, "--break-lock",
+                                 help="Take the deployment lock even from a live run of another controller "
+                                      "(prints whose it was). Never over an active journal."),
+            as_json: bool = typer.Option(False, "--json")) -> int:
+    """Undo an interrupted or crashed run from its journal (exact bytes, mode, owner, mtime, HEAD), then co-restart.
+    Files someone else changed meanwhile are left as found and listed."""
+    env = env_of(ctx)
+    from envbisect.runs.bisect import restore_deployment
+
+    o = opts_of(ctx)
+    with o.deployment() as dep:
+        res = restore_deployment(dep, run_id=run_id, break_lock=break_lock, on_event=render.Progress(env, quiet=as_json))
+    if as_json:
+        env.emit_json(res)
+    elif res["restored"]:
+        env.out.print(f"restored {res['files']} file(s) and {res['repos']} repo(s) from run {res['run']}; "
+                  f"co-restart: {res['co_restart']}")
+        if res["conflicts"]:
+            env.out.print("left as found (changed by someone else during the run): "
+                      + ", ".join(f"{c['host']}:{c['path']}" for c in res["conflicts"]))
+    else:
+        env.out.print(res["reason"])
+    return 0 if res.get("co_restart_ok", True) else int(ExitStatus.CONNECTION)
+
+
+
+@app.command()
+def demo(ctx: typer.Context,
+         keep: bool = typer.Option(False, "--keep", help="Leave the demo deployment's files in place."),
+         as_json: bool = typer.Option(False, "--json")) -> int:
+    """Run snapshot -> diff -> bisect on a built-in simulated SGLang PD deployment (real sglang-router)."""
+    env = env_of(ctx)
+    import time as _time
+
+    from envbisect.cli import demo as demo_mod
+    from envbisect.runs.bisect import BisectOptions, BisectRun
+    from envbisect.runs.deployment import Deployment
+
+    t0 = _time.monotonic()
+    say = (lambda *_a, **_k: None) if as_json else env.out.print
+    say(Text.assemble(bold("envbisect demo"), ": simulated prefill + decode workers behind the real sglang-router"))
+    d = demo_mod.prepare()
+    try:
+        say(f"  deployment in {d.root} (playbook {d.playbook})")
+        with Deployment(load_playbook(d.playbook), Store(d.store)) as dep:
+            env.masker = dep.masker
+            snap = dep.snapshot("noon")
+            say(Text.assemble("1. known-good snapshot ", bold(snap.id), " (label 'noon'): the stack serves requests"))
+            changes = demo_mod.plant_changes(d)
+            say(f"2. an afternoon of changes: {len(changes)} variables edited, a note file touched, everything restarted;"
+                " requests through the router now hang")
+            say("3. envbisect diff --against noon")
+            diff = dep.diff(against="noon")
+            if not as_json:
+                render.render_diff(env, diff, dep.masker)
+            say("\n4. envbisect bisect --against noon --probe e2e")
+            result = BisectRun(dep, BisectOptions(probe="e2e"), on_event=render.Progress(env, quiet=as_json)).start(diff)
+        if as_json:
+            env.emit_json({"diff": diff.to_json(dep.masker), "bisect": result.to_json(),
+                       "planted": {"bad": demo_mod.BAD_DELTA_ID},
+                       "seconds": round(_time.monotonic() - t0, 1)})
+        else:
+            render.render_verdict(env, result)
+            planted = demo_mod.BAD_DELTA_ID
+            ok = result.culprit_deltas == (planted,)
+            say(f"\nplanted bad change: {planted} -> envbisect {'found it' if ok else 'DID NOT find it'}"
+                f" in {result.restarts} restarts ({_time.monotonic() - t0:.0f} s in all)")
+    finally:
+        d.cleanup(keep)
+    return 0 if result.culprit_deltas == (demo_mod.BAD_DELTA_ID,) else 1
+
+
+
+# --- verify / revert / apply ---------------------------------------------------------------------
+
+@app.command("verify")
+def verify_cmd(ctx: typer.Context,
+               probe: List[str] = typer.Option([], "--probe", help="Probes to run as the layers (default: one request, "
+                                                                   "16 concurrent, multi-round, all via the router)."),
+               concurrency: int = typer.Option(16, "--concurrency", min=1),
+               as_json: bool = typer.Option(False, "--json")) -> int:
+    """Layered health check: services, one request, a concurrent batch, a multi-round keep-alive run."""
+    env = env_of(ctx)
+    from envbisect.trials.verify import verify
+
+    o = opts_of(ctx)
+    with o.deployment() as dep:
+        pb = dep.playbook
+        for name in probe:
+            if name not in pb.probes:
+                raise UsageError(f"no probe {name!r} in {pb.path} (known: {', '.join(pb.probes)})")
+        report = verify(pb, dep.transports, [pb.probes[n] for n in probe] or None, concurrency=concurrency)
+    if as_json:
+        env.emit_json(report.to_json())
+    else:
+        render.render_verify(env, report)
+    return 0 if report.ok else 1
+
+
+def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_id: Optional[str],
+            probe: Optional[str], run_verify: bool, keep_on_fail: bool, as_json: bool,
+            break_lock: bool = False) -> int:
+    env = env_of(ctx)
+    from envbisect.runs.revert import change, load_run_deltas
+
+    o = opts_of(ctx)
+    with o.deployment() as dep:
+        src = load_run_deltas(dep, run_id)
+        if verdict:
+            if src.verdict not in ("culprit", "interaction"):
+                raise UsageError(f"run {src.run_id} has verdict {src.verdict or 'none'}: no culprits to {action}")
+            ids = list(src.culprits)
+        pname = probe or src.probe
+        pr = dep.playbook.probes.get(pname) if pname else None
+        if pname and pr is None:
+            raise UsageError(f"no probe {pname!r} in {dep.playbook.path}")
+
+        def decide(result) -> bool:  # noqa: ANN001
+            if keep_on_fail:
+                return False
+            if env.stdin_isatty and not as_json:
+                return typer.confirm(f"the revert of {', '.join(result.deltas)} did not make '{pname}' pass; "
+                                     "put it back?", default=True)
+            return True
+
+        res = change(dep, action, ids, src, probe=pr, run_verify=run_verify, put_back_on_fail=decide,
+                     on_event=render.Progress(env, quiet=as_json), break_lock=break_lock)
+    if as_json:
+        env.emit_json(res.to_json())
+    else:
+        word = "reverted" if action == "revert" else "applied"
+        env.out.print(f"{word}: {', '.join(res.deltas)} (co-restart {'ok' if res.restart.ok else 'FAILED: ' + res.restart.message})")
+        if res.probe_outcome:
+            env.out.print(Text(f"probe {pname}: {res.probe_outcome.upper()} - {res.probe_reason}",
+                           style="green" if res.probe_outcome == "pass" else "red"))
+        if res.verify:
+            render.render_verify(env, res.verify)
+        if res.put_back:
+            env.out.print(Text(f"put back: {', '.join(res.deltas)} (probe after: {res.after_put_back}). "
+                           "They did not fix it: do not blame them.", style="bold yellow"))
+        for n in res.notes:
+            env.out.print(f"note: {n}")
+    return 0 if res.ok else 1
+
+
+@app.command()
+def revert(ctx: typer.Context, ids: List[str] = typer.Argument(None, help="Delta ids to take out."),
+           verdict: bool = typer.Option(False, "--verdict", help="Revert exactly the culprits of the last verdict."),
+           run_id: Optional[str] = typer.Option(None, "--run", help="The bisect run whose deltas to use (default: last)."),
+           probe: Optional[str] = typer.Option(None, "--probe", help="Probe that must pass afterwards (default: the run's)."),
+           run_verify: bool = typer.Option(False, "--verify", help="Also run the layered verify."),
+           keep_on_fail: bool = typer.Option(False, "--keep-on-fail", help="Keep the revert even if the probe still fails."),
+           break_lock: bool = typer.Option(False, "--break-lock",
+                                 help="Take the deployment lock even from a live run of another controller "
+                                      "(prints whose it was). Never over an active journal."),
+           as_json: bool = typer.Option(False, "--json")) -> int:
+    """Take deltas out of the live configuration (journaled, co-restart), then prove the symptom is gone."""
+    return _change(ctx, "revert", ids or [], verdict, run_id, probe, run_verify, keep_on_fail, as_json, break_lock)
+
+
+@app.command("apply")
+def apply_cmd(ctx: typer.Context, ids: List[str] = typer.Argument(..., help="Delta ids to put back."),
+              run_id: Optional[str] = typer.Option(None, "--run"),
+              probe: Optional[str] = typer.Option(None, "--probe"),
+              run_verify: bool = typer.Option(False, "--verify"),
+              break_lock: bool = typer.Option(False, "--break-lock",
+                                 help="Take the deployment lock even from a live run of another controller "
+                                      "(prints whose it was). Never over an active journal."),
+              as_json: bool = typer.Option(False, "--json")) -> int:
+    """Put deltas back into the live configuration (journaled, co-restart), then probe."""
+    return _change(ctx, "apply", ids, False, run_id, probe, run_verify, True, as_json, break_lock)

@@ -1,0 +1,134 @@
+"""Commands that read past runs: runs, show, bundle."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from envbisect.cli.base import env_of, opts_of, app
+from envbisect.cli.render import bold, when
+from envbisect.errors import StoreError, UsageError
+from envbisect.state.rundir import Runs
+from envbisect.state.store import Store
+
+
+# --- history -------------------------------------------------------------------------------------
+
+def _runs(store: Store) -> list[dict]:
+    rows = []
+    for rd, doc in Runs(store.runs_dir).all():
+        kind = str(doc.get("kind", "bisect"))
+        row = {"run": rd.run_id, "kind": kind, "deployment": doc.get("deployment"), "created_at": doc.get("created_at"),
+               "status": "unfinished", "culprits": [], "restarts": None}
+        v = rd.file(rd.result_name(kind))
+        if v.exists():
+            try:
+                vd = rd.read(v.name)
+                if kind == "bisect":
+                    row.update(status=str(vd["verdict"]), culprits=[str(c) for c in vd.get("culprits", [])],
+                               restarts=vd.get("restarts"), confidence=vd.get("confidence"))
+                else:
+                    row.update(status="ok" if vd.get("ok") else ("put back" if vd.get("put_back") else "failed"),
+                               culprits=[str(c) for c in vd.get("deltas", [])])
+            except (StoreError, KeyError, TypeError, AttributeError):
+                row.update(status=f"damaged {v.name}")  # one bad run must not hide the others
+        if not isinstance(row["created_at"], (int, float)):
+            row["created_at"] = None
+        rows.append(row)
+    return rows
+
+
+@app.command()
+def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> int:
+    """List past bisect, revert and apply runs with their verdicts."""
+    env = env_of(ctx)
+    opts_of(ctx).masker()
+    rows = _runs(Store(opts_of(ctx).store))
+    if as_json:
+        env.emit_json(rows)
+        return
+    if not rows:
+        env.out.print("no runs yet")
+        return
+    t = Table("run", "kind", "when", "result", "deltas", "restarts")
+    for r in rows:
+        t.add_row(r["run"], r["kind"], when(r["created_at"]), r["status"], ", ".join(r["culprits"]),
+                  "" if r["restarts"] is None else str(r["restarts"]))
+    env.out.print(t)
+
+
+@app.command()
+def show(ctx: typer.Context, run: str = typer.Argument(..., help="Run id (see `envbisect runs`)."),
+         as_json: bool = typer.Option(False, "--json")) -> int:
+    """Print one past run."""
+    env = env_of(ctx)
+    from envbisect.report import make_redactor
+
+    o = opts_of(ctx)
+    store = Store(o.store)
+    rd = Runs(store.runs_dir).get(run)
+    p = rd.path
+    kind = rd.kind
+    res = rd.read_optional(rd.result_name(kind))
+    make_redactor(p, o.masker())  # the masker learns the raw secret values this run knows of
+    if as_json:
+        env.emit_json({"run": run, "kind": kind, "result": res, "unfinished": res is None})
+        return
+    if res is None:
+        env.out.print(f"run {run} ({kind}) did not finish; resume it with `envbisect bisect --resume --run {run}` "
+                  f"or undo it with `envbisect restore --run {run}`")
+        return
+    if kind != "bisect":
+        env.out.print(json.dumps(env.masker.redact_obj(res), indent=2))
+        return
+    try:
+        env.out.print(Text.assemble(f"run {run}: verdict ", bold(res["verdict"]), f" (confidence {res['confidence']}), "
+                                f"{res['restarts']} restarts, hosts left {res['state_left']}"))
+        if res["culprits"]:
+            env.out.print("  culprits: " + ", ".join(map(str, res["culprits"])))
+        env.out.print("  " + str(res["explanation"]))
+        t = Table("#", "purpose", "deltas applied", "outcome", "restart s", "probe")
+        for tr in res["trials"]:
+            t.add_row(str(tr["n"]), str(tr["purpose"]), str(len(tr["config"])), str(tr["outcome"]),
+                      f"{float(tr['restart_s']):.1f}", str(tr["reason"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise StoreError(f"{rd.file(rd.result_name(kind))}: damaged run file (no usable {e})") from None
+    env.out.print(t)
+
+
+@app.command()
+def bundle(ctx: typer.Context,
+           run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the newest bisect run)."),
+           out_path: Optional[Path] = typer.Option(None, "--out", help="FILE.tar.gz or a folder (default: ./)."),
+           check: Optional[Path] = typer.Option(None, "--check", help="Verify a bundle's manifest instead."),
+           as_json: bool = typer.Option(False, "--json")) -> int:
+    """Pack a run's evidence for the postmortem: snapshots, diff, trials, logs, metrics, report.md/.html."""
+    env = env_of(ctx)
+    from envbisect.report.bundle import check_bundle, make_bundle
+
+    o = opts_of(ctx)
+    if check is not None:
+        if not check.exists():
+            raise UsageError(f"{check}: no such bundle")
+        problems = check_bundle(check)
+        if as_json:
+            env.emit_json({"bundle": str(check), "ok": not problems, "problems": problems})
+        elif problems:
+            for p in problems:
+                env.out.print(Text(f"FAIL {p}", style="red"))
+        else:
+            env.out.print(f"{check}: manifest OK (every member present, sizes and sha256 match)")
+        return 0 if not problems else 1
+    info = make_bundle(o.store, run_id, out_path or Path("."), o.masker(strict=True) if o.playbook.exists() else None)
+    if as_json:
+        env.emit_json({"bundle": str(info.path), "run": info.run_id, "members": len(info.members), "size": info.size,
+                   "sha256": info.sha256})
+    else:
+        env.out.print(Text.assemble("bundle ", bold(info.path), f" for run {info.run_id}: {len(info.members)} members, "
+                                f"{info.size} bytes, sha256 {info.sha256[:16]}…"))
+        env.out.print("  open report.html inside it in any browser (no network needed); "
+                  f"check it with `envbisect bundle --check {info.path}`")

@@ -1,0 +1,263 @@
+"""Commands about the hosts' state and the snapshot store: init, snapshot, snapshots, schedule,
+prune, diff. Each parses its options, calls the library, renders or emits JSON, returns an ExitStatus."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from envbisect.cli import render
+from envbisect.cli.base import env_of, opts_of, app
+from envbisect.cli.render import bold, when
+from envbisect.errors import ExitStatus, UsageError
+from envbisect.state.store import Store
+
+
+# --- init --------------------------------------------------------------------------------------
+
+@app.command()
+def init(ctx: typer.Context,
+         host: str = typer.Option(..., "--host", help="ssh target to look at (as a playbook's ssh = ...; with "
+                                                     "--inventory, an inventory host)."),
+         out_path: Optional[str] = typer.Option(None, "--out", help="Where to write the draft (default: the "
+                                                                   "--playbook path; - prints it)."),
+         name: Optional[str] = typer.Option(None, "--name", help="[deployment] name (default HOST-sglang[-pd])."),
+         python: str = typer.Option("python3", "--python", help="Interpreter on the host."),
+         under: Optional[str] = typer.Option(None, "--under", help="Only processes whose working directory is "
+                                                                   "DIR or below it (one stack of several)."),
+         match: List[str] = typer.Option([], "--match", help="Also count processes whose command line matches "
+                                                             "this regex as SGLang servers (your own launcher)."),
+         force: bool = typer.Option(False, "--force", help="Replace an existing file."),
+         as_json: bool = typer.Option(False, "--json")) -> int:
+    """Write a commented playbook draft from the SGLang servers and routers running on HOST (changes nothing there)."""
+    env = env_of(ctx)
+    import tomllib
+
+    from envbisect.hosts.inventory import bind_inventory
+    from envbisect.hosts.transport import connect
+    from envbisect.inputs.playbook import Host, Playbook, Restart
+    from envbisect.runs import discover as disc
+
+    o = opts_of(ctx)
+    key = disc.host_key(host)
+    dest = None if out_path == "-" else Path(out_path or o.playbook)
+    if dest is not None and dest.exists() and not force:  # before connecting: nothing to lose but time
+        raise UsageError(f"{dest} exists: give --force to replace it, or --out FILE (--out - prints the draft)")
+    inventory_file = None
+    if o.inventory:
+        stub = Playbook(path=(dest or Path("envbisect.toml")).absolute(), name="init",
+                        hosts={key: Host(key, "", "" if python == "python3" else python, inventory=host)},
+                        services={}, restart=Restart(()))
+        target = bind_inventory(stub, o.inventory).hosts[key]
+        inventory_file = o.inventory if o.inventory == "-" else str(Path(o.inventory).absolute())
+    else:
+        target = Host(key, host, python)
+    transport = connect(target, ssh_config=o.ssh_config, accept_new_host_key=o.accept_new_host_key,
+                        attempts=o.connect_attempts)
+    try:
+        doc = disc.scan(transport, match)
+    finally:
+        transport.close()
+    services, repos, _notes = disc.interpret(doc, under=under, extra_match=match)
+    text, required, optional = disc.draft(
+        doc, services, repos, host=key, ssh=None if o.inventory else host, inventory_host=host if o.inventory else None,
+        inventory_file=inventory_file, python=target.python or "python3", name=name,
+        command=f"init --host {host}" + (f" --under {under}" if under else ""))
+    text = env.masker.redact_text(text)
+    tomllib.loads(text)  # a draft that is not TOML would be a bug
+    if dest is not None:
+        disc.write_draft(dest, text, force=force)
+    if as_json:
+        env.emit_json({"host": host, "hostname": doc.get("hostname"), "draft": str(dest) if dest else None,
+                   "text": None if dest else text, "todo_required": required, "todo_optional": optional,
+                   **disc.summary(services, repos)})
+        return
+    if dest is None:
+        env.write_raw(text)
+        return
+    env.out.print(Text.assemble("wrote ", bold(dest), f": {len(services)} service(s) found on {doc.get('hostname', host)}, "
+                            f"{len(repos)} repo(s); nothing was changed there"))
+    t = Table("service", "env file", "start", "health")
+    for s in services:
+        t.add_row(s.name, *(str(s.keys[k].value) if s.keys[k].known else "TODO" for k in ("env_file", "start", "health")))
+    env.out.print(t)
+    if required:
+        env.out.print(Text(f"{required} TODO (required) to fill in before envbisect can load it "
+                       f"(and {optional} optional); then: envbisect -p {dest} snapshot --label known-good", style="yellow"))
+    else:
+        env.out.print(f"{optional} TODO (optional) to look at; read the lines marked check:, then: "
+                  f"envbisect -p {dest} snapshot --label known-good")
+
+
+# --- snapshot ----------------------------------------------------------------------------------
+
+@app.command()
+def snapshot(ctx: typer.Context, label: Optional[str] = typer.Option(None, "--label", "-l", help="A name to find it by."),
+             as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> int:
+    """Record the state of every host: env files, watched files, repo HEADs, process environments."""
+    env = env_of(ctx)
+    o = opts_of(ctx)
+    with o.deployment() as dep:
+        snap = dep.snapshot(label)
+        trips = dep.round_trips()
+    summary = {
+        "id": snap.id, "label": snap.label, "taken_at": snap.taken_at_iso, "store": str(o.store),
+        "hosts": {h: {"files": len(s.files), "repos": {p: r.describe or r.head for p, r in s.repos.items()},
+                      "processes": {n: p.status for n, p in s.processes.items()}, "round_trips": trips.get(h)}
+                  for h, s in snap.hosts.items()},
+    }
+    if as_json:
+        env.emit_json(summary)
+        return
+    env.out.print(Text.assemble("snapshot ", bold(snap.id), f" saved in {o.store}"))
+    t = Table("host", "files", "repos", "processes", "ssh round trips")
+    for h, s in summary["hosts"].items():
+        t.add_row(h, str(s["files"]), ", ".join(f"{Path(p).name}@{d}" for p, d in s["repos"].items()) or "-",
+                  ", ".join(f"{n}: {st}" for n, st in s["processes"].items()) or "-", str(s["round_trips"]))
+    env.out.print(t)
+
+
+@app.command()
+def snapshots(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> int:
+    """List stored snapshots, oldest first."""
+    env = env_of(ctx)
+    o = opts_of(ctx)
+    snaps = Store(o.store).list()
+    rows = [{"id": s.id, "label": s.label, "taken_at": s.taken_at_iso, "deployment": s.playbook,
+             "hosts": sorted(s.hosts)} for s in snaps]
+    if as_json:
+        env.emit_json(rows)
+        return
+    if not rows:
+        env.out.print(f"no snapshots in {o.store} (take one with `envbisect snapshot`)")
+        return
+    t = Table("id", "label", "taken at", "deployment", "hosts")
+    for s, r in zip(snaps, rows):
+        t.add_row(r["id"], r["label"] or "", when(s.taken_at), r["deployment"], ", ".join(r["hosts"]))
+    env.out.print(t)
+
+
+@app.command()
+def schedule(ctx: typer.Context,
+             every: str = typer.Option(..., "--every", help="How often: 15m, 1h, 6h, 1d."),
+             label: str = typer.Option("auto", "--label", help="Label of the scheduled snapshots (prune treats "
+                                                              "'auto' as automatic)."),
+             install: bool = typer.Option(False, "--install", help="Write the systemd user units (or add the "
+                                                                   "crontab line) instead of printing them."),
+             cron: bool = typer.Option(False, "--cron", help="A crontab line even where systemd runs."),
+             systemd: bool = typer.Option(False, "--systemd", help="systemd user units even where systemd is "
+                                                                  "not detected."),
+             as_json: bool = typer.Option(False, "--json")) -> int:
+    """Take `snapshot --label auto` on a timer: a systemd user timer, or a crontab line without systemd."""
+    env = env_of(ctx)
+    from envbisect.runs.schedule import install as do_install, make_schedule
+
+    if cron and systemd:
+        raise typer.BadParameter("give --cron or --systemd, not both", param_hint="--cron")
+    o = opts_of(ctx)
+    o.masker()
+    sch = make_schedule(every=every, label=label, playbook=o.playbook, store=o.store, ssh_config=o.ssh_config,
+                        inventory=o.inventory, kind="cron" if cron else ("systemd" if systemd else None))
+    done = do_install(sch) if install else None
+    if as_json:
+        env.emit_json({**sch.to_json(), "installed": done.to_json() if done else None})
+        return
+    import shlex
+
+    again = f"envbisect schedule --every {every}" + (f" --label {label}" if label != "auto" else "") \
+        + (" --cron" if cron else "") + (" --systemd" if systemd else "") + " --install"
+    deploy_hook = ("after a deploy, from its hook: " + " ".join(shlex.quote(a) for a in sch.command[:-3])
+                   + " snapshot --label deploy-$(git rev-parse --short HEAD)")
+    if sch.kind == "systemd":
+        if done is None:
+            for path, text in sch.files.items():
+                env.out.print(Text(f"# {path}", style="bold"))
+                env.out.print(text)
+            env.out.print(f"write them with `{again}`, then run: {sch.enable_command}")
+        else:
+            for p in done.changed:
+                env.out.print(f"wrote {p}")
+            for p in done.unchanged:
+                env.out.print(f"unchanged {p}")
+            env.out.print("now run:")
+            for step in done.next_steps:
+                env.out.print(f"  {step}")
+    else:
+        if done is None:
+            env.out.print(sch.cron_marker)
+            env.out.print(sch.cron_line)
+            env.out.print(f"add it with `{again}` (or `crontab -e`)")
+        elif done.changed:
+            env.out.print(f"added to your crontab: {sch.cron_line}")
+            for step in done.next_steps:
+                env.out.print(f"  {step}")
+        else:
+            env.out.print(f"your crontab already has it: {sch.cron_line}")
+    env.out.print(Text(deploy_hook, style="dim"))
+
+
+@app.command()
+def prune(ctx: typer.Context,
+          keep: str = typer.Option(..., "--keep", help="Keep snapshots newer than this: 14d, 36h, 2w."),
+          keep_labelled: bool = typer.Option(False, "--keep-labelled",
+                                             help="Keep every snapshot with a label other than 'auto'/'diff'."),
+          dry_run: bool = typer.Option(False, "--dry-run", help="List what would go; remove nothing."),
+          as_json: bool = typer.Option(False, "--json")) -> int:
+    """Thin the store: old automatic snapshots go (never one a run uses, never the newest), then unused blobs."""
+    env = env_of(ctx)
+    from rich.table import Column
+
+    from envbisect.state.prune import parse_duration, prune as do_prune
+
+    o = opts_of(ctx)
+    o.masker()
+    res = do_prune(Store(o.store), keep_s=parse_duration(keep, "--keep"), keep_labelled=keep_labelled, dry_run=dry_run)
+    if as_json:
+        env.emit_json(res.to_json())
+        return
+    word = "would remove" if dry_run else "removed"
+    if res.deleted:
+        t = Table(Column("snapshot", no_wrap=True), "label", "taken at",  # ids never cut short
+                  title=f"{word} {len(res.deleted)} snapshot(s)")
+        for e in res.deleted:
+            t.add_row(e.id, e.label or "", when(e.taken_at))
+        env.out.print(t)
+    else:
+        env.out.print(f"no snapshot to remove ({len(res.kept)} kept)")
+    if res.kept:
+        t = Table(Column("snapshot", no_wrap=True), "label", "taken at", "kept because",
+                  title=f"kept {len(res.kept)} snapshot(s)")
+        for e in res.kept:
+            t.add_row(e.id, e.label or "", when(e.taken_at), "; ".join(e.keep))
+        env.out.print(t)
+    if res.blob_gc:
+        env.out.print(f"blobs: {word} {res.blobs_deleted} ({res.blob_bytes_deleted} bytes), kept {res.blobs_kept}"
+                  + (f" ({res.blobs_young} unused but written in the last 15 min)" if res.blobs_young else ""))
+    for n in res.notes:
+        env.out.print(Text(f"note: {n}", style="yellow"))
+    if dry_run:
+        env.out.print("dry run: nothing was removed")
+
+
+# --- diff --------------------------------------------------------------------------------------
+
+@app.command()
+def diff(ctx: typer.Context,
+         since: Optional[str] = typer.Option(None, "--since", "-s",
+                                             help="Known-good TIME: noon, midnight, 'today 12:00', 'yesterday 18:00', '2h ago', ISO 8601, epoch."),
+         against: Optional[str] = typer.Option(None, "--against", "-a", help="A snapshot label, id or file."),
+         as_json: bool = typer.Option(False, "--json")) -> int:
+    """What changed since the last known-good state? Exit 0: nothing, 1: deltas found."""
+    env = env_of(ctx)
+    o = opts_of(ctx)
+    with o.deployment() as dep:
+        result = dep.diff(since=since, against=against)
+        masker = dep.masker
+    if as_json:
+        env.emit_json(result.to_json(masker))
+    else:
+        render.render_diff(env, result, masker)
+    return int(ExitStatus.DELTAS if result.deltas else ExitStatus.OK)
