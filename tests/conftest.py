@@ -13,7 +13,15 @@ from __future__ import annotations
 import os as _sshd_os
 from pathlib import Path as _SshdPath
 
+import signal as _signal
+
 import pytest
+
+# A suite started in the background (`pytest ... &` from a script) inherits SIGINT as ignored, and
+# so would every CLI it starts: the Ctrl-C tests would then wait for a signal that never lands.
+# A Python handler here makes the children start with the default disposition again.
+if _signal.getsignal(_signal.SIGINT) is _signal.SIG_IGN:
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
 
 try:  # tests/ on sys.path (default rootdir/prepend import mode)
     from sshd import SSHD as _SSHD, SshServer, sshd_available as _sshd_available, start_sshd
