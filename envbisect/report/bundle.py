@@ -39,8 +39,8 @@ from envbisect.errors import UsageError
 from envbisect.inputs.masking import SecretMasker, encodable
 from envbisect.state.rundir import Runs
 from envbisect.state.store import write_private
-from envbisect.report import (Redactor, journal_summary, load_run, load_snapshot_doc, make_redactor, masked_deltas,
-                     render_html, render_markdown)
+from envbisect.report import (Redactor, build_story, journal_summary, load_run, load_snapshot_doc, make_redactor,
+                              masked_deltas, render_html, render_markdown)
 from envbisect.report.redaction import _get_blob, _read_json
 
 __all__ = ["BundleInfo", "make_bundle", "check_bundle", "find_run"]
@@ -147,12 +147,13 @@ def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
     if raw.get("kind", "bisect") != "bisect":
         raise UsageError(f"run {run_dir.name} is a {raw.get('kind')} run; bundles are made of bisection runs")
     m: dict[str, bytes] = {}
-    rec = load_run(run_dir, redactor=rd)
-    # The reports are rendered from the redacted record, and every piece of run data is redacted again
-    # as it is written (render_*); a whole-document redact_text would mangle markup (a "must pass: ..."
-    # reads like a PASS: value pair), so only the literal raw-value replacement runs over the whole text.
-    m["report.md"] = _utf8(rd.raw(render_markdown(rec)))
-    m["report.html"] = _utf8(rd.raw(render_html(rec)))
+    # The reports are rendered from one story of the redacted record, every string of which was
+    # redacted again as it was built (build_story, piece by piece); a whole-document redact_text would
+    # mangle markup (a "must pass: ..." reads like a PASS: value pair), so only the literal raw-value
+    # replacement runs over the whole text.
+    story = build_story(load_run(run_dir, redactor=rd))
+    m["report.md"] = _utf8(rd.raw(render_markdown(story)))
+    m["report.html"] = _utf8(rd.raw(render_html(story)))
     run_doc = dict(raw)
     run_doc["deltas"] = masked_deltas(raw, rd.masker)
     m["run.json"] = _utf8(rd.json_text(run_doc))

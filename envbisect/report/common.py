@@ -1,11 +1,8 @@
-"""What every part of the report shares: outcome colours and the render-time redaction of run data."""
+"""What every part of the report shares: outcome colours and letters, log lengths, and the limits
+of raw-value redaction."""
 from __future__ import annotations
 
-import contextvars
 import re
-from typing import Any
-
-from envbisect.inputs.masking import SecretMasker
 
 OUTCOME_COLORS = {"pass": "#2e7d32", "fail": "#d32f2f", "start-failure": "#7f0000", "unresolved": "#9e9e9e"}
 _OUTCOME_LETTER = {"pass": "P", "fail": "F", "start-failure": "S", "unresolved": "U"}
@@ -20,15 +17,3 @@ _LOG_LINES = 40  # log lines per service and trial shown in the report (the bund
 _VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # terminal escape sequences (CSI colour codes, OSC titles, two-byte escapes)
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-
-# The masker of the record being rendered: every piece of run data is passed through its
-# redact_text once more as it is written out (piece by piece, never across markup).
-_RENDER_MASKER: contextvars.ContextVar[SecretMasker | None] = contextvars.ContextVar("envbisect_render_masker",
-                                                                                     default=None)
-
-
-def _t(s: Any) -> str:
-    """Run data as text, redacted by the masker of the record being rendered."""
-    s = "" if s is None else str(s)
-    m = _RENDER_MASKER.get()
-    return m.redact_text(s) if m is not None and s else s

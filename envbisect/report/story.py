@@ -1,241 +1,256 @@
-"""The story the report tells, whatever the format: the question, premises and what they meant,
-the timeline, the meaning of the verdict and of the end state."""
+"""The story the report tells, whatever the format: `build_story(record)` says it once, as blocks
+(`envbisect.report.blocks`), redacted once by the run's masker; the renderers only format it.
+
+In order: the verdict in one line, the question, the deltas, the premise checks and what they
+meant, the timeline, the trials (a chart, a table, then each trial with its probe requests, log
+tail and evidence), the verdict and its meaning, the layered request path (not-config), drift hints
+(not-reproduced), the end state, the environment and versions, problems reading the run."""
 from __future__ import annotations
 
-import json
-from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
+from envbisect.report.blocks import (Badge, Block, BulletList, ChartTrial, Code, Figure, Footer, Group, Heading, Link,
+                                     Log, Paragraph, Story, Strong, Table, TrialsChart, redacted, text)
 from envbisect.report.common import _LOG_LINES
+from envbisect.report.facts import (STATE_MEANING, VERDICT_MEANING, clock, env_rows, evidence_for, is_premise,
+                                    max_latency, premise, question, rel, requests, s, secs, short, tail, timeline, ts)
 from envbisect.report.record import RunRecord
 
-# ------------------------------------------------------------------------------- shared helpers
-
-def _ts(t: Any) -> str:
-    if not isinstance(t, (int, float)):
-        return "?" if t is None else str(t)
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+_CHART_CAPTION = ("Columns are trials in order; each row is a bisection unit (a delta, or linked deltas); a filled "
+                  "cell means the unit was applied on top of the baseline in that trial, coloured by the trial's "
+                  "outcome. Bars: the slowest probe request of each trial.")
+_FAILED = ("fail", "start-failure")
 
 
-def _clock(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """HH:MM:SS per timeline row, with the date where it changes (and on the first row)."""
-    out, day = [], None
-    for r in rows:
-        t = r.get("ts")
-        if not isinstance(t, (int, float)):
-            out.append("?")
-            continue
-        d = datetime.fromtimestamp(t, timezone.utc)
-        stamp = d.strftime("%H:%M:%S")
-        if d.date() != day:
-            day = d.date()
-            stamp = d.strftime("%Y-%m-%d ") + stamp
-        out.append(stamp)
-    return out
+def _p(*parts: Any, cls: str = "") -> Paragraph:
+    return Paragraph((text(*parts),), cls)
 
 
-def _rel(t: Any, t0: float | None) -> str:
-    if not isinstance(t, (int, float)) or t0 is None:
-        return ""
-    s = max(0, int(round(t - t0)))
-    return f"+{s // 60}:{s % 60:02d}"
+def _b(*parts: Any) -> Strong:
+    return Strong(text(*parts))
 
 
-def _secs(x: Any, digits: int = 2) -> str:
-    return f"{x:.{digits}f} s" if isinstance(x, (int, float)) else "—"
+def _code(*parts: Any) -> Code:
+    return Code(text(*parts))
 
 
-def _short(v: Any, kind: str | None = None) -> str:
-    if v is None:
-        return "(unset)" if kind == "env" else "—"
-    s = str(v)
-    if kind in ("git", "file") and len(s) >= 40 and all(c in "0123456789abcdef" for c in s):
-        return s[:12]
-    return s
+def _badge(outcome: Any, *plain: Any) -> Badge:
+    """An outcome badge that reads as `plain` where there are none (by default the outcome itself)."""
+    return Badge("" if outcome is None else str(outcome), text(*plain) if plain else text(outcome))
 
 
-def max_latency(trial: Mapping[str, Any]) -> float | None:
-    lats = [q.get("latency_s") for r in (trial.get("probe") or {}).get("runs") or []
-            for q in r.get("requests") or [] if isinstance(q.get("latency_s"), (int, float))]
-    return max(lats) if lats else None
+def _version() -> str:
+    from envbisect import __version__
+
+    return __version__
 
 
-def _requests(trial: Mapping[str, Any]) -> list[tuple[int, Mapping[str, Any], Mapping[str, Any]]]:
-    out = []
-    for i, r in enumerate((trial.get("probe") or {}).get("runs") or [], 1):
-        reqs = r.get("requests") or []
-        if not reqs:
-            out.append((i, r, {}))
-        for q in reqs:
-            out.append((i, r, q))
-    return out
-
-
-def _probe_target(rec: RunRecord) -> str | None:
-    for t in rec.trials:
-        for r in (t.get("probe") or {}).get("runs") or []:
-            if r.get("target"):
-                return f"{r.get('kind', '?')} → {r['target']}"
-    return None
-
-
-_PREMISE_MEANING = {
-    ("current", "fail"): "Reproduced: the current configuration, co-restarted cleanly, fails the probe. "
-                         "The failure is real and survives a proper co-restart.",
-    ("current", "pass"): "Not reproduced: after a clean co-restart the current configuration passes. The deltas "
-                         "themselves do not break the stack; look at how things were restarted (drift hints below).",
-    ("baseline", "pass"): "The baseline (no deltas) passes under the same probe: the failure comes from one or more "
-                          "of the deltas, so bisecting them is meaningful.",
-    ("baseline", "fail"): "The baseline fails too: the failure is NOT caused by these deltas, so none is blamed "
-                          "(verdict not-config); the layered path check says where the request breaks.",
-    ("empty", "fail"): "There are no deltas and the baseline fails: not a configuration change.",
-    ("empty", "pass"): "There are no deltas and the baseline passes: the failure was not reproduced.",
-}
-
-
-def _is_premise(trial: Mapping[str, Any]) -> bool:
-    kind = trial.get("kind")
-    if kind:
-        return kind in ("premise-current", "premise-baseline")
-    return str(trial.get("purpose", "")).startswith("premise")  # a record of an older version
-
-
-def _premise(trial: Mapping[str, Any]) -> tuple[str, str]:
-    kind = trial.get("kind")
-    if kind:
-        which = "baseline" if kind == "premise-baseline" else ("empty" if not trial.get("units") else "current")
-    else:  # a record of an older version: only its purpose says
-        p = str(trial.get("purpose") or "")
-        which = "empty" if "no deltas" in p and "current" in p else ("current" if "current" in p else "baseline")
-    o = trial.get("outcome")
-    oc = "fail" if o in ("fail", "start-failure") else o
-    meaning = _PREMISE_MEANING.get((which, oc)) or (
-        "Could not tell: infrastructure trouble (SSH, a start command that could not run) makes a trial "
-        "unresolved, never a failure; it was retried or the run stopped.")
-    return which, meaning
-
-
-_VERDICT_MEANING = {
-    "culprit": "Each listed delta breaks the stack on its own: all of them must go.",
-    "interaction": "The listed deltas break the stack only together; each alone passes.",
-    "not-config": "The baseline fails too: no configuration delta is to blame. See the request path check.",
-    "not-reproduced": "The current configuration passes after a clean co-restart: the failure came from how "
-                      "things were (re)started, not from the deltas. See the drift hints.",
-    "inconclusive": "The search stopped before reaching the required confidence; the remaining suspects and "
-                    "their probabilities are listed.",
-}
-
-_STATE_MEANING = {
-    "original": "The hosts were put back exactly as they were before the run (bytes, mode, owner, mtime, HEAD, "
-                "branch) and co-restarted: the failure is live again until the culprit is removed.",
-    "fixed": "The hosts were left at current minus the culprits: every exonerated delta stays applied, and a final "
-             "probe proved that this configuration passes.",
-    "unknown": "Unknown: the run did not finish cleanly. Run `envbisect restore` to undo it from its journal.",
-}
-
-
-def _timeline(rec: RunRecord) -> list[dict[str, Any]]:
-    """(ts, kind, text) rows from events.jsonl, plus the conclusion."""
-    rows = []
-    for e in rec.events:
-        k = e.get("kind")
-        if k == "trial-start":
-            cfg = e.get("config") or []
-            shown = ", ".join(cfg) if len(cfg) <= 6 else ", ".join(cfg[:6]) + f", +{len(cfg) - 6} more"
-            text = (f"trial {e.get('n')} started — {e.get('purpose')} — applying {len(cfg)} of "
-                    f"{e.get('total_deltas', '?')} deltas" + (f" ({shown})" if cfg else " (the baseline)"))
-        elif k == "trial-end":
-            t = e.get("trial") or {}
-            text = (f"trial {t.get('n')} ended — {str(t.get('outcome', '?')).upper()} — {t.get('reason', '')} "
-                    f"(restart {_secs(t.get('restart_s'), 1)}, probe {_secs(t.get('probe_s'), 1)})")
-            k = f"trial-end {t.get('outcome', '')}".strip()
-        elif k == "step":
-            text = str(e.get("message", ""))
-        elif k == "interrupted":
-            text = f"INTERRUPTED: {e.get('error', '')} — the hosts were restored"
-        elif k == "resumed":
-            text = f"resumed after {e.get('trials_done', '?')} finished trial(s)"
-        else:
-            rest = {a: b for a, b in e.items() if a not in ("ts", "kind")}
-            text = str(rest.get("message") or rest.get("error") or json.dumps(rest, ensure_ascii=False))
-        rows.append({"ts": e.get("ts"), "kind": k or "?", "text": text})
-    v = rec.verdict
+def build_story(rec: RunRecord) -> Story:
+    """The report of `rec`, every string in it redacted by the run's masker."""
+    v = rec.verdict or {}
+    kind = str(v.get("verdict") or "unfinished")
+    blocks: list[Block] = [Heading(1, text(f"envbisect run {rec.run_id}: {kind.upper()}"))]
     if v:
-        culprits = ", ".join(v.get("culprits") or []) or "none"
-        rows.append({"ts": rec.finished_at, "kind": "verdict",
-                     "text": f"concluded: {str(v.get('verdict', '?')).upper()} (confidence {v.get('confidence')}), "
-                             f"culprits: {culprits}; hosts left {v.get('state_left')}"})
-    return rows
-
-
-def _question(rec: RunRecord) -> list[tuple[str, str]]:
-    r, d = rec.run, rec.diff
-    b = d.get("baseline") or {}
-    c = d.get("current") or {}
-    if r.get("baseline"):
-        base = f"snapshot {r.get('baseline')}" + (f" (label '{b['label']}')" if b.get("label") else "")
-        base += f", taken {b.get('taken_at') or _ts((rec.snapshots.get('baseline') or {}).get('taken_at'))}"
+        blocks.append(_p(_b(f"Verdict: {kind}"), f" · confidence {v.get('confidence')} · culprit(s): "
+                         f"{', '.join(v.get('culprits') or []) or 'none'} · {v.get('restarts', len(rec.trials))} "
+                         f"restarts · hosts left {v.get('state_left')}", cls=f"lead v-{kind}"))
     else:
-        base = "no baseline snapshot: old values from " + (", ".join(b.get("sources") or []) or "fallback sources")
-    o = r.get("options") or {}
-    opts = [f"confidence ≥ {o.get('confidence')}", f"leave {o.get('leave')}"]
-    if o.get("max_trials"):
-        opts.append(f"max {o['max_trials']} trials")
-    for k in ("only", "exclude", "link"):
-        if o.get(k):
-            opts.append(f"{k} {', '.join(o[k])}")
-    rows = [("deployment", str(r.get("deployment", "?"))), ("playbook", str(r.get("playbook", "?"))),
-            ("run", f"{rec.run_id}, started {_ts(r.get('created_at'))}"),
-            ("known-good since", str(d.get("since") or _ts(r.get("since")))),
-            ("baseline", base),
-            ("current", f"snapshot {r.get('current')}, taken {c.get('taken_at', '?')}"),
-            ("probe", str(r.get("probe")) + (f" ({t})" if (t := _probe_target(rec)) else "")),
-            ("options", "; ".join(opts))]
-    return rows
+        blocks.append(_p(_b("No verdict: the run did not finish"), " (interrupted, crashed, or still running). "
+                         "Resume with ", _code("envbisect bisect --resume"), " or undo it with ",
+                         _code("envbisect restore"), ".", cls="lead v-unfinished"))
+    for part in (_question, _deltas, _premises, _timeline, _trials, _verdict, _path, _drift, _end_state,
+                 _environment):
+        blocks += part(rec)
+    if rec.problems:
+        blocks += [Heading(2, text("Problems reading the run")), BulletList(tuple(text(p) for p in rec.problems))]
+    blocks.append(Footer(text("Secrets are masked (", _code("••••(masked, sha256:…)"),
+                              f"). Generated by envbisect {_version()} from run {rec.run_id}.")))
+    return redacted(Story(f"envbisect {rec.run_id}: {kind}", tuple(blocks)), rec.masker)
 
 
-def _delta_unit(rec: RunRecord) -> dict[str, str]:
-    out = {}
-    for u, ds in rec.units.items():
-        for d in ds:
-            out[d] = u
+def _question(rec: RunRecord) -> list[Block]:
+    return [Heading(2, text("The question")),
+            Table(("", ""), tuple((text(k), text(x)) for k, x in question(rec)), kv=True)]
+
+
+def _deltas(rec: RunRecord) -> list[Block]:
+    out: list[Block] = [Heading(2, text("What changed (deltas)"))]
+    du = {d: u for u, ds in rec.units.items() for d in ds}
+    culprits = set((rec.verdict or {}).get("culprits") or [])
+    if rec.deltas:
+        rows = []
+        for d in rec.deltas:
+            did, k = d.get("id", "?"), d.get("kind")
+            rows.append((text(_b(did), " (culprit)") if did in culprits else text(did), text(k), text(d.get("change")),
+                         text(short(d.get("old"), k)), text(short(d.get("new"), k)), text(d.get("baseline_source")),
+                         text(du.get(d.get("id"), "") if du.get(d.get("id")) != d.get("id") else "")))
+        out.append(Table(("delta", "kind", "change", "old", "new", "old value from", "linked unit"), tuple(rows),
+                         row_classes=tuple("culprit" if d.get("id") in culprits else "" for d in rec.deltas)))
+    else:
+        out.append(_p("No deltas."))
+    diff = rec.diff
+    items = [text("drift: ", s(dr.get("service")), f" (pid {dr.get('pid')}) runs with ",
+                  _code(s(dr.get("key")), "=", s(dr.get("process"))), " while its file says ", _code(s(dr.get("file"))))
+             for dr in diff.get("drift") or []]
+    items += [text("linked: ", ", ".join(link), " changed the same way") for link in diff.get("links") or []]
+    items += [text(s(p), ": start environment unknown (overwritten by the program)")
+              for p in diff.get("unknown_processes") or []]
+    items += [text("note: ", s(n)) for n in diff.get("notes") or []]
+    if items:
+        out.append(BulletList(tuple(items)))
     return out
 
 
-def _culprit_deltas(rec: RunRecord) -> set[str]:
-    return set((rec.verdict or {}).get("culprits") or [])
+def _premises(rec: RunRecord) -> list[Block]:
+    items, classes = [], []
+    for t in rec.trials:
+        if not is_premise(t):
+            continue
+        which, meaning = premise(t)
+        o = t.get("outcome")
+        good = (which == "current" and o in _FAILED) or (which == "baseline" and o == "pass")
+        items.append(text(_b(f"trial {t.get('n')} — ", s(t.get("purpose")), " — ", _badge(o, str(o).upper())),
+                          " (", s(t.get("reason")), "). ", meaning))
+        classes.append("premise ok" if good else "premise bad")
+    body: Block = BulletList(tuple(items), tuple(classes)) if items else _p("No premise check was run.")
+    return [Heading(2, text("Premise checks")), body]
 
 
-def _evidence_for(rec: RunRecord, n: Any) -> tuple[str, Mapping[str, str]]:
-    key = f"trial-{int(n):03d}" if isinstance(n, int) else str(n)
-    return key, rec.evidence.get(key) or {}
+def _timeline(rec: RunRecord) -> list[Block]:
+    rows = timeline(rec)
+    t0 = next((r[0] for r in rows if isinstance(r[0], (int, float))), None)
+    return [Heading(2, text("Timeline")), _p("Times are UTC.", cls="muted"),
+            Table(("time", "", "event"), tuple((text(c), text(rel(when, t0)), what)
+                                               for (when, _k, what), c in zip(rows, clock([r[0] for r in rows]))),
+                  numeric=(0, 1), row_classes=tuple("k-" + k.split(" ")[0] for _when, k, _w in rows), cls="timeline")]
 
 
-def _tail(text: str, n: int = _LOG_LINES) -> str:
-    lines = text.rstrip("\n").splitlines()
-    return "\n".join(lines[-n:])
+def trials_chart(rec: RunRecord) -> TrialsChart:
+    """The trials chart's data (not yet redacted)."""
+    units = list(rec.units)
+    for t in rec.trials:  # units a trial used that the unit map does not know (should not happen)
+        units += [u for u in t.get("units") or [] if u not in units]
+    trials = tuple(ChartTrial(str(t.get("n", "?")), str(t.get("outcome")), tuple(t.get("units") or []),
+                              max_latency(t), f"trial {t.get('n')} · {str(t.get('outcome', '?')).upper()} · "
+                                              f"{t.get('purpose', '')} — {t.get('reason', '')}")
+                   for t in rec.trials)
+    return TrialsChart(rec.run_id, tuple(units), tuple(rec.culprit_units), trials)
 
 
-def _env_rows(rec: RunRecord) -> list[tuple[str, str]]:
-    env = rec.environment or {}
-    rows = [("envbisect", str(env.get("envbisect", "?")))]
-    c = env.get("controller") or {}
-    if c:
-        rows.append(("controller", f"{c.get('hostname', '?')}: kernel {c.get('kernel', '?')}, Python {c.get('python', '?')}"))
-    for h, hd in sorted((env.get("hosts") or {}).items()):
-        if hd.get("error"):
-            rows.append((f"host {h}", f"could not be read: {hd['error']}"))
-        else:
-            rows.append((f"host {h}", f"{hd.get('hostname', '?')}: kernel {hd.get('kernel', '?')}, Python {hd.get('python', '?')}"))
-    for role in ("baseline", "current"):
-        s = rec.snapshots.get(role) or {}
-        for h, hd in sorted((s.get("hosts") or {}).items()):
-            for p, r in sorted((hd.get("repos") or {}).items()):
-                desc = r.get("describe") or (r.get("head") or "?")[:12]
-                extra = (f" on {r['branch']}" if r.get("branch") else "") + (" (dirty)" if r.get("dirty") else "")
-                rows.append((f"repo {h}:{p} ({role})", f"{desc}{extra}"))
-    return rows
+def _trials(rec: RunRecord) -> list[Block]:
+    out: list[Block] = [Heading(2, text("Trials"))]
+    if rec.trials:
+        out.append(Figure(trials_chart(rec), _CHART_CAPTION))
+    out.append(Table(("#", "purpose", "deltas applied", "outcome", "reason", "restart", "probe", "max latency"),
+                     tuple((text(Link(f"trial-{t.get('n')}", text(t.get("n")))), text(t.get("purpose")),
+                            text(len(t.get("config") or [])), text(_badge(t.get("outcome"))), text(t.get("reason")),
+                            text(secs(t.get("restart_s"), 1)), text(secs(t.get("probe_s"), 1)),
+                            text(secs(max_latency(t)))) for t in rec.trials), numeric=(2, 5, 6, 7)))
+    return out + [_trial(rec, t) for t in rec.trials]
 
 
-def _trial_label(t: Mapping[str, Any]) -> str:
-    return f"trial {t.get('n')} · {str(t.get('outcome', '?')).upper()} · {t.get('purpose', '')}"
+def _trial(rec: RunRecord, t: Mapping[str, Any]) -> Group:
+    o = t.get("outcome")
+    cfg = t.get("config") or []
+    rd = t.get("restart_durations") or {}
+    out: list[Block] = [
+        Heading(3, text(f"Trial {t.get('n')} — ", _badge(o), " — ", s(t.get("purpose")))),
+        BulletList((text(f"configuration: baseline + {len(cfg)} delta(s)",
+                         *((": ", ", ".join(cfg)) if cfg else (" (the baseline)",))),
+                    text(f"started {ts(t.get('started_at'))}; outcome ", _badge(o, _b(o)), " — ", s(t.get("reason"))),
+                    text(f"co-restart {secs(t.get('restart_s'), 2)}"
+                         + (" (" + ", ".join(f"{k} {secs(x, 2)}" for k, x in rd.items()) + ")" if rd else "")
+                         + f"; probing {secs(t.get('probe_s'), 2)}")))]
+    reqs = requests(t)
+    if reqs:
+        rows = ((i, q.get("n", ""), "yes" if q.get("ok") else ("no" if q else ""), q.get("status") or "—",
+                 secs(q.get("latency_s"), 3) if q else secs(r.get("duration_s"), 3),
+                 (q.get("error") or q.get("excerpt") or "")[:120] if q else r.get("reason")) for i, r, q in reqs)
+        out.append(Table(("run", "req", "ok", "status", "latency", "error / answer excerpt"),
+                         tuple(tuple(text(c) for c in row) for row in rows), numeric=(0, 1, 3, 4)))
+    if t.get("log_tail"):
+        out.append(Log(text("Log tail at the failure:"), tail(str(t["log_tail"]), 20)))
+    key, ev = evidence_for(rec, t.get("n"))
+    if ev:
+        out.append(_p("Evidence captured right after the trial (", _code("evidence/", key, "/"), "): ",
+                      ", ".join(sorted(ev))))
+        folded = []
+        for name, body in sorted(ev.items()):
+            lines = len(body.splitlines())
+            if o in _FAILED and name.endswith((".log.txt", ".error.txt")) and body.strip():
+                out.append(Log(text(name, f" (last {min(12, lines)} lines):"), tail(body, 12)))
+            else:  # the rest is supplementary: folded where the format can, else only named above
+                shown = min(_LOG_LINES, lines)
+                folded.append(Log(text(f"evidence/{key}/", name, f" ({lines} lines; last {shown} shown)"),
+                                  tail(body), folded=True))
+        out += folded
+    return Group(tuple(out), anchor=f"trial-{t.get('n')}", cls="trial")
+
+
+def _verdict(rec: RunRecord) -> list[Block]:
+    v = rec.verdict or {}
+    kind = str(v.get("verdict") or "unfinished")
+    out: list[Block] = [Heading(2, text("Verdict"))]
+    if v:
+        out.append(_p(_b(kind.upper()), f" — confidence {v.get('confidence')}, {v.get('restarts')} restarts."))
+        if VERDICT_MEANING.get(kind):
+            out.append(_p(VERDICT_MEANING[kind], cls="meaning"))
+        if v.get("culprits"):
+            dmap = {d.get("id"): d for d in rec.deltas}
+            out.append(BulletList(tuple(
+                text("culprit ", _b(c), ": ", _code(short(dmap.get(c, {}).get("old"), dmap.get(c, {}).get("kind"))),
+                     " → ", _code(short(dmap.get(c, {}).get("new"), dmap.get(c, {}).get("kind"))))
+                for c in v["culprits"])))
+        out.append(_p("Explanation. ", s(v.get("explanation", "")), cls="meaning"))
+        if v.get("suspects"):
+            out.append(Table(("suspect unit", "probability it is to blame"),
+                             tuple((text(x.get("unit")), text(x.get("p"))) for x in v["suspects"]), numeric=(1,)))
+        if v.get("notes"):
+            out.append(BulletList(tuple(text("note: ", s(n)) for n in v["notes"])))
+    else:
+        out.append(_p("No verdict was written."))
+        stops = [text(s(e.get("kind")), " — ", s(e.get("error"))) for e in rec.events
+                 if e.get("kind") in ("interrupted", "restore-failed")]
+        if stops:
+            out.append(BulletList(tuple(stops)))
+    return [Group(tuple(out), anchor="verdict", cls=f"v-{kind}", role="section")]
+
+
+def _path(rec: RunRecord) -> list[Block]:
+    path = (rec.verdict or {}).get("path")
+    if not path:
+        return []
+    return [Heading(2, text("Request path, layer by layer")),
+            Table(("layer", "target", "result", "reason"),
+                  tuple((text(l.get("layer")), text(l.get("target")),
+                         text(_badge("pass", "ok") if l.get("ok") else _badge("fail", "BROKEN")), text(l.get("reason")))
+                        for l in path.get("layers") or [])),
+            _p("Broken at ", _b(path.get("broken_at") or "nowhere"), ". ", s(path.get("conclusion", "")))]
+
+
+def _drift(rec: RunRecord) -> list[Block]:
+    hints = (rec.verdict or {}).get("drift_hint")
+    return [Heading(2, text("Drift hints")), BulletList(tuple(text(h) for h in hints))] if hints else []
+
+
+def _end_state(rec: RunRecord) -> list[Block]:
+    v = rec.verdict or {}
+    state = v.get("state_left") or "unknown"
+    lines = [text(_b(state), f": {STATE_MEANING.get(state, '')}")]
+    fp = v.get("final_probe")
+    if fp:
+        lines.append(text(f"Final probe (trial {fp.get('n')}) — ", _badge(fp.get("outcome"), _b(fp.get("outcome"))),
+                          " — ", s(fp.get("reason"))))
+    return [Heading(2, text("End state")), Paragraph(tuple(lines))]
+
+
+def _environment(rec: RunRecord) -> list[Block]:
+    out: list[Block] = [Heading(2, text("Environment and versions")),
+                        Table(("", ""), tuple((text(k), text(x)) for k, x in env_rows(rec)), kv=True)]
+    js = rec.journal_summary
+    if js:
+        out.append(_p(f"Journal ({js.get('state')}): the original state of "
+                      f"{sum(len(h['files']) for h in js['hosts'].values())} file(s) and "
+                      f"{sum(len(h['repos']) for h in js['hosts'].values())} repo(s) was recorded before the first "
+                      "edit."))
+    return out
