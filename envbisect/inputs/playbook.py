@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from envbisect.errors import PlaybookError
 
 LOCAL = "local"
-PROBE_KINDS = ("http", "multi_round", "concurrent", "command")
+PROBE_KINDS = ("http", "multi_round", "concurrent", "command", "perf")
 PROBE_REPEAT_MAX = 40  # = Search(max_probes=...): a trial is never probed more often than that
 PROBE_CONCURRENCY_MAX = 1024  # one thread and one connection each
 
@@ -72,6 +72,18 @@ class Probe:
     rounds: int = 6  # multi_round
     concurrency: int = 16  # concurrent
     command: str | None = None  # command
+    # perf: a sample is `requests` requests at `concurrency` after `warmup` untimed ones; the
+    # metric of a configuration's samples is compared with the baseline's (search/perf.py)
+    requests: int = 64
+    metric: str = "output_tokens_per_s"
+    regression: float = 0.05  # worse than the baseline by more than this fraction = fail
+    samples: int = 3  # samples per started configuration (more when undecided, up to max_samples)
+    max_samples: int = 16
+    warmup: int | None = None  # untimed requests first (default: concurrency)
+
+    @property
+    def is_perf(self) -> bool:
+        return self.kind == "perf"
 
 
 @dataclass(frozen=True)
@@ -288,6 +300,24 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
     )
 
 
+# name -> higher is better (what a perf probe can measure; search/perf.py decides on it)
+PERF_METRICS = {"output_tokens_per_s": True, "latency_p50_s": False, "latency_p95_s": False, "ttft_p50_s": False}
+
+
+def parse_fraction(text: str | float | int) -> float:
+    """ "5%" or 0.05 -> 0.05; ValueError (one line) for anything else or outside (0, 1)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        v = float(text)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%?)\s*", str(text))
+        if not m:
+            raise ValueError(f"must be a fraction such as \"5%\" or 0.05, got {text!r}")
+        v = float(m.group(1)) / (100.0 if m.group(2) else 1.0)
+    if not 0 < v < 1:
+        raise ValueError(f"must be between 0% and 100% (exclusive), got {text!r}")
+    return v
+
+
 def _parse_probe(path: Path, name: str, table: Any, hosts: Mapping[str, Host]) -> Probe:
     r = _Reader(path, f"probes.{name}", table)
     kind = r.get("kind", str, required=True)
@@ -335,11 +365,26 @@ def _parse_probe(path: Path, name: str, table: Any, hosts: Mapping[str, Host]) -
             raise PlaybookError(path, r.key("expect_body"), f"is not a valid regular expression: {e}") from None
     if url is not None and not url.startswith(("http://", "https://")):
         raise PlaybookError(path, r.key("url"), f"must be an http(s) URL, got {url!r}")
+    perf: dict[str, Any] = {}
+    if kind == "perf":
+        metric = r.get("metric", str, "output_tokens_per_s")
+        if metric not in PERF_METRICS:
+            raise PlaybookError(path, r.key("metric"), f"must be one of {', '.join(PERF_METRICS)}, got {metric!r}")
+        try:
+            regression = parse_fraction(r.get("regression", (str, float, int), "5%"))
+        except ValueError as e:
+            raise PlaybookError(path, r.key("regression"), str(e)) from None
+        samples = in_range("samples", int, 3, 2, 50, "between 2 and 50 (samples per started configuration)")
+        perf = dict(metric=metric, regression=regression, samples=samples,
+                    requests=in_range("requests", int, 64, 1, 100_000, "between 1 and 100000 (requests per sample)"),
+                    max_samples=in_range("max_samples", int, max(16, samples), samples, 200,
+                                         f"between samples ({samples}) and 200"),
+                    warmup=in_range("warmup", int, None, 0, 100_000, "between 0 and 100000"))
     p = Probe(
         name=name, kind=kind, vantage=vantage, url=url, method=method, body=body,
         headers=tuple((str(k), str(v)) for k, v in headers.items()), expect_status=expect_status,
         expect_body=expect_body, timeout_s=timeout_s, latency_budget_s=latency_budget_s, repeat=repeat,
-        rounds=rounds, concurrency=concurrency, command=command,
+        rounds=rounds, concurrency=concurrency, command=command, **perf,
     )
     r.finish()
     return p

@@ -290,6 +290,29 @@ class BisectRun:
             if now_sha != (cur.sha256 if cur.exists else None):
                 raise UsageError(f"{d.host}:{d.path} changed since the diff was taken; run the bisection again")
 
+    def _perf_reference(self, probe: Probe, runner: TrialRunner, done: list[Trial], notes: list[str],
+                        n_deltas: int, n_units: int) -> Trial | None:
+        """A perf probe judges every configuration against the baseline's samples, so the baseline
+        is measured first (in this run: a speed is never taken from memory); the search's baseline
+        premise is then answered by that trial. Resumed: the reference comes from the run's record."""
+        if not probe.is_perf:
+            return None
+        old = next((t for t in done if not t.config and t.kind is TrialKind.PREMISE_BASELINE), None)
+        if old is not None:
+            if old.outcome is Outcome.PASS:
+                runner.reference = tuple(r.value for r in old.probe_runs if r.value is not None)
+            return None  # the replay of the record has shown it to the search already
+        purpose = "premise: baseline must pass (measured first: the perf reference every configuration is judged against)"
+        self.on_event("trial-start", {"n": 1, "purpose": purpose, "config": [], "eta_s": None, "units": n_units,
+                                      "total_deltas": n_deltas})
+        trial = runner.run(1, [], probe.samples, purpose, kind=TrialKind.PREMISE_BASELINE)
+        self.trials.append(trial)
+        self._append_trial(trial)
+        self.on_event("trial-end", {"trial": trial})
+        notes.append(f"perf probe {probe.name}: the baseline was measured first (trial 1); every configuration's "
+                     f"{probe.metric} is compared with its samples (worse by more than {probe.regression:.0%} = fail)")
+        return trial
+
     def _loop(self, diff: Diff | None, deltas: list[Delta], contents: dict[str, bytes],
               units: Mapping[str, tuple[str, ...]], probe: Probe, editor: HostEditor, original,  # noqa: ANN001
               done: list[Trial], notes: list[str], diff_doc: Mapping[str, Any] | None = None) -> BisectResult:
@@ -307,6 +330,7 @@ class BisectRun:
         self.trials = list(done)
         for t in done:
             search.observe(_observation(t))
+        reference = self._perf_reference(probe, runner, done, notes, len(deltas), len(unit_ids))
         stop = _install_signal_handlers()
         state_left = "unknown"
         verdict: Verdict | None = None
@@ -323,6 +347,10 @@ class BisectRun:
                                               "eta_s": self._eta(nxt), "units": len(unit_ids),
                                               "expected_total": n - 1 + self._remaining(nxt),
                                               "total_deltas": len(deltas)})
+                if reference is not None and nxt.kind is TrialKind.PREMISE_BASELINE and not nxt.config:
+                    search.observe(_observation(reference))  # measured first, recorded as trial 1
+                    reference = None
+                    continue
                 why_not = "not the first trial"
                 if nxt.free and not self.trials:
                     why_not = running_stack_unverified(diff, self.playbook, deltas)

@@ -108,6 +108,7 @@ class ActionResult:
     put_back: bool = False
     after_put_back: str | None = None  # probe outcome after putting the deltas back
     notes: tuple[str, ...] = field(default_factory=tuple)
+    perf: dict[str, Any] | None = None  # a perf probe: the samples before and after, and the effect
 
     @property
     def ok(self) -> bool:
@@ -120,7 +121,8 @@ class ActionResult:
                             "seconds": round(self.restart.total_s, 2)},
                 "probe": {"outcome": self.probe_outcome, "reason": self.probe_reason},
                 "verify": self.verify.to_json() if self.verify else None,
-                "put_back": self.put_back, "after_put_back": self.after_put_back, "notes": list(self.notes)}
+                "put_back": self.put_back, "after_put_back": self.after_put_back, "notes": list(self.notes),
+                "perf": self.perf}
 
 
 def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, *, probe: Probe | None,
@@ -164,12 +166,21 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
             raise
         want = {i for i, on in state.items() if on}
         want = want - set(ids) if action == "revert" else want | set(ids)
+        before = None
+        if probe is not None and probe.is_perf:
+            # what the change costs or buys is measured, not assumed: the running stack first
+            ev("step", {"message": f"measuring {probe.metric} before the {action}"})
+            before = perf_samples(probe, dep.transports)
         ev("step", {"message": f"{action}: {', '.join(ids)}"})
         editor.apply(target_state(original, related, want, source.contents))
         rs = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}), guard=guard)
-        outcome, reason = _probe(dep, probe, rs)
+        perf = None
+        if before is not None and rs.ok:
+            outcome, reason, perf = perf_change(probe, dep.transports, before, action)
+        else:
+            outcome, reason = _probe(dep, probe, rs)
         vr = verify(dep.playbook, dep.transports) if run_verify and rs.ok else None
-        result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr)
+        result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr, perf=perf)
         failed = not rs.ok or outcome == "fail" or (vr is not None and not vr.ok)
         if action == "revert" and failed:
             decide = put_back_on_fail(result) if callable(put_back_on_fail) else put_back_on_fail
@@ -179,8 +190,10 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
                 rs2 = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}),
                                  guard=guard)
                 after, _ = _probe(dep, probe, rs2)
-                result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr, True, after,
-                                      (f"{', '.join(ids)} did not fix it and were put back: do not blame them",))
+                why = f"{', '.join(ids)} did not fix it and were put back: do not blame them"
+                if perf is not None:
+                    why = f"{', '.join(ids)} were put back: the revert would have cost {perf['effect_text']}"
+                result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr, True, after, (why,), perf)
         editor.finish()
         editor.unlock()
     except BaseException as exc:
@@ -203,6 +216,37 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
         stop()
     rd.write(rundir.RESULT, dep.masker.redact_json(result.to_json()))
     return result
+
+
+def perf_samples(probe: Probe, transports) -> tuple[float, ...]:  # noqa: ANN001
+    from envbisect.trials.perf import reference_count, sample
+
+    runs, broken = sample(probe, transports, reference_count(probe))
+    if broken:
+        raise UsageError(f"probe {probe.name} cannot measure the running stack ({broken}): fix that first, "
+                         "or revert with a pass/fail probe")
+    return tuple(r.value for r in runs if r.value is not None)
+
+
+def perf_change(probe: Probe, transports, before: tuple[float, ...], action: str  # noqa: ANN001
+                ) -> tuple[str, str, dict[str, Any]]:
+    """The metric after the change against before it: a change that makes it measurably worse by
+    more than `regression` fails (and a revert is put back); otherwise it passes. The effect
+    (with its uncertainty) is reported either way: what the change cost or bought."""
+    from envbisect.trials.perf import compare, sample
+
+    runs, broken = sample(probe, transports, probe.samples)
+    d = None
+    if not broken:
+        d, runs, broken = compare(probe, transports, before, runs)
+    after = [r.value for r in runs if r.value is not None]
+    if broken or d is None:
+        return "fail", f"after the {action}: {broken}", {"before": list(before), "after": after}
+    outcome = {"worse": "fail", "same": "pass"}.get(d.outcome.value, "unresolved")
+    doc = {"metric": probe.metric, "before": list(before), "after": after, "decision": d.outcome.value,
+           "effect": d.effect, "effect_ci": list(d.effect_ci) if d.effect_ci else None, "effect_text": d.reason,
+           "p_mann_whitney": d.p_mann_whitney, "p_kolmogorov_smirnov": d.p_kolmogorov_smirnov}
+    return outcome, f"{probe.metric} before → after the {action}: {d.reason}", doc
 
 
 def _probe(dep: Deployment, probe: Probe | None, rs: RestartResult) -> tuple[str | None, str]:

@@ -59,6 +59,21 @@ DEFAULT_RULES: dict[str, Any] = {
     "typed": {"SGLANG_KV_PAGE_SIZE": {"type": "int", "default": "1"}},
 }
 
+# Speed knobs (issue 11): with a per-token time, decode's tokens/s follows these values. The
+# incident's CTAS=512 is a real +12.8% (12% less time per token); a CUDA-graph batch cap of 8
+# costs about 20% throughput (30% more time per token, some of each request is not decode); the scheduler-interval knob does nothing.
+PERF_RULES: dict[str, Any] = {
+    "token_s": 0.008,
+    "jitter": 0.03,
+    "rules": [
+        {"service": "decode", "when": {"SGLANG_SM120_MMA_TARGET_CTAS": "512"}, "fault": "speed", "factor": 0.887},
+        {"service": "decode", "when": {"SGLANG_CUDA_GRAPH_MAX_BS": "8"}, "fault": "speed", "factor": 1.3},
+        {"service": "decode", "when": {"SGLANG_SCHEDULER_INTERVAL": "*"}, "fault": "speed", "factor": 1.0},
+    ],
+    "kv_layout_vars": ["SGLANG_KV_PAGE_SIZE", "SGLANG_KV_CACHE_DTYPE"],
+    "typed": {"SGLANG_KV_PAGE_SIZE": {"type": "int", "default": "1"}},
+}
+
 # (name, value, comment) ; a None name is a comment/blank line
 _COMMON_WORKER_ENV: list[tuple[str | None, str, str]] = [
     (None, "", "# --- GPUs / NCCL ---"),
@@ -544,6 +559,8 @@ def _playbook(root: Path, ssh: str, ports: dict[str, int], python: str, with_rep
               has_proxy: bool, backups: bool) -> str:
     body = ('{"model": "default", "messages": [{"role": "user", "content": "Say hi"}], '
             '"max_tokens": 8}')
+    perf_body = ('{"model": "default", "messages": [{"role": "user", "content": "Write a haiku."}], '
+                 '"max_tokens": 32}')
     chat = f"http://127.0.0.1:{ports['router']}/v1/chat/completions"
     out = [
         "# Playbook of the simulated SGLang PD deployment (envbisect.sim.deployment.build).",
@@ -613,6 +630,19 @@ def _playbook(root: Path, ssh: str, ports: dict[str, int], python: str, with_rep
         "expect_status = 200",
         'expect_body = "choices"',
         "rounds = 6",
+        "timeout_s = 5",
+        "",
+        "[probes.throughput]",
+        'kind = "perf"',
+        'vantage = "node1"',
+        f"url = {_toml_str(chat)}",
+        'method = "POST"',
+        f"body = '{perf_body}'",
+        "requests = 32",
+        "concurrency = 8",
+        'metric = "output_tokens_per_s"',
+        'regression = "5%"',
+        "samples = 3",
         "timeout_s = 5",
         "",
         "[probes.burst]",

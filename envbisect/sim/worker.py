@@ -32,7 +32,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULT_KINDS = ("hang", "5xx", "slow", "fail_after_reused", "intermittent", "crash")
+FAULT_KINDS = ("hang", "5xx", "slow", "fail_after_reused", "intermittent", "crash", "speed")
 DEFAULT_KV_LAYOUT_VARS = ("SGLANG_KV_PAGE_SIZE", "SGLANG_KV_CACHE_DTYPE")
 SIM_VERSION = "0.5.4-sim"
 
@@ -63,6 +63,12 @@ def load_rules(path: str | None) -> dict[str, Any]:
          "kv_layout_vars": ["SGLANG_KV_PAGE_SIZE", "SGLANG_KV_CACHE_DTYPE"],
          "typed": {"SGLANG_KV_PAGE_SIZE": {"type": "int", "default": "1"}},
          "aliases": {"SGL_KV_PAGE_SIZE": "SGLANG_KV_PAGE_SIZE"}}
+
+    A ``"speed"`` rule (``"factor": 1.2`` = 20% more time per token; 0.88 = 12% faster) scales the
+    simulated per-token time, ``"token_s"`` in the rules file (default 0: no timing, short replies);
+    with a per-token time, decode answers ``max_tokens`` tokens and takes ``max_tokens * token_s *
+    factor`` (with ``"jitter"``, default 2%, of multiplicative noise per request), so a throughput
+    probe sees tokens/s move with the configuration, and every matching rule's factor multiplies.
 
     ``when`` matches when every listed variable has that value ("*" = set to anything,
     null = unset).  ``when_file`` (one object or a list) matches when the file exists and
@@ -207,6 +213,14 @@ class Sim:
             if f["fault"] == "intermittent":
                 self.rng = random.Random(f["params"].get("seed", 0))
         self.rng_lock = threading.Lock()
+        # per-token time (speed knobs): decode sleeps max_tokens * token_s * speed per request
+        self.token_s = float(self.rules.get("token_s", 0) or 0)
+        self.speed = 1.0
+        for f in self.faults:
+            if f["fault"] == "speed":
+                self.speed *= float(f["params"].get("factor", 1.0))
+        self.jitter = float(self.rules.get("jitter", 0.02))
+        self.speed_rng = random.Random()
         # prefill: room -> kv record
         self.kv: dict[str, dict[str, Any]] = {}
         self.kv_lock = threading.Lock()
@@ -597,6 +611,13 @@ class WorkerHandler(BaseHandler):
             if not ok:
                 return
         text = f"sim-decode reply: {' '.join(prompt.split()[-8:])}".strip()
+        if sim.token_s > 0:
+            n = max(1, int(body.get("max_tokens") or body.get("max_new_tokens") or 16))
+            with sim.rng_lock:
+                noise = max(0.5, sim.speed_rng.gauss(1.0, sim.jitter))
+            if sim.shutdown.wait(n * sim.token_s * sim.speed * noise):
+                return
+            text = "sim-decode reply: " + " ".join(f"t{i}" for i in range(max(0, n - 2)))
         self.answer(path, body, text, prompt)
 
     def fetch_kv(self, bhost: str, bport: int, room: str) -> bool:

@@ -46,10 +46,11 @@ class ProbeRun:
     requests: tuple[RequestRecord, ...]
     duration_s: float
     target: str = ""
+    value: float | None = None  # perf: the sample's metric (tokens/s, seconds)
 
     def to_json(self) -> dict:
         return {"probe": self.probe, "kind": self.kind, "outcome": self.outcome, "reason": self.reason,
-                "target": self.target, "duration_s": round(self.duration_s, 3),
+                "target": self.target, "duration_s": round(self.duration_s, 3), "value": self.value,
                 "requests": [{"n": r.n, "ok": r.ok, "status": r.status, "latency_s": round(r.latency_s, 4),
                               "error": r.error, "excerpt": r.excerpt} for r in self.requests]}
 
@@ -97,6 +98,8 @@ def run_probe(probe: Probe, transports: Mapping[str, Transport], *, url: str | N
     netloc = urlsplit(target).netloc
     with transport.forward(host, port) as (fh, fp):
         base = f"{scheme}://{fh}:{fp}"
+        if probe.kind == "perf":
+            return _perf_sample(probe, base, path, netloc, target, t0)
         if probe.kind == "http":
             with httpx.Client(verify=False) as c:
                 recs = [_send(c, probe, base, path, netloc, 1)]
@@ -143,3 +146,80 @@ def _run_command(probe: Probe, transport: Transport, t0: float) -> ProbeRun:
     rec = RequestRecord(1, code == 0, code, time.monotonic() - t0, None if code == 0 else f"exit status {code}",
                         text[-EXCERPT:].replace("\n", " "))
     return ProbeRun(probe.name, "command", outcome, f"exit status {code}", (rec,), time.monotonic() - t0, probe.command or "")
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _perf_sample(probe: Probe, base: str, path: str, netloc: str, target: str, t0: float) -> ProbeRun:
+    """One sample of a perf probe: `warmup` untimed requests, then `requests` at `concurrency`
+    over a pool of keep-alive connections (as a load generator would); the metric of the timed
+    part. A request that fails makes the sample FAIL (the stack is broken, not slow)."""
+    stream = probe.metric == "ttft_p50_s"
+    headers = {"Host": netloc, "Content-Type": "application/json", **dict(probe.headers)}
+    body = probe.body
+    if stream and body:
+        import json
+
+        doc = json.loads(body)
+        doc["stream"] = True
+        body = json.dumps(doc)
+    limits = httpx.Limits(max_connections=probe.concurrency, max_keepalive_connections=probe.concurrency)
+
+    def one(c: httpx.Client, n: int) -> tuple[RequestRecord, int, float | None]:
+        s0 = time.monotonic()
+        first = None
+        try:
+            with c.stream(probe.method, base + path, content=body, headers=headers, timeout=probe.timeout_s) as resp:
+                chunks = []
+                for chunk in resp.iter_bytes():
+                    if first is None:
+                        first = time.monotonic() - s0
+                    chunks.append(chunk)
+                text = b"".join(chunks).decode("utf-8", "replace")
+        except httpx.TimeoutException:
+            return RequestRecord(n, False, None, time.monotonic() - s0, f"no answer within {probe.timeout_s:g} s (hang)"), 0, None
+        except httpx.HTTPError as e:
+            return RequestRecord(n, False, None, time.monotonic() - s0, f"{type(e).__name__}: {e}"[:200]), 0, None
+        latency = time.monotonic() - s0
+        if resp.status_code != probe.expect_status:
+            return (RequestRecord(n, False, resp.status_code, latency, f"HTTP {resp.status_code}, expected "
+                                  f"{probe.expect_status}", text[:EXCERPT]), 0, first)
+        return RequestRecord(n, True, resp.status_code, latency, None, ""), _completion_tokens(text), first
+
+    with httpx.Client(verify=False, limits=limits) as c, ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
+        warm = probe.concurrency if probe.warmup is None else probe.warmup
+        list(pool.map(lambda i: one(c, -i), range(warm)))
+        w0 = time.monotonic()
+        got = list(pool.map(lambda i: one(c, i + 1), range(probe.requests)))
+        wall = time.monotonic() - w0
+    recs = tuple(r for r, _, _ in got)
+    bad = [r for r in recs if not r.ok]
+    if bad:
+        return ProbeRun(probe.name, "perf", FAIL, f"{len(bad)} of {len(recs)} requests failed: {bad[0].error}",
+                        recs, time.monotonic() - t0, target)
+    lat = [r.latency_s for r in recs]
+    if probe.metric == "output_tokens_per_s":
+        value = sum(t for _, t, _ in got) / wall if wall > 0 else 0.0
+        shown = f"{value:.1f} tok/s"
+    elif probe.metric == "ttft_p50_s":
+        value = _quantile([f for _, _, f in got if f is not None], 0.5)
+        shown = f"TTFT p50 {value * 1000:.1f} ms"
+    else:
+        value = _quantile(lat, 0.5 if probe.metric == "latency_p50_s" else 0.95)
+        shown = f"{probe.metric[8:11]} latency {value * 1000:.1f} ms"
+    return ProbeRun(probe.name, "perf", PASS, f"{shown} ({probe.requests} requests at {probe.concurrency})",
+                    recs, time.monotonic() - t0, target, value=value)
+
+
+def _completion_tokens(text: str) -> int:
+    """usage.completion_tokens of an answer (the last usage block of a stream)."""
+    m = list(re.finditer(r'"completion_tokens"\s*:\s*(\d+)', text))
+    return int(m[-1].group(1)) if m else 0

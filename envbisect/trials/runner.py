@@ -70,7 +70,7 @@ class Trial:
         runs = tuple(ProbeRun(r["probe"], r["kind"], Outcome(r["outcome"]), r["reason"],
                               tuple(RequestRecord(q["n"], q["ok"], q["status"], q["latency_s"], q.get("error"),
                                                   q.get("excerpt", "")) for q in r["requests"]),
-                              r["duration_s"], r.get("target", ""))
+                              r["duration_s"], r.get("target", ""), r.get("value"))
                      for r in d["probe"]["runs"])
         kind = TrialKind(d["kind"]) if d.get("kind") else _kind_from_purpose(d["purpose"])
         cause = Cause(d["cause"]) if d.get("cause") else None
@@ -127,6 +127,8 @@ class TrialRunner:
         self.units = units
         self.on_step = on_step or (lambda _m: None)
         self.evidence_dir = evidence_dir
+        # perf probes: the baseline's samples, measured in this run (never taken from memory)
+        self.reference: tuple[float, ...] | None = None
 
     def delta_ids(self, unit_ids: Sequence[str]) -> tuple[str, ...]:
         return tuple(sorted(d for u in unit_ids for d in self.units[u]))
@@ -150,11 +152,24 @@ class TrialRunner:
         p0 = time.monotonic()
         try:
             self.editor.guard()  # the files must still be what the diff saw
-            outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after)
+            outcome, runs, reason = self._probe(config, probes, stop_after)
             self.editor.guard()
         except RemoteError as e:
             return self._finish(replace(base, reason=f"probe could not run: {e}", cause=Cause.PROBE_ERROR))
         return self._finish(self._probed(base, outcome, runs, reason, time.monotonic() - p0))
+
+    def _probe(self, config: tuple[str, ...], probes: int, stop_after: int) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
+        """Pass/fail probe runs; for a perf probe, samples judged against the baseline's (perf.py)."""
+        if self.probe.is_perf:
+            from envbisect.trials.perf import judge
+
+            # the first baseline of the run is the reference; a later one is judged against it
+            is_reference = not config and self.reference is None
+            outcome, runs, reason, values = judge(self.probe, self.transports, self.reference, is_reference=is_reference)
+            if is_reference and outcome is Outcome.PASS:
+                self.reference = values
+            return outcome, runs, reason
+        return probe_repeatedly(self.probe, self.transports, probes, stop_after)
 
     def _finish(self, trial: Trial) -> Trial:
         dead = [h for h, t in self.transports.items() if not t.alive()]
@@ -196,7 +211,7 @@ class TrialRunner:
         self.on_step(f"probing ({self.probe.name}, up to {probes} run(s))")
         p0 = time.monotonic()
         try:
-            outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after)
+            outcome, runs, reason = self._probe(config, probes, stop_after)
         except RemoteError as e:
             return replace(base, reason=f"probe could not run: {e}", cause=Cause.PROBE_ERROR)
         # the configuration probed must still be the one asked for (someone may have edited a file meanwhile)

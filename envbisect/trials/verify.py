@@ -67,7 +67,7 @@ def verify(playbook: Playbook, transports: Mapping[str, Transport], probes: Sequ
         if failed is not None:
             layers.append(Layer(p.name, p.url or p.command or "", None, "not run: an earlier layer failed"))
             continue
-        r = run_probe(p, transports)
+        r = _perf_layer(p, transports) if p.is_perf else run_probe(p, transports)
         layers.append(Layer(p.name, r.target, r.outcome == PASS, r.reason, r, r.duration_s))
         if r.outcome != PASS:
             failed = p.name
@@ -82,6 +82,25 @@ def verify(playbook: Playbook, transports: Mapping[str, Transport], probes: Sequ
         r = run_probe(p, transports)
         layers.append(Layer(p.name, r.target, r.outcome == PASS, r.reason, r, r.duration_s, informational=True))
     return VerifyReport(tuple(layers), failed, _summary(layers, failed))
+
+
+def _perf_layer(p: Probe, transports: Mapping[str, Transport]):  # noqa: ANN202 - a ProbeRun
+    """A perf probe as a layer: `samples` samples, the median and its spread (one sample is
+    no measurement of a speed)."""
+    import statistics
+
+    from envbisect.trials.perf import sample
+
+    t0 = time.monotonic()
+    runs, broken = sample(p, transports, p.samples)
+    last = runs[-1]
+    if broken:
+        return replace(last, reason=broken, duration_s=time.monotonic() - t0)
+    values = sorted(r.value for r in runs if r.value is not None)
+    med = statistics.median(values)
+    spread = (values[-1] - values[0]) / 2 / med * 100 if med else 0.0
+    return replace(last, reason=f"{p.metric} median {med:.4g} (±{spread:.1f}% over {len(values)} samples: "
+                                f"{', '.join(f'{v:.4g}' for v in values)})", duration_s=time.monotonic() - t0)
 
 
 def _summary(layers: list[Layer], failed: str | None) -> str:

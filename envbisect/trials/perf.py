@@ -1,0 +1,83 @@
+"""A perf probe's trial: samples of the started configuration, judged against the baseline's.
+
+A sample is one run of the perf probe (warm-up, then `requests` at `concurrency`; its metric). The
+baseline trial's samples are the reference; every other configuration is sampled and compared
+with them by `search.perf.decide` (Mann-Whitney U and Kolmogorov-Smirnov with the effect size
+against `regression`, as Chromium's Pinpoint does): *worse* is a failing trial, *same* a passing
+one, and *unknown* takes more samples, up to `max_samples`, then leaves the trial unresolved (the
+search retries it with a new start) -- an undecided comparison is never a pass or a fail.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from typing import Mapping
+
+from envbisect.inputs.playbook import PERF_METRICS, Probe
+from envbisect.outcome import Outcome
+from envbisect.hosts.transport import Transport
+from envbisect.search.perf import REFERENCE_SAMPLES, PerfOutcome, decide, next_samples
+from envbisect.trials.probe import ProbeRun, run_probe
+
+
+def sample(probe: Probe, transports: Mapping[str, Transport], n: int) -> tuple[list[ProbeRun], str | None]:
+    """n samples; stops at the first that failed as a request (the stack is broken, not slow)."""
+    runs: list[ProbeRun] = []
+    for _ in range(n):
+        r = run_probe(probe, transports)
+        runs.append(r)
+        if r.outcome != Outcome.PASS or r.value is None:
+            return runs, f"sample {len(runs)}: {r.reason}"
+    return runs, None
+
+
+def reference_count(probe: Probe) -> int:
+    """Samples of a reference (the baseline, or the stack before a revert): a few more than a
+    candidate's, so that the rank test can tell fully separated samples apart at 3 a side."""
+    return max(probe.samples, REFERENCE_SAMPLES)
+
+
+def compare(probe: Probe, transports: Mapping[str, Transport], reference: tuple[float, ...],
+            runs: list[ProbeRun]):  # noqa: ANN201 - (PerfDecision | None, runs, broken)
+    """Decide `runs` (samples of the started configuration) against `reference`, taking more
+    samples while the decision is unknown, up to the probe's `max_samples`."""
+    higher = PERF_METRICS[probe.metric]
+    runs = list(runs)
+    while True:
+        values = tuple(r.value for r in runs if r.value is not None)
+        d = decide(reference, values, higher_is_better=higher, regression=probe.regression, metric=probe.metric)
+        more = next_samples(d, len(values), probe.max_samples)
+        if d.outcome is not PerfOutcome.UNKNOWN or more <= 0:
+            return d, runs, None
+        extra, broken = sample(probe, transports, more)
+        runs += extra
+        if broken:
+            return None, runs, broken
+
+
+def judge(probe: Probe, transports: Mapping[str, Transport], reference: tuple[float, ...] | None, *,
+          is_reference: bool = False) -> tuple[Outcome, tuple[ProbeRun, ...], str, tuple[float, ...]]:
+    """(outcome, samples, reason, values). `is_reference`: these samples become the reference (the
+    baseline trial keeps them); otherwise they are judged against `reference`."""
+    runs, broken = sample(probe, transports, reference_count(probe) if is_reference else probe.samples)
+    values = tuple(r.value for r in runs if r.value is not None)
+    if broken:
+        return Outcome.FAIL, tuple(runs), broken, values
+    if reference is None and not is_reference:
+        return (Outcome.CANNOT_TEST, tuple(runs), "no baseline reference to judge the samples against (the "
+                "baseline did not measure)", values)
+    if reference is None:
+        med = statistics.median(values)
+        return Outcome.PASS, tuple(runs), (f"the reference: {probe.metric} median {med:.4g} over {len(values)} "
+                                           "samples"), values
+    d, runs, broken = compare(probe, transports, reference, runs)
+    values = tuple(r.value for r in runs if r.value is not None)
+    if broken or d is None:
+        return Outcome.FAIL, tuple(runs), broken or "no sample", values
+    if d.outcome is PerfOutcome.WORSE:
+        # each sample of a configuration measurably worse than the baseline is a failing run
+        marked = tuple(replace(r, outcome=Outcome.FAIL, reason=f"{r.reason}; worse than the baseline") for r in runs)
+        return Outcome.FAIL, marked, d.reason, values
+    if d.outcome is PerfOutcome.SAME:
+        return Outcome.PASS, tuple(runs), d.reason, values
+    return Outcome.CANNOT_TEST, tuple(runs), f"undecided after {len(values)} samples: {d.reason}", values
