@@ -5,6 +5,7 @@ the statistical decision of search/perf.py. The timing noise is this machine's o
 from __future__ import annotations
 
 import json
+import tarfile
 
 import pytest
 
@@ -14,7 +15,7 @@ from envbisect.sim.deployment import PERF_RULES
 
 pytestmark = pytest.mark.sim
 
-SLOW = ("decode", "SGLANG_CUDA_GRAPH_MAX_BS", "8")  # 30% more time per token: about -20% tokens/s
+SLOW = ("decode", "SGLANG_CUDA_GRAPH_MAX_BS", "8")  # 40% more time per token: about -20% tokens/s
 FAST = ("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "512")  # the incident's +12.8% knob: innocent
 NOOP = ("decode", "SGLANG_SCHEDULER_INTERVAL", "2")
 OTHERS = [("prefill", "NCCL_DEBUG", "INFO"), ("router", "ROUTER_LOG_LEVEL", "debug"),
@@ -26,8 +27,8 @@ OTHERS = [("prefill", "NCCL_DEBUG", "INFO"), ("router", "ROUTER_LOG_LEVEL", "deb
 def perf_scenario(tmp_path):
     made = []
 
-    def make() -> Scenario:
-        s = Scenario(tmp_path / f"p{len(made)}", rules=PERF_RULES)
+    def make(rules=PERF_RULES) -> Scenario:
+        s = Scenario(tmp_path / f"p{len(made)}", rules=rules)
         made.append(s)
         return s
 
@@ -66,3 +67,63 @@ def test_no_regression_is_not_reproduced_with_both_distributions_measured(perf_s
     base, cur = doc["trials"][0], doc["trials"][1]
     assert base["config"] == [] and len(cur["config"]) == 3
     assert all(run["value"] for t in (base, cur) for run in t["probe"]["runs"])  # both distributions kept
+
+
+def test_revert_of_the_found_slowdown_reports_the_throughput_before_and_after(perf_scenario):
+    s = perf_scenario()
+    s.baseline()
+    plant(s.sim, [SLOW, NOOP, OTHERS[0]])
+    b = s.cli("bisect", "--against", "good", "--probe", "throughput", "--json", timeout=600)
+    assert b.returncode == 0 and json.loads(b.stdout)["culprits"] == ["decode:SGLANG_CUDA_GRAPH_MAX_BS"], b.stderr
+    r = s.cli("revert", "--verdict", "--verify", "--json", timeout=300)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0, (r.stderr, doc)
+    perf = doc["perf"]
+    assert perf["metric"] == "output_tokens_per_s" and len(perf["before"]) >= 8 and len(perf["after"]) >= 3
+    # the slowdown reverted: faster by about the 30% per-token time it cost (1/1.3 - 1 = -23% reversed)
+    assert perf["decision"] == "same" and perf["effect"] > 0.10, perf
+    assert "→" in perf["effect_text"] and "%" in perf["effect_text"]
+    assert doc["put_back"] is False and doc["deltas"] == ["decode:SGLANG_CUDA_GRAPH_MAX_BS"]
+    shown = s.cli("show", json.loads(b.stdout)["run"], "--json", timeout=60)
+    assert shown.returncode == 0
+    runs = [run for t in json.loads(shown.stdout)["result"]["trials"] for run in t["probe"]["runs"]]
+    assert runs and all(isinstance(run["value"], float) for run in runs)  # every sample kept in the record
+    # the bundle's reports carry every sample; the HTML plots them against the baseline band
+    out = s.store.parent / "bundle.tar.gz"
+    bb = s.cli("bundle", "--run", json.loads(b.stdout)["run"], "--out", str(out), timeout=120)
+    assert bb.returncode == 0, bb.stderr
+    with tarfile.open(out, "r:gz") as tar:
+        members = {ti.name: tar.extractfile(ti).read().decode() for ti in tar if ti.isfile()}
+    html, md = members["report.html"], members["report.md"]
+    assert 'class="samples-chart"' in html and 'class="reference-band"' in html and 'class="allowance"' in html
+    assert html.count('class="sample-strip"') == len([t for t in json.loads(b.stdout)["trials"] if t["probe"]["runs"]])
+    assert "output_tokens_per_s: reference (trial 1) median" in md
+    first = json.loads(b.stdout)["trials"][0]["probe"]["runs"][0]["value"]
+    assert f"{first:.4g}" in md
+
+
+def test_guard_says_a_functional_culprit_that_buys_speed_is_not_free_to_revert(perf_scenario):
+    """The incident's knob in miniature: CTAS=512 speeds decode up by ~12% and (here, for the
+    test) also breaks the e2e probe's short prompts. `--guard throughput` measures what reverting
+    it costs; revert --verdict then refuses without --accept-cost, and with it reports the cost."""
+    rules = json.loads(json.dumps(PERF_RULES))
+    rules["rules"].append({"service": "decode", "when": {"SGLANG_SM120_MMA_TARGET_CTAS": "512"}, "fault": "5xx",
+                           "prompt_contains": "Say hi"})
+    s = perf_scenario(rules)
+    s.baseline()
+    plant(s.sim, [FAST, NOOP, OTHERS[0], OTHERS[1]])
+    b = s.cli("bisect", "--against", "good", "--probe", "e2e", "--guard", "throughput", "--json", timeout=600)
+    doc = json.loads(b.stdout)
+    assert b.returncode == 0 and doc["culprits"] == ["decode:SGLANG_SM120_MMA_TARGET_CTAS"], (b.stderr, doc)
+    g = doc["guard"]
+    assert g["safe_to_revert"] is False and len(g["trials"]) == 2, g
+    guard_trials = [t for t in doc["trials"] if t["kind"] == "guard"]
+    assert [len(t["config"]) for t in guard_trials] == [4, 3]
+    assert all(run["value"] for t in guard_trials for run in t["probe"]["runs"])
+    refused = s.cli("revert", "--verdict", timeout=120)
+    assert refused.returncode != 0 and "--accept-cost" in refused.stderr and "Traceback" not in refused.stderr
+    r = s.cli("revert", "--verdict", "--accept-cost", "--verify", "--json", timeout=300)
+    res = json.loads(r.stdout)
+    assert res["probe"]["outcome"] == "pass", res  # the symptom is gone ...
+    assert res["perf"]["decision"] == "worse" and res["perf"]["effect"] < -0.05, res["perf"]  # ... at a price
+    assert any("weigh that" in n for n in res["notes"]), res["notes"]

@@ -22,6 +22,9 @@ def bisect(ctx: typer.Context,
            since: Optional[str] = typer.Option(None, "--since", "-s", help="Known-good TIME (see `diff`)."),
            against: Optional[str] = typer.Option(None, "--against", "-a", help="Known-good snapshot label or id."),
            probe: Optional[str] = typer.Option(None, "--probe", help="Probe name from the playbook (default: the first)."),
+           guard: Optional[str] = typer.Option(None, "--guard",
+                                               help="A perf probe: report a culprit as safe to revert only if "
+                                                    "reverting it costs no more than its `regression`."),
            only: List[str] = typer.Option([], "--only", help="Bisect only these delta ids."),
            exclude: List[str] = typer.Option([], "--exclude", help="Leave these delta ids out (kept as they are now)."),
            link: List[str] = typer.Option([], "--link", help="Treat every delta of this variable as one unit."),
@@ -50,7 +53,8 @@ def bisect(ctx: typer.Context,
         raise typer.BadParameter("must be 'confirm', 'fast' or 'thorough'", param_hint="--policy")
     o = opts_of(ctx)
     opts = BisectOptions(probe=probe, only=tuple(only), exclude=tuple(exclude), link=tuple(link), confidence=confidence,
-                         max_trials=max_trials, leave=leave, policy=policy, auto_link=not no_auto_link)
+                         max_trials=max_trials, leave=leave, policy=policy, auto_link=not no_auto_link,
+                         guard=guard)
     progress = render.Progress(env, quiet=False)
     with o.deployment() as dep:
         run = BisectRun(dep, opts, on_event=progress, break_lock=break_lock)
@@ -202,7 +206,7 @@ def verify_cmd(ctx: typer.Context,
 
 def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_id: Optional[str],
             probe: Optional[str], run_verify: bool, keep_on_fail: bool, as_json: bool,
-            break_lock: bool = False) -> int:
+            break_lock: bool = False, guard: Optional[str] = None, accept_cost: bool = False) -> int:
     env = env_of(ctx)
     from envbisect.runs.revert import change, load_run_deltas
 
@@ -213,10 +217,23 @@ def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_
             if src.verdict not in ("culprit", "interaction"):
                 raise UsageError(f"run {src.run_id} has verdict {src.verdict or 'none'}: no culprits to {action}")
             ids = list(src.culprits)
+            g = src.guard or {}
+            if g.get("safe_to_revert") is False and not accept_cost:
+                raise UsageError(f"run {src.run_id}'s guard {g.get('probe')} measured that {g.get('text')}; "
+                                 "pass --accept-cost to revert anyway")
         pname = probe or src.probe
         pr = dep.playbook.probes.get(pname) if pname else None
         if pname and pr is None:
             raise UsageError(f"no probe {pname!r} in {dep.playbook.path}")
+        gp = None
+        if guard is not None:
+            gp = dep.playbook.probes.get(guard)
+            if gp is None or not gp.is_perf:
+                raise UsageError(f"--guard {guard}: " + (f"no probe {guard!r} in {dep.playbook.path}" if gp is None
+                                                         else f"probe {guard!r} is kind {gp.kind!r}, not perf"))
+        elif run_verify and not (pr is not None and pr.is_perf):
+            # --verify reports what the change costs in speed when the playbook can measure it
+            gp = next((p for p in dep.playbook.probes.values() if p.is_perf), None)
 
         def decide(result) -> bool:  # noqa: ANN001
             if keep_on_fail:
@@ -227,7 +244,7 @@ def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_
             return True
 
         res = change(dep, action, ids, src, probe=pr, run_verify=run_verify, put_back_on_fail=decide,
-                     on_event=render.Progress(env, quiet=as_json), break_lock=break_lock)
+                     on_event=render.Progress(env, quiet=as_json), break_lock=break_lock, perf_guard=gp)
     if as_json:
         env.emit_json(res.to_json())
     else:
@@ -236,6 +253,9 @@ def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_
         if res.probe_outcome:
             env.out.print(Text(f"probe {pname}: {res.probe_outcome.upper()} - {res.probe_reason}",
                            style="green" if res.probe_outcome == "pass" else "red"))
+        if res.perf and res.perf.get("effect_text") and not (pr is not None and pr.is_perf):
+            env.out.print(Text(f"{res.perf.get('metric')} before → after the {action}: {res.perf['effect_text']}",
+                               style="red" if res.perf.get("decision") == "worse" else ""))
         if res.verify:
             render.render_verify(env, res.verify)
         if res.put_back:
@@ -253,12 +273,18 @@ def revert(ctx: typer.Context, ids: List[str] = typer.Argument(None, help="Delta
            probe: Optional[str] = typer.Option(None, "--probe", help="Probe that must pass afterwards (default: the run's)."),
            run_verify: bool = typer.Option(False, "--verify", help="Also run the layered verify."),
            keep_on_fail: bool = typer.Option(False, "--keep-on-fail", help="Keep the revert even if the probe still fails."),
+           guard: Optional[str] = typer.Option(None, "--guard", help="A perf probe measured before and after "
+                                               "(default with --verify: the playbook's first perf probe)."),
+           accept_cost: bool = typer.Option(False, "--accept-cost",
+                                            help="With --verdict: revert even when the bisection's guard measured "
+                                                 "that it costs speed."),
            break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
            as_json: bool = typer.Option(False, "--json")) -> int:
     """Take deltas out of the live configuration (journaled, co-restart), then prove the symptom is gone."""
-    return _change(ctx, "revert", ids or [], verdict, run_id, probe, run_verify, keep_on_fail, as_json, break_lock)
+    return _change(ctx, "revert", ids or [], verdict, run_id, probe, run_verify, keep_on_fail, as_json, break_lock,
+                   guard, accept_cost)
 
 
 @app.command("apply")
@@ -266,9 +292,10 @@ def apply_cmd(ctx: typer.Context, ids: List[str] = typer.Argument(..., help="Del
               run_id: Optional[str] = typer.Option(None, "--run"),
               probe: Optional[str] = typer.Option(None, "--probe"),
               run_verify: bool = typer.Option(False, "--verify"),
+              guard: Optional[str] = typer.Option(None, "--guard", help="A perf probe measured before and after."),
               break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
               as_json: bool = typer.Option(False, "--json")) -> int:
     """Put deltas back into the live configuration (journaled, co-restart), then probe."""
-    return _change(ctx, "apply", ids, False, run_id, probe, run_verify, True, as_json, break_lock)
+    return _change(ctx, "apply", ids, False, run_id, probe, run_verify, True, as_json, break_lock, guard)

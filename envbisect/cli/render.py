@@ -139,6 +139,11 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
         word = "must all go" if v.kind == "culprit" else "fail only together"
         env.out.print(f"  culprit(s), which {word}: " + ", ".join(result.culprit_deltas))
     env.out.print(f"  {v.explanation}")
+    g = getattr(result, "guard", None)
+    if g is not None:
+        word, style = {True: ("safe to revert", "bold green"), False: ("NOT safe to revert", "bold red"),
+                       None: ("revert cost unknown", "bold yellow")}[g.safe]
+        env.out.print(Text.assemble("  guard ", bold(g.probe), ": ", (word, style), f" - {g.text}"))
     if v.kind == "inconclusive" and v.suspects:
         env.out.print("  remaining suspects: " + ", ".join(f"{u} ({p:.0%})" for u, p in v.suspects[:8]))
     if result.path_report:

@@ -119,8 +119,29 @@ class TrialsChart:
 
 
 @dataclass(frozen=True)
+class SampleSeries:
+    n: str  # the trial
+    outcome: str
+    values: tuple[float, ...]
+    title: str
+
+
+@dataclass(frozen=True)
+class SamplesChart:
+    """A perf probe's samples, one strip per trial, against the reference's band (min to max of
+    the reference trial's samples, the median marked): what "worse" was decided on."""
+
+    run_id: str
+    metric: str
+    reference: str  # the trial whose samples are the reference
+    band: tuple[float, float, float]  # reference min, median, max
+    allowance: float | None  # the median moved by `regression` (worse than this line = a regression)
+    series: tuple[SampleSeries, ...]
+
+
+@dataclass(frozen=True)
 class Figure:
-    chart: TrialsChart
+    chart: "TrialsChart | SamplesChart"
     caption: str = ""  # for formats that show the chart as a picture (a text figure carries its legend)
 
 

@@ -5,7 +5,8 @@ import html
 from typing import Any
 
 from envbisect.report.blocks import (Badge, Block, BulletList, Code, Figure, Footer, Group, Heading, Link, Log,
-                                     Paragraph, Story, Strong, Table, Text, TrialsChart, redacted)
+                                     Paragraph, SamplesChart, Story, Strong, Table, Text, TrialsChart,
+                                     redacted)
 from envbisect.report.common import OUTCOME_COLORS, _OUTCOME_LETTER
 from envbisect.report.record import RunRecord
 from envbisect.report.story import build_story, trials_chart
@@ -121,7 +122,8 @@ def _block(b: Block) -> str:
         return (f"<details{'' if b.folded else ' open'}><summary>{_inline(b.label)}</summary>"
                 f"<pre class='tail'><span>{_h(b.text)}</span></pre></details>")
     if isinstance(b, Figure):
-        return f'<p class="muted">{_h(b.caption)}</p><div class="chart">{trials_svg(b.chart)}</div>'
+        svg = samples_svg(b.chart) if isinstance(b.chart, SamplesChart) else trials_svg(b.chart)
+        return f'<p class="muted">{_h(b.caption)}</p><div class="chart">{svg}</div>'
     if isinstance(b, Group):
         tag = "section" if b.role == "section" else "div"
         anchor = f' id="{_h(b.anchor)}"' if b.anchor else ""
@@ -217,6 +219,61 @@ def trials_svg(chart: TrialsChart | RunRecord) -> str:
     lx += 110
     if culprits:
         p.append(f'<text x="{lx}" y="{legend_y}" fill="#d32f2f" font-weight="700">◆ culprit</text>')
+    p.append("</svg>")
+    return "".join(p)
+
+
+def samples_svg(chart: SamplesChart) -> str:
+    """A strip plot: x = trial, y = the metric; one dot per sample, each trial's median as a tick,
+    the reference's min-max band shaded across, its median and the regression allowance as lines."""
+    series = chart.series
+    cw, top, plot_h, left = 44, 30, 180, 90
+    width = max(left + cw * len(series) + 30, 420)
+    height = top + plot_h + 62
+    lo_ref, med_ref, hi_ref = chart.band
+    every = [v for s in series for v in s.values] + [lo_ref, hi_ref] + ([chart.allowance] if chart.allowance else [])
+    lo, hi = min(every), max(every)
+    pad = (hi - lo) * 0.08 or abs(hi) * 0.05 or 1.0
+    lo, hi = lo - pad, hi + pad
+
+    def y(v: float) -> float:
+        return top + plot_h - (v - lo) / (hi - lo) * plot_h
+
+    p = [f'<svg class="samples-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+         f'viewBox="0 0 {width} {height}" role="img" font-family="system-ui,Segoe UI,Arial,sans-serif" font-size="12" '
+         f'aria-label="{_h(f"{chart.metric} samples of {len(series)} trials against the reference of trial {chart.reference}")}">',
+         f"<title>{_h(f'{chart.metric} per trial, run {chart.run_id}')}</title>",
+         f'<text x="8" y="{top - 12}" font-weight="600">{_h(chart.metric)}</text>',
+         f'<rect class="reference-band" x="{left}" y="{y(hi_ref):.1f}" width="{width - left - 10}" '
+         f'height="{max(1.0, y(lo_ref) - y(hi_ref)):.1f}" fill="#2e7d32" opacity="0.12">'
+         f"<title>{_h(f'reference (trial {chart.reference}): {lo_ref:.4g} to {hi_ref:.4g}, median {med_ref:.4g}')}"
+         "</title></rect>",
+         f'<line x1="{left}" x2="{width - 10}" y1="{y(med_ref):.1f}" y2="{y(med_ref):.1f}" stroke="#2e7d32"/>']
+    if chart.allowance is not None:
+        p.append(f'<line class="allowance" x1="{left}" x2="{width - 10}" y1="{y(chart.allowance):.1f}" '
+                 f'y2="{y(chart.allowance):.1f}" stroke="#d32f2f" stroke-dasharray="5 4">'
+                 f"<title>{_h(f'regression allowance: {chart.allowance:.4g}')}</title></line>")
+    for v in (lo + pad, (lo + hi) / 2, hi - pad):  # three axis labels
+        p.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" fill="#5f6b76" font-size="11">'
+                 f"{_h(f'{v:.4g}')}</text>")
+    for i, s in enumerate(series):
+        cx = left + i * cw + cw / 2
+        color = OUTCOME_COLORS.get(s.outcome, "#607d8b")
+        p.append(f'<g class="sample-strip" data-trial="{_h(s.n)}" data-outcome="{_h(s.outcome)}"><title>{_h(s.title)}</title>')
+        k = len(s.values)
+        for j, v in enumerate(s.values):
+            dx = (j - (k - 1) / 2) * min(4.0, 28 / max(k, 1))  # spread the dots so equal values stay visible
+            p.append(f'<circle cx="{cx + dx:.1f}" cy="{y(v):.1f}" r="3" fill="{color}" opacity="0.8"/>')
+        m = sorted(s.values)[k // 2] if k % 2 else sum(sorted(s.values)[k // 2 - 1:k // 2 + 1]) / 2
+        p.append(f'<line x1="{cx - 12}" x2="{cx + 12}" y1="{y(m):.1f}" y2="{y(m):.1f}" stroke="#1d232a" '
+                 f'stroke-width="2"/></g>')
+        p.append(f'<text x="{cx}" y="{top + plot_h + 16}" text-anchor="middle" font-weight="600">{_h(s.n)}</text>')
+    ly = top + plot_h + 44
+    p.append(f'<rect x="8" y="{ly - 10}" width="12" height="12" fill="#2e7d32" opacity="0.25"/>'
+             f'<text x="25" y="{ly}">reference band (trial {_h(chart.reference)})</text>')
+    if chart.allowance is not None:
+        p.append(f'<line x1="230" x2="252" y1="{ly - 4}" y2="{ly - 4}" stroke="#d32f2f" stroke-dasharray="5 4"/>'
+                 f'<text x="258" y="{ly}">regression allowance</text>')
     p.append("</svg>")
     return "".join(p)
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from envbisect.report.blocks import (Badge, Block, BulletList, Code, Figure, Footer, Group, Heading, Link, Log,
-                                     Paragraph, Story, Strong, Table, Text, TrialsChart)
+                                     Paragraph, SamplesChart, Story, Strong, Table, Text, TrialsChart)
 from envbisect.report.common import _OUTCOME_LETTER
 from envbisect.report.record import RunRecord
 from envbisect.report.story import build_story
@@ -53,12 +53,27 @@ def _block(b: Block) -> str:
     if isinstance(b, Log):  # Markdown cannot fold: a folded log is left out (the story names its file)
         return "" if b.folded else _inline(b.label) + "\n" + _fence(b.text)
     if isinstance(b, Figure):
+        if isinstance(b.chart, SamplesChart):
+            return _fence(_text_samples(b.chart))
         return _fence(_text_grid(b.chart))
     if isinstance(b, Group):
         return "\n\n".join(x for x in (_block(c) for c in b.blocks) if x)
     if isinstance(b, Footer):
         return "_" + _inline(b.text) + "_"
     raise TypeError(f"not a report block: {b!r}")
+
+
+def _text_samples(chart: SamplesChart) -> str:
+    """The perf samples as text: per trial, the median, the range and the values."""
+    lo, med, hi = chart.band
+    lines = [f"{chart.metric}: reference (trial {chart.reference}) median {med:.4g}, range {lo:.4g} to {hi:.4g}"
+             + (f"; regression allowance {chart.allowance:.4g}" if chart.allowance is not None else "")]
+    for s in chart.series:
+        v = sorted(s.values)
+        m = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+        lines.append(f"trial {s.n:>3} {s.outcome:<13} median {m:>10.4g}  [{v[0]:.4g} .. {v[-1]:.4g}]  "
+                     + " ".join(f"{x:.4g}" for x in s.values))
+    return "\n".join(lines)
 
 
 def _text_grid(chart: TrialsChart) -> str:

@@ -7,10 +7,12 @@ tail and evidence), the verdict and its meaning, the layered request path (not-c
 (not-reproduced), the end state, the environment and versions, problems reading the run."""
 from __future__ import annotations
 
+import statistics
 from typing import Any, Mapping
 
 from envbisect.report.blocks import (Badge, Block, BulletList, ChartTrial, Code, Figure, Footer, Group, Heading, Link,
-                                     Log, Paragraph, Story, Strong, Table, TrialsChart, redacted, text)
+                                     Log, Paragraph, SampleSeries, SamplesChart, Story, Strong, Table, TrialsChart,
+                                     redacted, text)
 from envbisect.report.common import _LOG_LINES
 from envbisect.report.facts import (STATE_MEANING, VERDICT_MEANING, clock, env_rows, evidence_for, is_premise,
                                     max_latency, premise, question, rel, requests, s, secs, short, tail, timeline, ts)
@@ -137,10 +139,42 @@ def trials_chart(rec: RunRecord) -> TrialsChart:
     return TrialsChart(rec.run_id, tuple(units), tuple(rec.culprit_units), trials)
 
 
+_SAMPLES_CAPTION = ("Perf samples per trial (one dot per started-configuration sample), against the reference's "
+                    "band (its min to max, the median as a line) and the regression allowance (dashed).")
+
+
+def samples_chart(rec: RunRecord) -> SamplesChart | None:
+    """The perf samples of the run's trials, or None when no trial measured one. The reference
+    is the first trial with samples: the baseline of a perf bisection, the current configuration
+    of a --guard (both are measured first, see runs/bisect.py)."""
+    series = []
+    for t in rec.trials:
+        values = tuple(float(r["value"]) for r in (t.get("probe") or {}).get("runs") or []
+                       if isinstance(r.get("value"), (int, float)))
+        if values:
+            series.append(SampleSeries(str(t.get("n", "?")), str(t.get("outcome")), values,
+                                       f"trial {t.get('n')} · {str(t.get('outcome', '?')).upper()} · "
+                                       f"{t.get('purpose', '')} — {t.get('reason', '')}"))
+    if not series:
+        return None
+    ref = series[0].values
+    perf = rec.run.get("perf") or {}
+    med = statistics.median(ref)
+    allowance = None
+    if isinstance(perf.get("regression"), (int, float)):
+        r = float(perf["regression"])
+        allowance = med * (1 - r) if perf.get("higher_is_better", True) else med * (1 + r)
+    return SamplesChart(rec.run_id, str(perf.get("metric") or "metric"), series[0].n, (min(ref), med, max(ref)),
+                        allowance, tuple(series))
+
+
 def _trials(rec: RunRecord) -> list[Block]:
     out: list[Block] = [Heading(2, text("Trials"))]
     if rec.trials:
         out.append(Figure(trials_chart(rec), _CHART_CAPTION))
+    perf = samples_chart(rec)
+    if perf is not None:
+        out.append(Figure(perf, _SAMPLES_CAPTION))
     out.append(Table(("#", "purpose", "deltas applied", "outcome", "reason", "restart", "probe", "max latency"),
                      tuple((text(Link(f"trial-{t.get('n')}", text(t.get("n")))), text(t.get("purpose")),
                             text(len(t.get("config") or [])), text(_badge(t.get("outcome"))), text(t.get("reason")),
@@ -161,6 +195,10 @@ def _trial(rec: RunRecord, t: Mapping[str, Any]) -> Group:
                     text(f"co-restart {secs(t.get('restart_s'), 2)}"
                          + (" (" + ", ".join(f"{k} {secs(x, 2)}" for k, x in rd.items()) + ")" if rd else "")
                          + f"; probing {secs(t.get('probe_s'), 2)}")))]
+    values = [r.get("value") for r in (t.get("probe") or {}).get("runs") or [] if r.get("value") is not None]
+    if values:
+        out.append(_p(f"perf samples ({len(values)}, one per probe run of this start): ",
+                      _code(", ".join(f"{float(v):.4g}" for v in values))))
     reqs = requests(t)
     if reqs:
         rows = ((i, q.get("n", ""), "yes" if q.get("ok") else ("no" if q else ""), q.get("status") or "—",
@@ -205,6 +243,11 @@ def _verdict(rec: RunRecord) -> list[Block]:
         if v.get("suspects"):
             out.append(Table(("suspect unit", "probability it is to blame"),
                              tuple((text(x.get("unit")), text(x.get("p"))) for x in v["suspects"]), numeric=(1,)))
+        g = v.get("guard")
+        if g:
+            word = {True: "safe to revert", False: "NOT safe to revert", None: "revert cost unknown"}[
+                g.get("safe_to_revert")]
+            out.append(_p(_b(f"Guard {g.get('probe')}: {word}."), " ", s(g.get("text"))))
         if v.get("notes"):
             out.append(BulletList(tuple(text("note: ", s(n)) for n in v["notes"])))
     else:

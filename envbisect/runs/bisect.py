@@ -49,6 +49,7 @@ class BisectOptions:
     leave: str = "original"  # original | fixed
     auto_link: bool = True  # same key, same change in several services -> one unit
     policy: str = "confirm"  # confirm | fast | thorough (see POLICIES)
+    guard: str | None = None  # a perf probe: is reverting the culprits safe for speed? (_guard_revert)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class BisectResult:
     final_probe: Trial | None = None
     notes: tuple[str, ...] = ()
     refined: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # auto-linked unit -> guilty members
+    guard: "GuardResult | None" = None  # --guard: what reverting the culprits costs in speed
 
     @property
     def culprit_deltas(self) -> tuple[str, ...]:
@@ -90,7 +92,26 @@ class BisectResult:
             "drift_hint": list(self.drift_hint),
             "final_probe": self.final_probe.to_json() if self.final_probe else None,
             "state_left": self.state_left, "notes": list(self.notes),
+            "guard": self.guard.to_json() if self.guard else None,
         }
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    """`bisect --guard PERF_PROBE`: the current configuration and current-minus-the-culprits,
+    each started and sampled, compared as a revert would be. `safe` is True when reverting costs
+    no more than the probe's `regression`, False when it measurably does, None when it could
+    not be told (then nobody should call the revert free)."""
+
+    probe: str
+    metric: str
+    safe: bool | None
+    text: str
+    trials: tuple[int, ...]  # the guard's trial numbers (current, then current minus the culprits)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"probe": self.probe, "metric": self.metric, "safe_to_revert": self.safe, "text": self.text,
+                "trials": list(self.trials)}
 
 
 def select_deltas(diff: Diff, only: Sequence[str], exclude: Sequence[str]) -> list[Delta]:
@@ -161,7 +182,21 @@ class BisectRun:
         name = self.opts.probe or next(iter(probes))
         if name not in probes:
             raise UsageError(f"no probe {name!r} in {self.playbook.path} (known: {', '.join(probes)})")
+        self.guard_probe()  # a wrong --guard is refused before anything is locked
         return probes[name]
+
+    def guard_probe(self) -> Probe | None:
+        name = self.opts.guard
+        if name is None:
+            return None
+        g = self.playbook.probes.get(name)
+        if g is None:
+            raise UsageError(f"no probe {name!r} for --guard in {self.playbook.path} (known: "
+                             f"{', '.join(self.playbook.probes)})")
+        if not g.is_perf:
+            raise UsageError(f"--guard {name}: probe {name!r} is kind {g.kind!r}; a guard measures what a revert "
+                             "costs, so it must be kind = \"perf\"")
+        return g
 
     def plan(self, diff: Diff) -> dict[str, Any]:
         deltas = select_deltas(diff, self.opts.only, self.opts.exclude)
@@ -179,6 +214,8 @@ class BisectRun:
                                       "interacting pair": restart_bound(max(n, 2), "interaction") + extra,
                                       "two independent culprits": restart_bound(max(n, 2), "several") + extra},
                 "policy": self.opts.policy,
+                "guard": (f"{self.opts.guard}: 2 more restarts once there is a culprit (current, and current "
+                          "minus the culprits, sampled)") if self.opts.guard else None,
                 "restart_order": list(self.playbook.restart.order),
                 "not_applicable": [d.id for d in deltas if not d.applicable]}
 
@@ -190,7 +227,7 @@ class BisectRun:
             "created_at": time.time(), "probe": probe.name,
             "options": {"only": list(self.opts.only), "exclude": list(self.opts.exclude), "link": list(self.opts.link),
                         "confidence": self.opts.confidence, "max_trials": self.opts.max_trials, "leave": self.opts.leave,
-                        "auto_link": self.opts.auto_link, "policy": self.opts.policy},
+                        "auto_link": self.opts.auto_link, "policy": self.opts.policy, "guard": self.opts.guard},
             "baseline": diff.baseline.id if diff.baseline else None, "current": diff.current.id,
             "since": diff.since,
             # masked like every run record; the raw values (needed to apply and resume) in a blob
@@ -200,6 +237,12 @@ class BisectRun:
             "units": {u: list(v) for u, v in units.items()},
             "diff": diff.to_json(self.dep.masker),
         }
+        perf = probe if probe.is_perf else self.guard_probe()
+        if perf is not None:  # what the report's samples chart is drawn against
+            from envbisect.inputs.playbook import PERF_METRICS
+
+            doc["perf"] = {"probe": perf.name, "metric": perf.metric, "regression": perf.regression,
+                           "higher_is_better": PERF_METRICS[perf.metric], "guard": perf is not probe}
         RunDir(self.run_dir).write(rundir.RUN, self.dep.masker.redact_json(doc))
 
     def _append_trial(self, trial: Trial) -> None:
@@ -245,7 +288,7 @@ class BisectRun:
         self.opts = BisectOptions(probe=doc["probe"], only=tuple(o["only"]), exclude=tuple(o["exclude"]),
                                   link=tuple(o["link"]), confidence=o["confidence"], max_trials=o["max_trials"],
                                   leave=o["leave"], auto_link=o.get("auto_link", True),
-                                  policy=o.get("policy", "confirm"))
+                                  policy=o.get("policy", "confirm"), guard=o.get("guard"))
         probe = self.probe()
         try:
             done = [Trial.from_json(rec) for rec in rd.read_lines(rundir.TRIALS)]
@@ -329,7 +372,8 @@ class BisectRun:
                              base_probes=probe.repeat)
         self.trials = list(done)
         for t in done:
-            search.observe(_observation(t))
+            if t.kind is not TrialKind.GUARD:
+                search.observe(_observation(t))
         reference = self._perf_reference(probe, runner, done, notes, len(deltas), len(unit_ids))
         stop = _install_signal_handlers()
         state_left = "unknown"
@@ -372,6 +416,7 @@ class BisectRun:
                     self.on_event("step", {"message": "the ssh connection was lost: reconnecting"})
                     self.dep.reconnect()  # ConnectionFailed here ends the run (and restores if it can)
             refined = self._refine_links(verdict, units, runner, search, notes)
+            guard = self._guard_revert(verdict, units, refined, runner, notes)
             if verdict.kind == "not-config":
                 self.on_event("step", {"message": "checking the request path layer by layer"})
                 path_report = check_path(self.playbook, transports, probe)
@@ -422,7 +467,7 @@ class BisectRun:
                          "it, co-restarted - which is itself the fix for a stack restarted piecemeal")
             drift_hint = tuple(_drift_hint(diff.to_json(self.dep.masker) if diff else diff_doc or {}))
         result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, units, path_report, drift_hint,
-                              final, tuple(notes), refined)
+                              final, tuple(notes), refined, guard)
         RunDir(self.run_dir).write(rundir.VERDICT, self.dep.masker.redact_json(result.to_json()))
         return result
 
@@ -472,6 +517,55 @@ class BisectRun:
                     notes.append(f"{u} was auto-linked for the search; tested apart: {how}; {why}: reported as "
                                  "the group")
         return refined
+
+    def _guard_revert(self, verdict: Verdict, units: Mapping[str, tuple[str, ...]],
+                      refined: Mapping[str, tuple[str, ...]], runner: TrialRunner,
+                      notes: list[str]) -> GuardResult | None:
+        """--guard: before a culprit is called safe to revert, measure what reverting it costs.
+        The current configuration is started and sampled (the reference: what the stack does
+        now), then current minus the culprits, judged against it with the perf decision. Two
+        restarts, spent only once there is a verdict to act on."""
+        g = self.guard_probe()
+        if g is None or verdict.kind not in ("culprit", "interaction"):
+            return None
+        culprits = {d for u in verdict.culprits for d in refined.get(u, units[u])}
+        everything = sorted(units)
+        keep = [u for u in everything if not set(units[u]) & culprits]
+        guard_runner = self.runner_factory(self.playbook, self.dep.transports, runner.editor, runner.original,
+                                           runner.deltas, runner.contents, g, runner.units, on_step=runner.on_step,
+                                           evidence_dir=runner.evidence_dir,
+                                           reference_config=runner.delta_ids(everything))
+        numbers = []
+        last = None
+        for config, purpose in ((everything, f"guard {g.name}: the current configuration's {g.metric} "
+                                             "(the reference a revert is judged against)"),
+                                (keep, f"guard {g.name}: current minus the culprits ({', '.join(sorted(culprits))})")):
+            n = len(self.trials) + 1
+            self.on_event("trial-start", {"n": n, "purpose": purpose, "config": guard_runner.delta_ids(config),
+                                          "eta_s": None, "units": len(units)})
+            last = guard_runner.run(n, config, g.samples, purpose, kind=TrialKind.GUARD)
+            self.trials.append(last)
+            self._append_trial(last)
+            self.on_event("trial-end", {"trial": last})
+            numbers.append(n)
+            if last.outcome is not Outcome.PASS:
+                break
+        assert last is not None
+        who = ", ".join(sorted(culprits))
+        if len(numbers) < 2:
+            safe, text = None, (f"could not measure {g.metric} of the current configuration (trial {numbers[0]}: "
+                                f"{last.reason}): whether reverting {who} costs speed is not known")
+        elif last.outcome is Outcome.PASS:
+            safe, text = True, (f"reverting {who} costs no more than the {g.regression:.0%} allowed "
+                                f"(trials {numbers[0]} and {numbers[1]}): {last.reason}")
+        elif last.outcome is Outcome.FAIL:
+            safe, text = False, (f"reverting {who} costs {g.metric} by more than the {g.regression:.0%} allowed "
+                                 f"(trials {numbers[0]} and {numbers[1]}): {last.reason}; not safe to revert "
+                                 "without weighing that")
+        else:
+            safe, text = None, (f"what reverting {who} costs could not be decided (trials {numbers[0]} and "
+                                f"{numbers[1]}): {last.reason}")
+        return GuardResult(g.name, g.metric, safe, text, tuple(numbers))
 
     def _restore(self, editor: HostEditor, notes: list[str] | None = None, restart: bool = True) -> str:
         self.on_event("step", {"message": "restoring the original files" + (" and co-restarting" if restart else "")})

@@ -39,6 +39,7 @@ class RunDeltas:
     probe: str
     culprits: tuple[str, ...]
     verdict: str | None
+    guard: Mapping[str, Any] | None = None  # bisect --guard: is reverting the culprits safe for speed?
 
 
 def load_run_deltas(dep: Deployment, run_id: str | None) -> RunDeltas:
@@ -59,13 +60,15 @@ def load_run_deltas(dep: Deployment, run_id: str | None) -> RunDeltas:
         contents = {sha: dep.store.get_blob(ref) or b"" for sha, ref in dict(doc.get("contents", {})).items()}
         culprits: tuple[str, ...] = ()
         verdict = None
+        guard = None
         v = rd.read_optional(rundir.VERDICT)
         if v is not None:
             culprits, verdict = tuple(map(str, v.get("culprits", ()))), v.get("verdict")
+            guard = v.get("guard") if isinstance(v.get("guard"), dict) else None
     except (TypeError, ValueError, AttributeError) as e:
         raise StoreError(f"{rd.file(rundir.RUN)}: damaged run file ({e})") from None
     dep.masker.learn_env((d.key, v) for d in deltas if d.kind == "env" and d.key for v in (d.old, d.new))
-    return RunDeltas(path.name, deltas, contents, str(doc.get("probe", "")), culprits, verdict)
+    return RunDeltas(path.name, deltas, contents, str(doc.get("probe", "")), culprits, verdict, guard)
 
 
 def applied_now(original: OriginalState, deltas: Sequence[Delta]) -> dict[str, bool | None]:
@@ -127,9 +130,15 @@ class ActionResult:
 
 def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, *, probe: Probe | None,
            run_verify: bool = False, put_back_on_fail: Callable[[ActionResult], bool] | bool = True,
-           on_event: Callable[[str, dict], None] | None = None, break_lock: bool = False) -> ActionResult:
+           on_event: Callable[[str, dict], None] | None = None, break_lock: bool = False,
+           perf_guard: Probe | None = None) -> ActionResult:
+    """`perf_guard`: a perf probe measured before and after the change, whatever `probe` says:
+    what the change costs or buys in speed, reported with its uncertainty. When `probe` is itself
+    a perf probe it is its own guard, and its decision is the outcome."""
     if action not in ("revert", "apply"):
         raise ValueError(action)
+    if probe is not None and probe.is_perf:
+        perf_guard = probe
     ev = on_event or (lambda _k, _d: None)
     by_id = {d.id: d for d in source.deltas}
     missing = [i for i in ids if i not in by_id]
@@ -167,20 +176,32 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
         want = {i for i, on in state.items() if on}
         want = want - set(ids) if action == "revert" else want | set(ids)
         before = None
-        if probe is not None and probe.is_perf:
+        unmeasured = None
+        if perf_guard is not None:
             # what the change costs or buys is measured, not assumed: the running stack first
-            ev("step", {"message": f"measuring {probe.metric} before the {action}"})
-            before = perf_samples(probe, dep.transports)
+            ev("step", {"message": f"measuring {perf_guard.metric} before the {action} ({perf_guard.name})"})
+            try:
+                before = perf_samples(perf_guard, dep.transports)
+            except UsageError as e:
+                if perf_guard is probe:
+                    raise
+                unmeasured = f"{perf_guard.name} could not measure the stack before the {action}: {e}"
         ev("step", {"message": f"{action}: {', '.join(ids)}"})
         editor.apply(target_state(original, related, want, source.contents))
         rs = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}), guard=guard)
         perf = None
-        if before is not None and rs.ok:
+        if before is not None and rs.ok and perf_guard is probe:
             outcome, reason, perf = perf_change(probe, dep.transports, before, action)
         else:
             outcome, reason = _probe(dep, probe, rs)
+            if before is not None and rs.ok:
+                _o, _r, perf = perf_change(perf_guard, dep.transports, before, action)
+        extra_notes: list[str] = [unmeasured] if unmeasured else []
+        if perf is not None and perf_guard is not probe and perf.get("decision") == "worse" and outcome == "pass":
+            extra_notes.append(f"the {action} made {probe.name if probe else 'the stack'} pass and costs "
+                               f"{perf_guard.metric}: {perf['effect_text']}; weigh that before keeping it")
         vr = verify(dep.playbook, dep.transports) if run_verify and rs.ok else None
-        result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr, perf=perf)
+        result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr, notes=tuple(extra_notes), perf=perf)
         failed = not rs.ok or outcome == "fail" or (vr is not None and not vr.ok)
         if action == "revert" and failed:
             decide = put_back_on_fail(result) if callable(put_back_on_fail) else put_back_on_fail
@@ -191,9 +212,14 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
                                  guard=guard)
                 after, _ = _probe(dep, probe, rs2)
                 why = f"{', '.join(ids)} did not fix it and were put back: do not blame them"
-                if perf is not None:
-                    why = f"{', '.join(ids)} were put back: the revert would have cost {perf['effect_text']}"
-                result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr, True, after, (why,), perf)
+                if perf is not None and perf.get("effect_text"):
+                    why = (f"{', '.join(ids)} were put back: the revert did not fix {probe.name if probe else 'it'}, "
+                           f"and it would have cost {perf_guard.metric}: {perf['effect_text']}"
+                           if perf.get("decision") == "worse" else
+                           f"{', '.join(ids)} were put back: do not blame them ({perf_guard.metric} during the "
+                           f"revert: {perf['effect_text']})")
+                result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr, True, after,
+                                      (*extra_notes, why), perf)
         editor.finish()
         editor.unlock()
     except BaseException as exc:

@@ -73,6 +73,7 @@ class TrialKind(str, Enum):
     RETRY = "retry"  # the last trial was unresolved
     REFINE = "refine"  # a member of an auto-linked unit tested apart (bisect.py)
     FINAL = "final"  # --leave fixed: current minus the culprits (bisect.py)
+    GUARD = "guard"  # --guard: what reverting the culprits costs in speed (bisect.py; never searched on)
 
 
 @dataclass(frozen=True)

@@ -236,10 +236,16 @@ class Sim:
         with self.counter_lock:
             self.counters[name] = self.counters.get(name, 0) + n
 
-    def fault(self, kind: str) -> dict[str, Any] | None:
+    def fault(self, kind: str, prompt: str | None = None) -> dict[str, Any] | None:
+        """The active fault of `kind`. A rule with `prompt_contains` fires only on requests whose
+        prompt holds that text (a fault one probe sees and another does not)."""
         for f in self.faults:
-            if f["fault"] == kind:
-                return f
+            if f["fault"] != kind:
+                continue
+            needle = f["params"].get("prompt_contains")
+            if needle is not None and (prompt is None or str(needle) not in prompt):
+                continue
+            return f
         return None
 
     def wait_forever(self) -> None:
@@ -570,24 +576,24 @@ class WorkerHandler(BaseHandler):
                     self.error(500, "intermittent simulated failure")
                 return
             log(f"intermittent: roll={roll:.3f} >= p={p}: ok")
-        f = sim.fault("5xx")
+        prompt = prompt_text(path, body)
+        f = sim.fault("5xx", prompt)
         if f is not None:
             status = int(f["params"].get("status", 500))
             log(f"FAULT 5xx: answering {status} (rule #{f['index']})")
             self.error(status, "simulated internal server error")
             return
-        f = sim.fault("hang")
+        f = sim.fault("hang", prompt)
         if f is not None:
             self.hang(f"hang rule #{f['index']}")
             return
-        f = sim.fault("slow")
+        f = sim.fault("slow", prompt)
         if f is not None:
             delay = float(f["params"].get("delay_s", 2.0))
             log(f"FAULT slow: sleeping {delay}s (rule #{f['index']})")
             if sim.shutdown.wait(delay):
                 return
 
-        prompt = prompt_text(path, body)
         if sim.role == "prefill":
             if room is not None:
                 rec = {"room": str(room), "layout_fingerprint": sim.fingerprint,

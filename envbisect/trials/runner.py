@@ -85,7 +85,8 @@ def _kind_from_purpose(purpose: str) -> TrialKind:
     """The kind of a trial recorded before trials carried one (run records of older versions)."""
     for prefix, kind in (("premise: current", TrialKind.PREMISE_CURRENT), ("premise: baseline", TrialKind.PREMISE_BASELINE),
                          ("bisect", TrialKind.BISECT), ("retest", TrialKind.RETEST), ("confirm", TrialKind.CONFIRM),
-                         ("retry", TrialKind.RETRY), ("refine", TrialKind.REFINE), ("final", TrialKind.FINAL)):
+                         ("retry", TrialKind.RETRY), ("refine", TrialKind.REFINE), ("final", TrialKind.FINAL),
+                         ("guard", TrialKind.GUARD)):
         if purpose.startswith(prefix):
             return kind
     return TrialKind.CHECK
@@ -121,14 +122,17 @@ class TrialRunner:
     def __init__(self, playbook: Playbook, transports: Mapping[str, Transport], editor: HostEditor,
                  original: OriginalState, deltas: Sequence[Delta], contents: Mapping[str, bytes], probe: Probe,
                  units: Mapping[str, tuple[str, ...]], on_step: Callable[[str], None] | None = None,
-                 evidence_dir: Path | None = None):
+                 evidence_dir: Path | None = None, reference_config: tuple[str, ...] = ()):
         self.playbook, self.transports, self.editor = playbook, transports, editor
         self.original, self.deltas, self.contents, self.probe = original, list(deltas), contents, probe
         self.units = units
         self.on_step = on_step or (lambda _m: None)
         self.evidence_dir = evidence_dir
-        # perf probes: the baseline's samples, measured in this run (never taken from memory)
+        # perf probes: the reference's samples, measured in this run (never taken from memory). The
+        # reference is the baseline for a bisection; a guard (does reverting the culprits cost
+        # speed?) compares with the current configuration instead (reference_config: its delta ids)
         self.reference: tuple[float, ...] | None = None
+        self.reference_config = tuple(sorted(reference_config))
 
     def delta_ids(self, unit_ids: Sequence[str]) -> tuple[str, ...]:
         return tuple(sorted(d for u in unit_ids for d in self.units[u]))
@@ -163,8 +167,8 @@ class TrialRunner:
         if self.probe.is_perf:
             from envbisect.trials.perf import judge
 
-            # the first baseline of the run is the reference; a later one is judged against it
-            is_reference = not config and self.reference is None
+            # the first trial of the reference configuration is the reference; later ones are judged
+            is_reference = tuple(sorted(config)) == self.reference_config and self.reference is None
             outcome, runs, reason, values = judge(self.probe, self.transports, self.reference, is_reference=is_reference)
             if is_reference and outcome is Outcome.PASS:
                 self.reference = values
