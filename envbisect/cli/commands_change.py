@@ -134,6 +134,8 @@ def restore(ctx: typer.Context,
 @app.command()
 def demo(ctx: typer.Context,
          keep: bool = typer.Option(False, "--keep", help="Leave the demo deployment's files in place."),
+         perf: bool = typer.Option(False, "--perf", help="A speed regression instead of a hang: bisect with the "
+                                                         "perf probe `throughput` (statistical, sampled)."),
          as_json: bool = typer.Option(False, "--json")) -> int:
     """Run snapshot -> diff -> bisect on a built-in simulated SGLang PD deployment (real sglang-router)."""
     env = env_of(ctx)
@@ -145,36 +147,43 @@ def demo(ctx: typer.Context,
 
     t0 = _time.monotonic()
     say = (lambda *_a, **_k: None) if as_json else env.out.print
-    say(Text.assemble(bold("envbisect demo"), ": simulated prefill + decode workers behind the real sglang-router"))
-    d = demo_mod.prepare()
+    say(Text.assemble(bold("envbisect demo" + (" --perf" if perf else "")),
+                      ": simulated prefill + decode workers behind the real sglang-router"))
+    planted = demo_mod.PERF_BAD_ID if perf else demo_mod.BAD_DELTA_ID
+    probe = "throughput" if perf else "e2e"
+    d = demo_mod.prepare(perf=perf)
     try:
         say(f"  deployment in {d.root} (playbook {d.playbook})")
         with Deployment(load_playbook(d.playbook), Store(d.store)) as dep:
             env.masker = dep.masker
             snap = dep.snapshot("noon")
             say(Text.assemble("1. known-good snapshot ", bold(snap.id), " (label 'noon'): the stack serves requests"))
-            changes = demo_mod.plant_changes(d)
-            say(f"2. an afternoon of changes: {len(changes)} variables edited, a note file touched, everything restarted;"
-                " requests through the router now hang")
+            changes = demo_mod.plant_changes(d, perf=perf)
+            symptom = ("nothing fails, but decode got slower (one knob sped it up, another slowed it more)" if perf
+                       else "requests through the router now hang")
+            say(f"2. an afternoon of changes: {len(changes)} variables edited, a note file touched, everything "
+                f"restarted; {symptom}")
             say("3. envbisect diff --against noon")
             diff = dep.diff(against="noon")
             if not as_json:
                 render.render_diff(env, diff, dep.masker)
-            say("\n4. envbisect bisect --against noon --probe e2e")
-            result = BisectRun(dep, BisectOptions(probe="e2e"), on_event=render.Progress(env, quiet=as_json)).start(diff)
+            say(f"\n4. envbisect bisect --against noon --probe {probe}"
+                + ("   (tokens/s sampled per start, judged against the baseline measured first)" if perf else ""))
+            result = BisectRun(dep, BisectOptions(probe=probe), on_event=render.Progress(env, quiet=as_json)).start(diff)
         if as_json:
             env.emit_json({"diff": diff.to_json(dep.masker), "bisect": result.to_json(),
-                       "planted": {"bad": demo_mod.BAD_DELTA_ID},
-                       "seconds": round(_time.monotonic() - t0, 1)})
+                           "planted": {"bad": planted}, "seconds": round(_time.monotonic() - t0, 1)})
         else:
             render.render_verdict(env, result)
-            planted = demo_mod.BAD_DELTA_ID
             ok = result.culprit_deltas == (planted,)
             say(f"\nplanted bad change: {planted} -> envbisect {'found it' if ok else 'DID NOT find it'}"
                 f" in {result.restarts} restarts ({_time.monotonic() - t0:.0f} s in all)")
+            if perf and ok:
+                fast = f"{demo_mod.PERF_SPEEDUP[0]}:{demo_mod.PERF_SPEEDUP[1]}"
+                say(f"the speed-up {fast}={demo_mod.PERF_SPEEDUP[2]} was not blamed: reverting only {planted} keeps it")
     finally:
         d.cleanup(keep)
-    return 0 if result.culprit_deltas == (demo_mod.BAD_DELTA_ID,) else 1
+    return 0 if result.culprit_deltas == (planted,) else 1
 
 
 

@@ -25,6 +25,13 @@ INNOCENT_CHANGES = [
 BAD_CHANGE = ("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")
 BAD_DELTA_ID = f"{BAD_CHANGE[0]}:{BAD_CHANGE[1]}"  # the id envbisect diff gives it
 
+# `demo --perf`: nothing fails, the stack got slower. The speed-up is the incident's knob (innocent,
+# and worth keeping); the slowdown is the one to find (sim PERF_RULES).
+PERF_SPEEDUP = ("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "512")
+PERF_SLOWDOWN = ("decode", "SGLANG_CUDA_GRAPH_MAX_BS", "8")
+PERF_NOOP = ("decode", "SGLANG_SCHEDULER_INTERVAL", "2")
+PERF_BAD_ID = f"{PERF_SLOWDOWN[0]}:{PERF_SLOWDOWN[1]}"
+
 
 @dataclass
 class Demo:
@@ -39,25 +46,28 @@ class Demo:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def prepare(root: Path | None = None) -> Demo:
-    """Build and start the simulated deployment (known-good state)."""
+def prepare(root: Path | None = None, perf: bool = False) -> Demo:
+    """Build and start the simulated deployment (known-good state). `perf`: decode's per-token
+    time follows the speed knobs (sim PERF_RULES)."""
     try:
-        from envbisect.sim.deployment import build
+        from envbisect.sim.deployment import PERF_RULES, build
     except ImportError as e:  # pragma: no cover - the sim ships with the package
         raise UsageError(f"the simulated deployment is unavailable: {e}") from None
     if shutil.which("sglang-router") is None and not (Path(__import__("sys").executable).parent / "sglang-router").exists():
         raise UsageError("the demo needs the real router: pip install 'sglang-router==0.3.2' (or scripts/demo.sh)")
     root = Path(root) if root else Path(tempfile.mkdtemp(prefix="envbisect-demo-"))
-    sim = build(root / "deployment", ssh="local")
+    sim = build(root / "deployment", ssh="local", rules=PERF_RULES if perf else None)
     text = sim.playbook.read_text().replace('name = "sim-pd"', 'name = "envbisect-demo"')
     sim.playbook.write_text(text)
     sim.start_all()
     return Demo(root, sim, sim.playbook, root / "store")
 
 
-def plant_changes(demo: Demo) -> list[tuple[str, str, str]]:
+def plant_changes(demo: Demo, perf: bool = False) -> list[tuple[str, str, str]]:
     """Edit the serve-env files like an afternoon of tuning would, then restart everything."""
     changes = INNOCENT_CHANGES[:3] + [BAD_CHANGE] + INNOCENT_CHANGES[3:]
+    if perf:
+        changes = INNOCENT_CHANGES[:2] + [PERF_SPEEDUP, PERF_SLOWDOWN, PERF_NOOP] + INNOCENT_CHANGES[2:4]
     for service, key, value in changes:
         demo.sim.set_env(service, key, value)  # type: ignore[attr-defined]
     extra = demo.sim.root / "conf" / "extra" / "deploy-notes.txt"  # type: ignore[attr-defined]

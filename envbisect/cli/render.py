@@ -159,8 +159,11 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
     t = Table("#", "purpose", "configuration", "outcome", "restart", "probe", title="trials")
     total = len(result.units)
     for tr in result.trials + ((result.final_probe,) if result.final_probe else ()):
+        values = sorted(r.value for r in tr.probe_runs if r.value is not None)
+        probed = (f"{len(values)} samples, median {values[len(values) // 2]:.4g}" if values
+                  else f"{tr.passes} pass / {len(tr.probe_runs)}")
         t.add_row(str(tr.n), tr.purpose, config_label(list(tr.units), total), tr.outcome, fmt_s(tr.restart_s),
-                  f"{tr.passes} pass / {len(tr.probe_runs)}")
+                  probed)
     env.out.print(t)
     env.out.print(f"hosts left: {result.state_left}" + ("" if result.state_left != "fixed" else
                                                      " (current minus the culprits; every exonerated delta kept)"))

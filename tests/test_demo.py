@@ -1,0 +1,29 @@
+"""`envbisect demo` and `envbisect demo --perf`: the README's first command, end to end (the
+simulated PD deployment behind the real sglang-router; a planted change among innocent ones)."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from test_bisect_sim import ENVBISECT
+
+pytestmark = pytest.mark.sim
+
+
+@pytest.mark.parametrize("perf", [False, True], ids=["hang", "perf"])
+def test_demo_finds_the_planted_change_and_blames_nothing_else(perf):
+    args = [*ENVBISECT, "demo", "--json"] + (["--perf"] if perf else [])
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    b = doc["bisect"]
+    assert b["verdict"] == "culprit" and b["culprits"] == [doc["planted"]["bad"]], (b["verdict"], b["culprits"])
+    assert b["state_left"] == "original"
+    kinds = [t["kind"] for t in b["trials"]]
+    assert "premise-baseline" in kinds and "premise-current" in kinds  # both premises observed
+    if perf:
+        assert doc["planted"]["bad"] == "decode:SGLANG_CUDA_GRAPH_MAX_BS"
+        assert kinds[0] == "premise-baseline" and all(run["value"] for run in b["trials"][0]["probe"]["runs"])
+        assert "decode:SGLANG_SM120_MMA_TARGET_CTAS" not in b["culprits"]  # the speed-up is kept
