@@ -55,6 +55,11 @@ def test_a_20_percent_slowdown_among_8_deltas_is_found_and_the_speedup_kept(perf
     assert all(len(t.probe_runs) >= 3 for t in r.trials)  # a started configuration is sampled several times
     fix = [t for t in r.trials if len(t.config) == 7 and "decode:SGLANG_CUDA_GRAPH_MAX_BS" not in t.config]
     assert fix and fix[-1].outcome == "pass"  # the fix keeps the speed-up
+    # the explanation cites the trials by their numbers (the reference ran before the search asked)
+    expl = r.verdict.explanation
+    assert f"the baseline passed (trial {first.n})" in expl, expl
+    assert f"current failed (trial {cur[-1].n})" in expl or f"current failed (trials" in expl, expl
+    assert f"passed (trial {fix[-1].n})" in expl, expl
 
 
 def test_no_regression_is_not_reproduced_with_both_distributions_measured(perf_scenario):

@@ -386,15 +386,15 @@ class BisectRun:
                 if isinstance(nxt, Verdict):
                     verdict = nxt
                     break
+                if reference is not None and nxt.kind is TrialKind.PREMISE_BASELINE and not nxt.config:
+                    search.observe(_observation(reference))  # measured first, recorded as trial 1
+                    reference = None
+                    continue
                 n = len(self.trials) + 1
                 self.on_event("trial-start", {"n": n, "purpose": nxt.purpose, "config": runner.delta_ids(sorted(nxt.config)),
                                               "eta_s": self._eta(nxt), "units": len(unit_ids),
                                               "expected_total": n - 1 + self._remaining(nxt),
                                               "total_deltas": len(deltas)})
-                if reference is not None and nxt.kind is TrialKind.PREMISE_BASELINE and not nxt.config:
-                    search.observe(_observation(reference))  # measured first, recorded as trial 1
-                    reference = None
-                    continue
                 why_not = "not the first trial"
                 if nxt.free and not self.trials:
                     why_not = running_stack_unverified(diff, self.playbook, deltas)
@@ -672,10 +672,10 @@ def capture_environment(playbook, transports) -> dict[str, Any]:  # noqa: ANN001
 
 def _observation(t: Trial) -> Observation:
     if t.outcome is Outcome.UNRESOLVED:
-        return Observation(frozenset(t.units), passes=0, failed=False, unresolved=True, free=t.free)
+        return Observation(frozenset(t.units), passes=0, failed=False, unresolved=True, free=t.free, trial=t.n)
     failed = t.outcome.failed
     return Observation(frozenset(t.units), passes=t.passes, failed=failed, failures=max(t.failures, int(failed)),
-                       free=t.free)
+                       free=t.free, trial=t.n)
 
 
 def _drift_hint(diff_doc: Mapping[str, Any]) -> list[str]:

@@ -135,8 +135,9 @@ class Search(VerdictWriter):
             ev.restarted_fail = ev.restarted_fail or (obs.failed and not obs.free)
             ev.restarted_passes += 0 if obs.free else obs.passes
             ev.resolved += 1
-            ev.trials.append(len(self._obs))
-            (ev.failed_trials if obs.failed else ev.passed_trials).append(len(self._obs))
+            n = obs.trial if obs.trial is not None else len(self._obs)
+            ev.trials.append(n)
+            (ev.failed_trials if obs.failed else ev.passed_trials).append(n)
         self._pending = self._decide()
         if isinstance(self._pending, TrialRequest):
             self._last_request = self._pending

@@ -36,6 +36,9 @@ class Observation:
     unresolved: bool = False
     failures: int = 0
     free: bool = False
+    # the caller's number for this trial, which the explanation cites; None: the order observed
+    # (they differ when a trial was run before the search asked for it, as a perf reference is)
+    trial: int | None = None
 
     def __post_init__(self) -> None:
         if self.failed and self.failures == 0:
