@@ -7,6 +7,7 @@ from typing import Iterable, Sequence
 
 from envbisect.search.belief import _AND, _NONE, _NOTHING, _S, _Belief, _bits
 from envbisect.search.explain import VerdictWriter
+from envbisect.search.stages import AGAIN, Exhausted, FindUnit, Stage
 from envbisect.search.types import Hypothesis, Observation, Prior, TrialKind, TrialRequest, Verdict, restart_bound
 
 
@@ -40,7 +41,7 @@ class Search(VerdictWriter):
     cheap when the fault is deterministic).
     """
 
-    _AGAIN = object()
+    _AGAIN = AGAIN
 
     def __init__(
         self,
@@ -89,7 +90,7 @@ class Search(VerdictWriter):
         self._terms: list[int] = []  # accepted terms (masks), one per closed frame
         self._term_conf: list[float] = []
         self._order: list[int] = list(range(self._n))  # units of the current frame, in bisection order
-        self._stage: tuple = ("A",)
+        self._stage: Stage = FindUnit()
         self._last_request: TrialRequest | None = None
         self._pending: TrialRequest | Verdict = self._decide()
         if isinstance(self._pending, TrialRequest):
@@ -371,45 +372,19 @@ class Search(VerdictWriter):
         self._terms.append(term)
         self._term_conf.append(min(1.0, conf))
         self._order = [u for u in self._order if not (term >> u) & 1]
-        self._stage = ("A",) if self._order else ("X",)
+        self._stage = FindUnit() if self._order else Exhausted()
 
     def _failed(self, mask: int) -> bool:
         ev = self._evidence.get(mask)
         return ev is not None and ev.failed
 
     def _transition(self) -> bool:
-        """Apply a stage transition that an observed failure settles.  Runs before the
-        posterior is judged: after a failed fix check the frame must change first."""
-        kind = self._stage[0]
-        if kind == "B":
-            x = self._order[self._stage[1]]
-            va, vf = 1 << x, self._fix_mask(1 << x)
-            if self._failed(va):
-                self._stage = ("D", va)
-                return True
-            if self._failed(vf):
-                self._new_frame(va, vf)
-                return True
-        elif kind == "D":
-            term = self._stage[1]
-            vf = self._fix_mask(term)
-            if self._failed(vf):
-                self._new_frame(term, vf)
-                return True
-        return False
+        """Apply a stage transition that an observed failure settles (stages.py)."""
+        return self._stage.after_failure(self)
 
     def _settle(self, post: _Belief) -> bool:
-        """Apply a stage transition the evidence settles given the posterior (a bisection
-        that has converged, a unit that passed alone)."""
-        kind = self._stage[0]
-        if kind in ("A", "C"):
-            return self._stage_step(post) is self._AGAIN
-        if kind == "B":
-            x = self._order[self._stage[1]]
-            if self._status(1 << x, post) == "pass":
-                self._stage = ("C", self._stage[1])
-                return True
-        return False
+        """Apply a stage transition the evidence settles given the posterior (stages.py)."""
+        return self._stage.settle(self, post)
 
     def _fluke_check(self, post: _Belief, top: tuple) -> TrialRequest | str | None:
         """Before concluding: if the leading hypothesis needs an observed pass to have
@@ -434,57 +409,7 @@ class Search(VerdictWriter):
             TrialKind.RETEST)
 
     def _stage_step(self, post: _Belief) -> object:
-        kind = self._stage[0]
-        order = self._order
-        if kind == "A":  # prefix bisection for a unit the failure needs
-            res = self._bisect(post, len(order), lambda k: self._prefix(k, order), "bisect: {n} suspects left")
-            if not isinstance(res, int):
-                return res
-            self._stage = ("B", res - 1)
-            return self._AGAIN
-        if kind == "B":  # x found: does it break alone?  is it the only culprit?
-            g = self._stage[1]
-            x = order[g]
-            va, vf = 1 << x, self._fix_mask(1 << x)
-            sa, sf = self._status(va, post), self._status(vf, post)
-            if sa == "fail":
-                self._stage = ("D", va)
-                return self._AGAIN
-            if sf == "fail":
-                self._new_frame(va, vf)
-                return self._AGAIN
-            if sa == "pass":
-                self._stage = ("C", g)
-                return self._AGAIN
-            name = self._units[x]
-            if sa in ("untested", "weak"):  # alone first: it decides culprit vs interaction
-                return self._request(va, f"confirm: does {name} break the stack alone?", post, TrialKind.CONFIRM)
-            if sf in ("untested", "weak"):
-                return self._request(vf, f"confirm: current without {name} (the fix) must pass", post,
-                                     TrialKind.CONFIRM)
-            return None
-        if kind == "C":  # x needs a partner: bisect it among the units that passed without x
-            g = self._stage[1]
-            x = order[g]
-            gseq = order[:g]
-            res = self._bisect(
-                post,
-                g,
-                lambda k: self._prefix(k, gseq, 1 << x),
-                f"bisect partner of {self._units[x]}: {{n}} candidates left",
-            )
-            if not isinstance(res, int):
-                return res
-            self._stage = ("D", (1 << x) | ((1 << gseq[res - 1]) if res else 0))
-            return self._AGAIN
-        if kind == "D":  # a term is found: is it the whole story?
-            term = self._stage[1]
-            vf = self._fix_mask(term)
-            if self._status(vf, post) == "fail":
-                self._new_frame(term, vf)
-                return self._AGAIN
-            return self._confirm(post, term, need_surprise=True)
-        return None
+        return self._stage.step(self, post)
 
     def _bisect(self, post: _Belief, length: int, cfg, label: str) -> object:
         """Prefix bisection over ``cfg(0) .. cfg(length)``: ``cfg(length)`` failed and
