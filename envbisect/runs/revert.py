@@ -272,7 +272,9 @@ def perf_change(probe: Probe, transports, before: tuple[float, ...], action: str
     doc = {"metric": probe.metric, "before": list(before), "after": after, "decision": d.outcome.value,
            "effect": d.effect, "effect_ci": list(d.effect_ci) if d.effect_ci else None, "effect_text": d.reason,
            "p_mann_whitney": d.p_mann_whitney, "p_kolmogorov_smirnov": d.p_kolmogorov_smirnov}
-    return outcome, f"{probe.metric} before → after the {action}: {d.reason}", doc
+    said = d.reason.replace("than the baseline", "than before")  # the reference here is the stack before
+    doc["effect_text"] = said
+    return outcome, f"{probe.metric} before → after the {action}: {said}", doc
 
 
 def _probe(dep: Deployment, probe: Probe | None, rs: RestartResult) -> tuple[str | None, str]:
