@@ -8,6 +8,8 @@ Benchmarks (see bench/README.md):
   e2e       the simulated PD deployment over a real sshd: envbisect's own time per trial
   search    envbisect against one-at-a-time toggling, classic bisection (1 and k probe runs per
             step) and ddmin on a simulated oracle; the chart bench/results/comparison.svg
+  perf      a perf bisection (one culprit slowing tokens/s by 10% or 20%, or none) on a simulated
+            machine with per-restart and per-sample noise: the real search and the real perf judge
 
 Exit status: 0 every target passed, 1 a target failed (or a benchmark could not run).
 """
@@ -115,6 +117,37 @@ def search_targets(res: dict, t: Targets) -> None:
               ("fails at " + "; ".join(bad) if bad else "; ".join(parts)) + " (worst/bound)")
 
 
+def perf_targets(res: dict, t: Targets) -> None:
+    from bench_perf import cell as pcell, restart_target
+
+    ns = res["config"]["ns"]
+    for slowdown, min_right in ((0.2, 0.95), (0.1, 0.90)):
+        scenario = f"slow-{slowdown:g}"
+        bad, parts = [], []
+        for n in ns:
+            c = pcell(res, scenario, n)
+            parts.append(f"n={n} right {c['right']:.1%} innocent {c['innocent']:.1%} ({c['runs']} cases, "
+                         f"{c['misjudged_runs']:.1%} misled by the judge, right {c['right_when_judged_right']:.1%} of "
+                         f"the others; {c['verdicts'].get('inconclusive', 0)} inconclusive)")
+            if c["right"] < min_right or c["innocent"] > 0.01:
+                bad.append(parts[-1])
+        t.add(not bad, f"[perf {slowdown:.0%} slower] right >= {min_right:.0%} and innocent named <= 1%",
+              "fails at " + "; ".join(bad) if bad else "; ".join(parts))
+    c = pcell(res, "none", 8)
+    other = {k: v for k, v in c["verdicts"].items() if k != "not-reproduced"}
+    t.add(c["false_alarm"] <= 0.05, "[perf no regression] false-alarm rate <= 5%",
+          f"{c['false_alarm']:.1%} at n=8 ({sum(other.values())} of {c['runs']}: "
+          + (", ".join(f"{k} {v}" for k, v in sorted(other.items(), key=lambda kv: -kv[1])) or "none")
+          + f"; a delta named in {c['named']:.1%}; {c['false_worse_rate']:.1%} of the "
+          f"judged configurations called worse, {c['unresolved_per_run']:.2f} unresolved trials per run)")
+    n = 8
+    c = pcell(res, "slow-0.2", n)
+    bound = restart_target(n)
+    t.add(c["mean_restarts"] <= bound + 1e-9, f"[perf 20% slower] mean restarts at n={n} <= ceil(log2 n)+4",
+          f"{c['mean_restarts']:.2f} vs {bound} (worst {c['worst_restarts']}; the baseline reference and current "
+          f"included; {c['unresolved_per_run']:.2f} unresolved trials per run)")
+
+
 def e2e_targets(res: dict, t: Targets) -> None:
     from bench_sim import MAX_OVERHEAD_S
 
@@ -196,11 +229,14 @@ def write_json(name: str, doc: dict) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="n <= 32, fewer samples, one end-to-end case")
+    ap.add_argument("--quick", action="store_true", help="n <= 32, fewer samples, one end-to-end case; perf: n = 8 only")
     ap.add_argument("--workers", type=int, default=2, help="processes for the oracle benchmark (default 2)")
-    ap.add_argument("--only", default="", help="comma-separated subset of: snapshot,e2e,search")
+    ap.add_argument("--only", default="", help="comma-separated subset of: snapshot,e2e,search,perf")
     args = ap.parse_args()
-    only = set(args.only.split(",")) if args.only else {"snapshot", "e2e", "search"}
+    known = ("snapshot", "e2e", "search", "perf")
+    only = set(args.only.split(",")) if args.only else set(known)
+    if only - set(known):
+        ap.error(f"--only: unknown {', '.join(sorted(only - set(known)))} (one of {', '.join(known)})")
     t0 = time.perf_counter()
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     targets = Targets()
@@ -256,6 +292,20 @@ def main() -> int:
             errors.append(f"search: {e}")
             traceback.print_exc()
             targets.add(False, "search benchmark ran", f"{type(e).__name__}: {e}")
+    if "perf" in only:
+        banner("perf: a speed regression bisected on a noisy simulated machine (real search, real perf judge)")
+        try:
+            import bench_perf
+
+            res = bench_perf.measure(args.quick, args.workers, log=log)
+            write_json("perf.json", {**meta, **res})
+            tables["perf"] = bench_perf.table(res)
+            print(tables["perf"], flush=True)
+            perf_targets(res, targets)
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"perf: {e}")
+            traceback.print_exc()
+            targets.add(False, "perf benchmark ran", f"{type(e).__name__}: {e}")
 
     wall = time.perf_counter() - t0
     banner("targets")
