@@ -412,3 +412,18 @@ def test_since_is_read_in_the_hosts_timezone(tmp_path, monkeypatch, tz):
     if noon > now:
         noon = (noon - timedelta(days=1)).replace(hour=12)
     assert abs(since - noon.timestamp()) < 1
+
+
+def test_two_snapshots_with_the_same_second_and_label_do_not_overwrite_each_other(tmp_path):
+    """Replicas of a fleet share a store and snapshot in the same second: ids must stay unique."""
+    from envbisect.state.snapshot import Snapshot
+    from envbisect.state.store import Store
+
+    store = Store(tmp_path / "store")
+    a = store.save(Snapshot(id="20261203T120000Z-noon", label="noon", taken_at=1.0, playbook="pd-a", hosts={}))
+    b = store.save(Snapshot(id="20261203T120000Z-noon", label="noon", taken_at=1.0, playbook="pd-b", hosts={}))
+    assert a.id == "20261203T120000Z-noon" and b.id == "20261203T120000Z-noon-2"
+    assert {s.playbook for s in store.list()} == {"pd-a", "pd-b"}
+    # a label means the deployment's own snapshot with it
+    assert store.find("noon", deployment="pd-a").playbook == "pd-a"
+    assert store.find("noon", deployment="pd-b").playbook == "pd-b"

@@ -54,6 +54,22 @@ class Options:
         self.env.masker = dep.masker  # every output from now on learns what the deployment learns
         return dep
 
+    def is_fleet(self) -> bool:
+        from envbisect.runs.fleet import is_fleet
+
+        return self.playbook.exists() and is_fleet(self.playbook)
+
+    def fleet(self) -> list:
+        """The replicas of a `[fleet]` playbook: (name, Deployment), one playbook each."""
+        from envbisect.runs.fleet import load_fleet
+
+        reps = load_fleet(self.playbook, Store(self.store),
+                          ConnectOptions(self.ssh_config, self.accept_new_host_key, self.connect_attempts,
+                                         inventory=self.inventory))
+        if reps:  # replicas are identical deployments: the first one's secrets rules speak for the fleet
+            self.env.masker = reps[0][1].masker
+        return reps
+
     def masker(self, *, strict: bool = False) -> SecretMasker:
         """For commands that need no hosts (runs, show, bundle): the playbook's [secrets] when it
         can be read, the built-in rules otherwise. ``strict``: a playbook that exists but cannot be

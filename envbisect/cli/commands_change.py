@@ -56,6 +56,12 @@ def bisect(ctx: typer.Context,
                          max_trials=max_trials, leave=leave, policy=policy, auto_link=not no_auto_link,
                          guard=guard)
     progress = render.Progress(env, quiet=False)
+    if o.is_fleet():
+        for flag, given in (("--resume", resume), ("--dry-run", dry_run), ("--guard", guard is not None),
+                            ("--leave fixed", leave == "fixed")):
+            if given:
+                raise UsageError(f"{flag} is not available for a [fleet] playbook yet: bisect one replica's playbook")
+        return _bisect_fleet(env, o, opts, progress, since, against, as_json, break_lock)
     with o.deployment() as dep:
         run = BisectRun(dep, opts, on_event=progress, break_lock=break_lock)
         if resume:
@@ -89,6 +95,27 @@ def bisect(ctx: typer.Context,
     else:
         render.render_verdict(env, result)
     return int(result.exit_status)
+
+
+def _bisect_fleet(env, o: Options, opts, progress, since, against, as_json: bool, break_lock: bool) -> int:  # noqa: ANN001
+    from contextlib import ExitStack
+
+    from envbisect.runs.fleet import FleetRun
+
+    reps = o.fleet()
+    with ExitStack() as stack:
+        for _n, dep in reps:
+            stack.enter_context(dep)
+        fleet = FleetRun(reps, Store(o.store), opts, on_event=progress, break_lock=break_lock).start(
+            since=since, against=against)
+    if as_json:
+        env.emit_json(fleet.to_json())
+    else:
+        render.render_verdict(env, fleet.result)
+        env.out.print(f"fleet: {len(fleet.replicas)} replicas, {fleet.rounds} rounds, {len(fleet.result.trials)} "
+                      f"trials, {fleet.wall_s:.0f} s"
+                      + "".join(f"; {n} excluded ({why})" for n, why in fleet.excluded.items()))
+    return int(fleet.result.exit_status)
 
 
 def _print_resume(o: Options, run_id: str) -> None:

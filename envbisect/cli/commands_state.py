@@ -100,6 +100,8 @@ def snapshot(ctx: typer.Context, label: Optional[str] = typer.Option(None, "--la
     """Record the state of every host: env files, watched files, repo HEADs, process environments."""
     env = env_of(ctx)
     o = opts_of(ctx)
+    if o.is_fleet():
+        return _snapshot_fleet(env, o, label, as_json)
     with o.deployment() as dep:
         snap = dep.snapshot(label)
         trips = dep.round_trips()
@@ -118,6 +120,20 @@ def snapshot(ctx: typer.Context, label: Optional[str] = typer.Option(None, "--la
         t.add_row(h, str(s["files"]), ", ".join(f"{Path(p).name}@{d}" for p, d in s["repos"].items()) or "-",
                   ", ".join(f"{n}: {st}" for n, st in s["processes"].items()) or "-", str(s["round_trips"]))
     env.out.print(t)
+
+
+def _snapshot_fleet(env, o, label: Optional[str], as_json: bool) -> int:  # noqa: ANN001
+    """A `[fleet]` playbook: one snapshot per replica (each its own deployment in the store)."""
+    done = {}
+    for name, dep in o.fleet():
+        with dep:
+            snap = dep.snapshot(label)
+        done[name] = {"id": snap.id, "deployment": dep.playbook.name, "hosts": sorted(snap.hosts)}
+        if not as_json:
+            env.out.print(Text.assemble(f"replica {name}: snapshot ", bold(snap.id), f" ({dep.playbook.name})"))
+    if as_json:
+        env.emit_json({"label": label, "store": str(o.store), "replicas": done})
+    return 0
 
 
 @app.command()

@@ -114,7 +114,7 @@ class Deployment:
         snap = take_snapshot(self.playbook, self.transports, label=label)
         self.learn_secrets(snap)
         if save:
-            self.store.save(snap)
+            snap = self.store.save(snap)
         return snap
 
     def resolve_since(self, spec: str) -> dict[str, float]:
@@ -135,7 +135,7 @@ class Deployment:
         if bool(since) == bool(against):
             raise UsageError("give exactly one of --since TIME or --against LABEL|SNAPSHOT")
         if against:
-            baseline = self.store.find(against)
+            baseline = self.store.find(against, deployment=self.playbook.name)
             if baseline.playbook != self.playbook.name:
                 raise UsageError(f"snapshot {baseline.id} belongs to deployment {baseline.playbook!r}, "
                                  f"not {self.playbook.name!r}")
@@ -151,6 +151,8 @@ class Deployment:
         current = take_snapshot(self.playbook, self.transports, label="diff", since_by_host=since_by_host,
                                 log_from=log_from)
         self.learn_secrets(baseline, current)
+        if save:  # first, so the diff names the id it was stored under (unique in the store)
+            current = dataclasses.replace(current, id=self.store.save(without_fallback(current)).id)
         result = compute_diff(current, baseline, since=min(since_by_host.values()))
         if baseline is None:  # say which sources stood in, and how to have a snapshot next time
             mine = [s for s in self.store.list() if s.playbook == self.playbook.name]
@@ -158,8 +160,6 @@ class Deployment:
             result = dataclasses.replace(result, notes=result.notes + (fallback_note(result, oldest),))
         self.masker.learn_env((d.key, v) for d in result.deltas if d.kind == "env" and d.key
                               for v in (d.old, d.new))
-        if save:
-            self.store.save(without_fallback(current))
         return result
 
 

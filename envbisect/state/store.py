@@ -82,13 +82,20 @@ class Store:
             return None
 
     # snapshots ----------------------------------------------------------------------------
-    def save(self, snap: Snapshot) -> Path:
+    def save(self, snap: Snapshot) -> Snapshot:
+        """Store `snap`; returns it as saved. Ids are a second's time stamp and the label, so two
+        deployments sharing a store (the replicas of a fleet) can take one in the same second: the
+        later one gets a suffix (-2, -3, ...) instead of overwriting the other."""
         self._ensure()
         with self.writing():
+            base, k = snap.id, 1
+            while (self.snapshots_dir / f"{snap.id}.json").exists():
+                k += 1
+                snap = dataclasses.replace(snap, id=f"{base}-{k}")
             doc = snapshot_to_json(snap, self.put_blob)
             path = self.snapshots_dir / f"{snap.id}.json"
             write_private(path, json.dumps(doc, indent=1, sort_keys=True).encode())
-        return path
+        return snap
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -126,8 +133,10 @@ class Store:
         except (ValueError, KeyError, TypeError) as e:
             raise StoreError(f"{path}: damaged snapshot file ({e})") from None
 
-    def find(self, ref: str) -> Snapshot:
-        """A snapshot by id, id prefix, label (newest with it) or path."""
+    def find(self, ref: str, deployment: str | None = None) -> Snapshot:
+        """A snapshot by id, id prefix, label (newest with it) or path. `deployment`: a label means
+        that deployment's snapshot with it (a store may hold several deployments, e.g. replicas of a
+        fleet, each with its own 'noon')."""
         p = Path(ref)
         if p.suffix == ".json" and p.exists():
             return self.load_path(p)
@@ -136,6 +145,8 @@ class Store:
         if exact:
             return exact[0]
         labelled = [s for s in snaps if s.label == ref]
+        if deployment is not None and any(s.playbook == deployment for s in labelled):
+            labelled = [s for s in labelled if s.playbook == deployment]
         if labelled:
             return labelled[-1]
         prefixed = [s for s in snaps if s.id.startswith(ref)]

@@ -1,0 +1,301 @@
+"""A bisection over a fleet of identical replicas: up to R trials at once, one per replica.
+
+Each replica is a deployment of its own (its own playbook: hosts, services, files), with the same
+changes since the baseline: the same delta ids. Every replica is locked and journaled on its own
+(its own HostEditor, journal and lock), so an interrupted fleet run is undone replica by replica
+with `envbisect restore`. One search decides for the fleet; each round asks it for as many
+configurations as there are healthy replicas (search/rounds.py) and runs them side by side.
+
+What a replica may and may not do to the verdict:
+
+- **Premises on every replica.** The first round starts the baseline on every replica. A replica
+  whose baseline fails while another's passes is excluded from the run, with its evidence (a
+  broken replica is not a broken config). When every baseline fails, that is the fleet's
+  observation, and the search goes on with it (towards not-config).
+- **Unhealthy before its trial: left out of the round, never blamed.** Before each round every
+  replica's services must answer their health URL; one that does not sits the round out.
+- A replica whose trial was unresolved (SSH lost, a start command that could not run) is left
+  out of the following rounds; its trial is evidence of nothing.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from envbisect.errors import UsageError
+from envbisect.hosts.journal import HostEditor, describe_conflict
+from envbisect.hosts.restart import co_restart, health_ok
+from envbisect.outcome import Cause, Outcome
+from envbisect.runs.bisect import (BisectOptions, BisectResult, _observation, check_applicable, make_units,
+                                   select_deltas)
+from envbisect.runs.deployment import Deployment
+from envbisect.search import POLICIES, TrialKind, Verdict
+from envbisect.search.rounds import observe_round, plan_round
+from envbisect.state import rundir
+from envbisect.state.configuration import touched
+from envbisect.state.rundir import RunDir, Runs
+from envbisect.state.store import Store
+from envbisect.trials.runner import Trial, TrialRunner
+
+
+@dataclass
+class Replica:
+    name: str
+    dep: Deployment
+    editor: HostEditor | None = None
+    runner: TrialRunner | None = None
+    excluded: str | None = None  # why it takes no more part in the run
+
+
+@dataclass(frozen=True)
+class FleetResult:
+    result: BisectResult
+    rounds: int
+    replicas: tuple[str, ...]
+    excluded: Mapping[str, str]  # replica -> why
+    trial_replica: Mapping[int, str]  # trial n -> the replica it ran on
+    wall_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        doc = self.result.to_json()
+        for t in doc["trials"]:
+            t["replica"] = self.trial_replica.get(t["n"])
+        doc["fleet"] = {"replicas": list(self.replicas), "rounds": self.rounds, "excluded": dict(self.excluded),
+                        "wall_s": round(self.wall_s, 1)}
+        return doc
+
+
+class FleetRun:
+    def __init__(self, replicas: Sequence[tuple[str, Deployment]], store: Store, opts: BisectOptions, *,
+                 on_event: Callable[[str, dict], None] | None = None, break_lock: bool = False):
+        if len(replicas) < 1:
+            raise UsageError("a fleet needs at least one replica")
+        names = [n for n, _ in replicas]
+        if len(set(names)) != len(names):
+            raise UsageError(f"replica names must differ: {', '.join(names)}")
+        deployments = {d.playbook.name for _, d in replicas}
+        if len(deployments) != len(replicas):
+            raise UsageError("each replica's playbook needs its own [deployment] name (its lock and journal are "
+                             "its own)")
+        self.replicas = [Replica(n, d) for n, d in replicas]
+        self.store, self.opts = store, opts
+        self.break_lock = break_lock
+        self._listener = on_event or (lambda _k, _d: None)
+        self.trials: list[Trial] = []
+        self.trial_replica: dict[int, str] = {}
+        self.run_id = ""
+        self.run_dir = Path()
+
+    def on_event(self, kind: str, data: dict) -> None:
+        self._listener(kind, data)
+
+    def _probe(self, r: Replica):  # noqa: ANN202 - a Probe
+        probes = r.dep.playbook.probes
+        name = self.opts.probe or next(iter(probes), None)
+        if name is None or name not in probes:
+            raise UsageError(f"replica {r.name}: no probe {name!r} in {r.dep.playbook.path}")
+        return probes[name]
+
+    # --- the run -------------------------------------------------------------------------------
+    def start(self, *, since: str | None = None, against: str | None = None) -> FleetResult:
+        t0 = time.monotonic()
+        probes = {r.name: self._probe(r) for r in self.replicas}
+        diffs = {r.name: r.dep.diff(since=since, against=against) for r in self.replicas}
+        chosen = {n: select_deltas(d, self.opts.only, self.opts.exclude) for n, d in diffs.items()}
+        ids = {n: sorted(d.id for d in ds) for n, ds in chosen.items()}
+        first = self.replicas[0].name
+        for n, got in ids.items():
+            if got != ids[first]:
+                only_here = sorted(set(got) - set(ids[first]))
+                only_there = sorted(set(ids[first]) - set(got))
+                raise UsageError(f"replicas {first} and {n} did not change the same way (only in {n}: "
+                                 f"{', '.join(only_here) or '-'}; only in {first}: {', '.join(only_there) or '-'}): "
+                                 "bisect them one by one")
+        for ds in chosen.values():
+            check_applicable(ds)
+        units, notes = make_units(chosen[first], self.opts.link, self.opts.auto_link)
+        self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-fleet-" + uuid.uuid4().hex[:6]
+        rd = Runs(self.store.runs_dir).new(self.run_id)
+        self.run_dir = rd.path
+        rd.write(rundir.RUN, json.dumps({
+            "format": 1, "kind": "fleet", "run_id": self.run_id, "created_at": time.time(),
+            "deployment": "fleet:" + "+".join(r.dep.playbook.name for r in self.replicas),
+            "replicas": {r.name: r.dep.playbook.name for r in self.replicas},
+            "probe": probes[first].name, "units": {u: list(v) for u, v in units.items()},
+            "diff": diffs[first].to_json(self.replicas[0].dep.masker)}).encode())
+        try:
+            for r in self.replicas:
+                r.editor = HostEditor(r.dep.playbook, r.dep.transports, self.run_dir / r.name, self.run_id)
+                for note in r.editor.lock(break_lock=self.break_lock):
+                    self.on_event("warning", {"message": f"{r.name}: {note}"})
+                files, repos = touched(chosen[r.name])
+                original = r.editor.begin(files, repos)
+                r.runner = TrialRunner(r.dep.playbook, r.dep.transports, r.editor, original, chosen[r.name],
+                                       dict(diffs[r.name].contents), probes[r.name], units,
+                                       on_step=lambda m, n=r.name: self.on_event("step", {"message": f"[{n}] {m}"}),
+                                       evidence_dir=self.run_dir / r.name / rundir.EVIDENCE)
+            verdict, rounds = self._loop(list(units), notes)
+        except BaseException as exc:
+            self.on_event("interrupted", {"error": str(exc) or type(exc).__name__, "run": self.run_id})
+            self._restore_all(notes=None)
+            raise
+        self._restore_all(notes)
+        excluded = {r.name: r.excluded for r in self.replicas if r.excluded}
+        result = BisectResult(self.run_id, verdict, tuple(self.trials), "original", units, notes=tuple(notes))
+        fleet = FleetResult(result, rounds, tuple(r.name for r in self.replicas), excluded, dict(self.trial_replica),
+                            time.monotonic() - t0)
+        RunDir(self.run_dir).write(rundir.VERDICT, self.replicas[0].dep.masker.redact_json(fleet.to_json()))
+        return fleet
+
+    def _loop(self, unit_ids: list[str], notes: list[str]) -> tuple[Verdict, int]:
+        make_search = POLICIES[self.opts.policy].search
+        probe = self.replicas[0].runner.probe  # type: ignore[union-attr]
+        search = make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
+                             base_probes=probe.repeat)
+        # round 1: the baseline on every replica (premise), side by side
+        base = self._round([(r, [], "premise: baseline must pass (every replica)", TrialKind.PREMISE_BASELINE,
+                             search.pass_runs(), 1) for r in self._healthy(notes)])
+        passed = [(r, t) for r, t in base if t.outcome is Outcome.PASS]
+        for r, t in base:
+            if t.outcome is Outcome.UNRESOLVED:
+                r.excluded = f"its baseline trial {t.n} was unresolved: {t.reason}"
+            elif passed and t.outcome is not Outcome.PASS:
+                r.excluded = (f"its baseline failed (trial {t.n}: {t.reason}) while {passed[0][0].name}'s passed: "
+                              "a broken replica, not a broken config")
+        for r in self.replicas:
+            if r.excluded:
+                notes.append(f"replica {r.name} excluded: {r.excluded}")
+        observe_round(search, [_observation(t) for r, t in base if not r.excluded])
+        rounds = 1
+        while True:
+            active = self._healthy(notes)
+            if not active:
+                raise UsageError("no replica is healthy enough to run a trial: see the notes; the hosts were restored")
+            plan = plan_round(search, len(active))
+            if isinstance(plan, Verdict):
+                break
+            got = self._round([(r, sorted(req.config), req.purpose, req.kind, req.probes, req.stop_after)
+                               for r, req in zip(active, plan)])
+            rounds += 1
+            for r, t in got:
+                if t.cause is Cause.SSH_LOST or t.cause is Cause.RESTART_FAILED:
+                    r.excluded = f"trial {t.n} was unresolved ({t.reason})"
+                    notes.append(f"replica {r.name} left out from now on: {r.excluded}")
+            observe_round(search, [_observation(t) for _r, t in got])
+        notes.append(f"{rounds} rounds on {len(self.replicas)} replicas ({len(self.trials)} trials, side by side)")
+        return plan, rounds
+
+    def _healthy(self, notes: list[str]) -> list[Replica]:
+        """The replicas that take part in the next round: not excluded, and every service answering
+        its health URL now (one that does not sits the round out, and is never blamed)."""
+        out = []
+        for r in self.replicas:
+            if r.excluded:
+                continue
+            bad = []
+            for name, s in r.dep.playbook.services.items():
+                t = r.dep.transports.get(s.host)
+                ok, why = health_ok(t, s.health, timeout=5.0) if t is not None else (False, "no connection")
+                if not ok:
+                    bad.append(f"{name}: {why}")
+            last = next((t for t in reversed(self.trials) if self.trial_replica.get(t.n) == r.name), None)
+            # before its first trial, or after a configuration that did not start, a replica may be
+            # down because of a configuration: its next trial starts it from scratch anyway
+            if bad and last is not None and last.outcome is not Outcome.START_FAILURE:
+                notes.append(f"replica {r.name} sat out a round, unhealthy before its trial: {'; '.join(bad)}")
+                self.on_event("warning", {"message": f"{r.name} is unhealthy ({'; '.join(bad)}): left out of "
+                                                     "this round"})
+                continue
+            out.append(r)
+        return out
+
+    def _round(self, jobs: list[tuple[Replica, list[str], str, TrialKind, int, int]]) -> list[tuple[Replica, Trial]]:
+        """Run one trial per replica, side by side (each on its own connections, editor and runner)."""
+        numbered = []
+        for i, (r, config, purpose, kind, probes, stop_after) in enumerate(jobs):
+            n = len(self.trials) + 1 + i
+            numbered.append((n, r, config, f"{purpose} [{r.name}]", kind, probes, stop_after))
+            self.on_event("trial-start", {"n": n, "purpose": f"{purpose} [{r.name}]", "eta_s": None,
+                                          "config": r.runner.delta_ids(config), "units": 0})  # type: ignore[union-attr]
+
+        def run(job):  # noqa: ANN001, ANN202
+            n, r, config, purpose, kind, probes, stop_after = job
+            return r, r.runner.run(n, config, probes, purpose, stop_after, kind)
+
+        with ThreadPoolExecutor(max_workers=max(1, len(numbered))) as pool:
+            got = list(pool.map(run, numbered))
+        for r, t in got:
+            self.trials.append(t)
+            self.trial_replica[t.n] = r.name
+            line = r.dep.masker.redact_json({**t.to_json(), "replica": r.name}, indent=None)
+            RunDir(self.run_dir).append_line(rundir.TRIALS, line)
+            self.on_event("trial-end", {"trial": t})
+        return got
+
+    def _restore_all(self, notes: list[str] | None) -> None:
+        def restore(r: Replica) -> None:
+            if r.editor is None or r.editor.journal is None:
+                if r.editor is not None:
+                    r.editor.unlock()
+                return
+            for c in r.editor.restore():
+                msg = f"{r.name}: {describe_conflict(c)}"
+                self.on_event("warning", {"message": msg})
+                if notes is not None:
+                    notes.append(msg)
+            rs = co_restart(r.dep.playbook, r.dep.transports, guard=r.editor.guard)
+            r.editor.finish()
+            r.editor.unlock()
+            if not rs.ok:
+                self.on_event("warning", {"message": f"{r.name}: restored files, but the co-restart failed: "
+                                                     f"{rs.message}"})
+
+        self.on_event("step", {"message": "restoring every replica and co-restarting"})
+        with ThreadPoolExecutor(max_workers=max(1, len(self.replicas))) as pool:
+            errors = [f.exception() for f in [pool.submit(restore, r) for r in self.replicas]]
+        for e in errors:
+            if e is not None:
+                self.on_event("restore-failed", {"error": f"{e}; run `envbisect restore` on that replica's playbook"})
+
+
+def load_fleet(path: Path, store: Store, options=None) -> list[tuple[str, Deployment]]:  # noqa: ANN001
+    """`[fleet] replicas = ["pd-a.toml", "pd-b.toml"]` (paths relative to the fleet file; the name is
+    the file's stem) or `[fleet.replicas] pd-a = "a/envbisect.toml"`: one playbook per replica."""
+    import tomllib
+
+    from envbisect.inputs.playbook import load_playbook
+    from envbisect.runs.deployment import ConnectOptions
+
+    try:
+        doc = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"{path}: {e}") from None
+    spec = (doc.get("fleet") or {}).get("replicas")
+    if isinstance(spec, list) and all(isinstance(x, str) for x in spec):
+        named = [(Path(x).stem, x) for x in spec]
+    elif isinstance(spec, dict) and all(isinstance(v, str) for v in spec.values()):
+        named = list(spec.items())
+    else:
+        raise UsageError(f"{path}: [fleet] replicas must be a list of playbook paths or a table name = path")
+    out = []
+    for name, p in named:
+        pb = Path(p) if Path(p).is_absolute() else path.parent / p
+        out.append((name, Deployment(load_playbook(pb), store, options or ConnectOptions())))
+    return out
+
+
+def is_fleet(path: Path) -> bool:
+    import tomllib
+
+    try:
+        return "fleet" in tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+
+
+__all__ = ["FleetRun", "FleetResult", "load_fleet", "is_fleet"]
