@@ -45,6 +45,7 @@ import envbisect.trials.perf as trial_perf  # noqa: E402
 from envbisect.inputs.playbook import Probe  # noqa: E402
 from envbisect.outcome import Outcome  # noqa: E402
 from envbisect.runs.bisect import _observation, make_units  # noqa: E402
+from envbisect.runs.bisect import PERF_RETRIES  # noqa: E402
 from envbisect.search import POLICIES, TrialKind, Verdict  # noqa: E402
 from envbisect.trials.probe import ProbeRun  # noqa: E402
 from envbisect.trials.runner import Trial, TrialRunner  # noqa: E402
@@ -112,13 +113,13 @@ def _sim_run_probe(probe: Probe, transports) -> ProbeRun:  # noqa: ANN001 - the 
 
 
 def _trial(machine: Machine, n: int, units: tuple[str, ...], config: set[str], purpose: str, kind: TrialKind,
-           reference: tuple[float, ...] | None) -> tuple[Trial, tuple[float, ...]]:
-    """One start of ``config`` judged as TrialRunner._probe judges a perf trial."""
+           judge: trial_perf.PerfJudge) -> Trial:
+    """One start of ``config`` judged as TrialRunner._probe judges a perf trial (the same PerfJudge:
+    the reference's starts, and each configuration pooled with its own earlier starts)."""
     machine.start(config)
-    is_reference = reference is None
-    outcome, runs, reason, values = trial_perf.judge(PROBE, {"sim": machine}, reference, is_reference=is_reference)
+    outcome, runs, reason = judge.judge_start({"sim": machine}, sorted(config))
     base = Trial(n, purpose, units, tuple(sorted(config)), Outcome.UNRESOLVED, "", kind=kind)
-    return TrialRunner._probed(base, outcome, runs, reason, 0.0), values
+    return TrialRunner._probed(base, outcome, runs, reason, 0.0)
 
 
 def play(case: PerfCase) -> dict:
@@ -126,11 +127,12 @@ def play(case: PerfCase) -> dict:
     machine = Machine(case)
     deltas = [as_delta(d) for d in delta_ids(case.n)]
     units, _notes = make_units(deltas, (), True)
-    search = POLICIES[POLICY].search(list(units), base_probes=PROBE.repeat)
+    search = POLICIES[POLICY].search(list(units), base_probes=PROBE.repeat, retries=PERF_RETRIES)  # as runs/bisect
     trials: list[Trial] = []
     # _perf_reference: the baseline is measured first; its samples are the reference
-    ref_trial, reference = _trial(machine, 1, (), set(), "premise: baseline must pass (the perf reference)",
-                                  TrialKind.PREMISE_BASELINE, None)
+    judge = trial_perf.PerfJudge(PROBE)
+    ref_trial = _trial(machine, 1, (), set(), "premise: baseline must pass (the perf reference)",
+                       TrialKind.PREMISE_BASELINE, judge)
     trials.append(ref_trial)
     pending_ref: Trial | None = ref_trial
     judged = []  # (holds the culprit, outcome) per judged trial
@@ -143,7 +145,7 @@ def play(case: PerfCase) -> dict:
             pending_ref = None
             continue
         config = {d for u in step.config for d in units[u]}
-        t, _ = _trial(machine, len(trials) + 1, tuple(sorted(step.config)), config, step.purpose, step.kind, reference)
+        t = _trial(machine, len(trials) + 1, tuple(sorted(step.config)), config, step.purpose, step.kind, judge)
         trials.append(t)
         judged.append((case.culprit is not None and case.culprit in config, str(t.outcome)))
         search.observe(_observation(t))

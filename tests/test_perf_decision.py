@@ -102,3 +102,54 @@ def test_next_samples_grows_and_stops_at_the_cap():
     same = decide([1000.0, 1003.0, 998.0, 1001.0, 997.0], [1000.5, 1001.5, 999.5], higher_is_better=True,
                   regression=0.05)
     assert same.outcome is PerfOutcome.SAME and next_samples(same, 3, 12) == 0
+
+
+def _starts(rng, shift, k, n, start_sigma=0.02, sample_sigma=0.03):
+    out = []
+    for _ in range(k):
+        off = rng.lognormvariate(0, start_sigma)
+        out.append([100 * (1 - shift) * off * rng.lognormvariate(0, sample_sigma) for _ in range(n)])
+    return out
+
+
+def test_start_to_start_noise_does_not_make_an_unchanged_configuration_worse():
+    """Each start has its own offset (2%), which its samples cannot see: with start_noise the
+    decision does not call an unchanged or an inside-the-allowance configuration worse."""
+    import random
+
+    rng = random.Random(11)
+    for shift, limit in ((0.0, 0.01), (0.03, 0.05)):  # at the edge (5%) it would be 10%: Z_WORSE
+        worse = 0
+        for _ in range(300):
+            d = decide(_starts(rng, 0.0, 1, 8), _starts(rng, shift, 1, 3), higher_is_better=True, regression=0.05,
+                       start_noise=0.02)
+            worse += d.outcome is PerfOutcome.WORSE
+        assert worse / 300 <= limit, (shift, worse)
+    # without the start term the same data are called worse far more often: what it is for
+    rng = random.Random(11)
+    naive = sum(decide(_starts(rng, 0.0, 1, 8), _starts(rng, 0.03, 1, 3), higher_is_better=True,
+                       regression=0.05).outcome is PerfOutcome.WORSE for _ in range(300))
+    assert naive / 300 > 0.05, naive
+
+
+def test_a_clear_slowdown_is_worse_at_once_and_an_edge_case_is_decided_by_more_starts():
+    import random
+
+    rng = random.Random(5)
+    assert all(decide(_starts(rng, 0.0, 1, 8), _starts(rng, 0.20, 1, 3), higher_is_better=True, regression=0.05,
+                      start_noise=0.02).outcome is PerfOutcome.WORSE for _ in range(50))
+    # a 12% slowdown: one start is often undecided (the start offset may explain part of it);
+    # pooling four starts of it decides more often than one does
+    one = four = 0
+    for _ in range(100):
+        ref = _starts(rng, 0.0, 1, 8)
+        starts = _starts(rng, 0.12, 4, 3)
+        one += decide(ref, starts[:1], higher_is_better=True, regression=0.05,
+                      start_noise=0.02).outcome is PerfOutcome.WORSE
+        four += decide(ref, starts, higher_is_better=True, regression=0.05,
+                       start_noise=0.02).outcome is PerfOutcome.WORSE
+    assert four > one, (one, four)
+    # more samples of one start stop helping once the start term dominates (a restart can)
+    d = decide([[100.0, 100.5, 99.5, 100.2, 99.8, 100.1, 99.9, 100.0]], [[91.0, 91.2, 90.8, 91.1, 90.9, 91.0]],
+               higher_is_better=True, regression=0.05, start_noise=0.02)
+    assert d.sampling_share < 0.25 and next_samples(d, 6, 16) == 0

@@ -79,6 +79,9 @@ class Probe:
     regression: float = 0.05  # worse than the baseline by more than this fraction = fail
     samples: int = 3  # samples per started configuration (more when undecided, up to max_samples)
     max_samples: int = 16
+    # the metric's relative spread between process starts of one configuration: the samples of one
+    # start cannot see it, so "worse" must clear it too (search/perf.py); 0 trusts one start fully
+    start_noise: float = 0.02
     warmup: int | None = None  # untimed requests first (default: concurrency)
 
     @property
@@ -304,7 +307,7 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
 PERF_METRICS = {"output_tokens_per_s": True, "latency_p50_s": False, "latency_p95_s": False, "ttft_p50_s": False}
 
 
-def parse_fraction(text: str | float | int) -> float:
+def parse_fraction(text: str | float | int, allow_zero: bool = False) -> float:
     """ "5%" or 0.05 -> 0.05; ValueError (one line) for anything else or outside (0, 1)."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         v = float(text)
@@ -313,8 +316,8 @@ def parse_fraction(text: str | float | int) -> float:
         if not m:
             raise ValueError(f"must be a fraction such as \"5%\" or 0.05, got {text!r}")
         v = float(m.group(1)) / (100.0 if m.group(2) else 1.0)
-    if not 0 < v < 1:
-        raise ValueError(f"must be between 0% and 100% (exclusive), got {text!r}")
+    if not (0 <= v < 1 if allow_zero else 0 < v < 1):
+        raise ValueError(f"must be between 0% and 100% ({'0 allowed, ' if allow_zero else ''}exclusive), got {text!r}")
     return v
 
 
@@ -374,8 +377,12 @@ def _parse_probe(path: Path, name: str, table: Any, hosts: Mapping[str, Host]) -
             regression = parse_fraction(r.get("regression", (str, float, int), "5%"))
         except ValueError as e:
             raise PlaybookError(path, r.key("regression"), str(e)) from None
+        try:
+            start_noise = parse_fraction(r.get("start_noise", (str, float, int), "2%"), allow_zero=True)
+        except ValueError as e:
+            raise PlaybookError(path, r.key("start_noise"), str(e)) from None
         samples = in_range("samples", int, 3, 2, 50, "between 2 and 50 (samples per started configuration)")
-        perf = dict(metric=metric, regression=regression, samples=samples,
+        perf = dict(metric=metric, regression=regression, samples=samples, start_noise=start_noise,
                     requests=in_range("requests", int, 64, 1, 100_000, "between 1 and 100000 (requests per sample)"),
                     max_samples=in_range("max_samples", int, max(16, samples), samples, 200,
                                          f"between samples ({samples}) and 200"),

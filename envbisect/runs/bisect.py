@@ -34,6 +34,10 @@ from envbisect.state.rundir import RunDir, Runs
 from envbisect.state.store import Store
 from envbisect.trials.runner import Trial, TrialRunner
 
+# an undecided perf trial is a start too few, not broken infrastructure: up to 3 more starts of it
+# (pooled, search/perf.py) before the search gives up on that configuration
+PERF_RETRIES = 3
+
 VERDICT_EXIT = {"culprit": ExitStatus.OK, "interaction": ExitStatus.OK, "not-config": ExitStatus.NOT_CONFIG,
                 "not-reproduced": ExitStatus.NOT_REPRODUCED, "inconclusive": ExitStatus.INCONCLUSIVE}
 
@@ -343,7 +347,7 @@ class BisectRun:
         old = next((t for t in done if not t.config and t.kind is TrialKind.PREMISE_BASELINE), None)
         if old is not None:
             if old.outcome is Outcome.PASS:
-                runner.reference = tuple(r.value for r in old.probe_runs if r.value is not None)
+                runner.perf.reference = [tuple(r.value for r in old.probe_runs if r.value is not None)]
             return None  # the replay of the record has shown it to the search already
         purpose = "premise: baseline must pass (measured first: the perf reference every configuration is judged against)"
         self.on_event("trial-start", {"n": 1, "purpose": purpose, "config": [], "eta_s": None, "units": n_units,
@@ -368,8 +372,9 @@ class BisectRun:
         if self.opts.policy not in POLICIES:
             raise UsageError(f"unknown policy {self.opts.policy!r} (one of {', '.join(POLICIES)})")
         make_search = self.search_factory or POLICIES[self.opts.policy].search
+        extra = {"retries": PERF_RETRIES} if probe.is_perf else {}
         search = make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
-                             base_probes=probe.repeat)
+                             base_probes=probe.repeat, **extra)
         self.trials = list(done)
         for t in done:
             if t.kind is not TrialKind.GUARD:

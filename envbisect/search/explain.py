@@ -64,7 +64,7 @@ class VerdictWriter:
                 return self._verdict(post, top, conf)
         why = {
             "budget": f"The restart budget ({self.max_trials}) ran out",
-            "infrastructure": "A trial was unresolved twice in a row (infrastructure trouble, which is no evidence)",
+            "infrastructure": "A trial stayed unresolved when retried (infrastructure trouble, which is no evidence, or a perf comparison still undecided after several starts)",
             "exhausted": "No further trial would be informative",
             "contradiction": "The observations fit none of the modelled hypotheses (e.g. three deltas that fail "
             "only together, or a fault that comes and goes between restarts)",

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from statistics import median
-from typing import Sequence
+from typing import Sequence, Union
 
 ALPHA_WORSE = 0.10
 ALPHA_SAME = 0.05
@@ -62,6 +62,7 @@ class PerfDecision:
     n_baseline: int
     n_candidate: int
     reason: str
+    sampling_share: float = 1.0  # the part of the uncertainty more samples of this start can shrink
 
 
 # --- the two tests ---------------------------------------------------------------------------
@@ -207,42 +208,112 @@ def _bootstrap_ci(baseline: Sequence[float], candidate: Sequence[float], higher_
     return lo, hi
 
 
-def decide(baseline: Sequence[float], candidate: Sequence[float], *, higher_is_better: bool, regression: float,
-           alpha_worse: float = ALPHA_WORSE, alpha_same: float = ALPHA_SAME, metric: str = "") -> PerfDecision:
-    b, c = [float(x) for x in baseline], [float(x) for x in candidate]
+Samples = Union[Sequence[float], Sequence[Sequence[float]]]  # flat, or one group per process start
+
+
+def _groups(x: Samples) -> list[list[float]]:
+    items = list(x)
+    if items and isinstance(items[0], (list, tuple)):
+        return [[float(v) for v in g] for g in items if len(g)]
+    return [[float(v) for v in items]] if items else []
+
+
+@dataclass(frozen=True)
+class StartAware:
+    """The comparison at the level of process starts: each start's mean log-metric, their mean per
+    side; its standard error counts ``start_noise`` once per start and the samples' own spread."""
+
+    goodness: float  # log ratio candidate/baseline, signed so that negative is worse
+    edge: float  # the allowance on the same scale
+    se: float
+    z: float  # (goodness - edge) / se: below -Z_WORSE is worse beyond the allowance
+    sampling_share: float  # the part of se^2 more samples of this start could still shrink
+
+
+Z_WORSE = 1.2816  # one-sided 10%, as ALPHA_WORSE
+# "same" at the start level needs the configuration inside the allowance by this many standard
+# errors: a bad configuration called same misleads the search (it reads as an exonerating pass),
+# so this side is not at zero either; what is left between the two is unknown (a new start)
+Z_SAME = 0.5
+
+
+def start_aware(b: list[list[float]], c: list[list[float]], *, higher_is_better: bool, regression: float,
+                start_noise: float) -> StartAware | None:
+    if any(v <= 0 for g in b + c for v in g):
+        return None  # a log scale needs positive values (a metric of 0 is a broken stack, not a speed)
+    lb = [[math.log(v) for v in g] for g in b]
+    lc = [[math.log(v) for v in g] for g in c]
+    means_b = [sum(g) / len(g) for g in lb]
+    means_c = [sum(g) / len(g) for g in lc]
+    ss = sum((v - m) ** 2 for gs, ms in ((lb, means_b), (lc, means_c)) for g, m in zip(gs, ms) for v in g)
+    df = sum(len(g) - 1 for g in lb + lc)
+    within = max(0.005, math.sqrt(ss / df)) if df > 0 else 0.03  # sample noise, log scale (floored)
+
+    def var(groups: list[list[float]]) -> tuple[float, float]:
+        k = len(groups)
+        return (k * start_noise ** 2 / k ** 2, sum(within ** 2 / len(g) for g in groups) / k ** 2)
+
+    (sb, wb), (sc, wc) = var(lb), var(lc)
+    se = math.sqrt(sb + wb + sc + wc)
+    d = sum(means_c) / len(means_c) - sum(means_b) / len(means_b)
+    goodness = d if higher_is_better else -d
+    edge = math.log(1 - regression) if higher_is_better else -math.log(1 + regression)
+    return StartAware(goodness, edge, se, (goodness - edge) / se if se > 0 else 0.0,
+                      (wb + wc) / (se ** 2) if se > 0 else 0.0)
+
+
+def decide(baseline: Samples, candidate: Samples, *, higher_is_better: bool, regression: float,
+           alpha_worse: float = ALPHA_WORSE, alpha_same: float = ALPHA_SAME, metric: str = "",
+           start_noise: float = 0.0) -> PerfDecision:
+    """`baseline`, `candidate`: the samples, flat (one start) or grouped by process start.
+    `start_noise`: the relative spread of the metric between starts of one configuration. The
+    samples of one start cannot see it (they share the start's luck), so with it "worse" also needs
+    the start-level comparison to be beyond the allowance by Z_WORSE standard errors, and more
+    samples are only asked for while they can still help; otherwise a new start (a retry) can."""
+    gb, gc = _groups(baseline), _groups(candidate)
+    b, c = [v for g in gb for v in g], [v for g in gc for v in g]
     if not b or not c:
         raise ValueError("decide needs samples on both sides")
     bm, cm = median(b), median(c)
     effect = _effect(bm, cm, higher_is_better)
     ci = _bootstrap_ci(b, c, higher_is_better)
     p_u, p_ks = mann_whitney_u(b, c), kolmogorov_smirnov(b, c)
-    # The allowance is built into the tests: the candidate, moved by the allowed regression towards
-    # "better", must still be below the baseline (worse), or, moved towards "worse", still above
-    # it (same). So a slowdown just inside the allowance is rarely called worse, whatever the noise.
-    # The candidate is moved to where the allowance ends: divided by (1 - regression) for a metric
-    # where higher is better. Worse: still below the baseline; same: above it.
+    # The allowance is built into the tests: the candidate, moved to where the allowance ends
+    # (divided by (1 - regression) for a metric where higher is better), must still be below the
+    # baseline (worse), or above it (same). So a slowdown just inside the allowance is rarely called
+    # worse, whatever the noise.
     edge = 1 / (1 - regression) if higher_is_better else 1 - regression
     good = (lambda v: v) if higher_is_better else (lambda v: -v)  # larger = better, in both metrics
     c_edge = [good(v * edge) for v in c]
-    gb = [good(v) for v in b]
-    p_worse = mann_whitney_less(gb, c_edge)  # the candidate at the edge tends to be smaller
-    p_same = mann_whitney_less(c_edge, gb)  # the baseline tends to be smaller than it
-    if p_worse < alpha_worse and min(p_u, p_ks) < alpha_worse:
+    gbv = [good(v) for v in b]
+    p_worse = mann_whitney_less(gbv, c_edge)  # the candidate at the edge tends to be smaller
+    p_same = mann_whitney_less(c_edge, gbv)  # the baseline tends to be smaller than it
+    sa = start_aware(gb, gc, higher_is_better=higher_is_better, regression=regression,
+                     start_noise=start_noise) if start_noise > 0 else None
+    rank_worse = p_worse < alpha_worse and min(p_u, p_ks) < alpha_worse
+    if rank_worse and (sa is None or sa.z < -Z_WORSE):
         outcome, why = PerfOutcome.WORSE, f"worse than the {regression:.0%} allowed"
-    elif p_same < alpha_same:
+    elif (p_same < alpha_same and (sa is None or sa.z > 0)) or (sa is not None and sa.z > Z_SAME and not rank_worse):
         outcome = PerfOutcome.SAME
         why = "faster than the baseline" if ci[0] > 0 else f"within the {regression:.0%} allowed"
     else:
         outcome, why = PerfOutcome.UNKNOWN, f"not yet distinguishable from a {regression:.0%} regression"
     change = (cm - bm) / abs(bm) if bm else 0.0
     text = format_effect(bm, cm, change, ci, higher_is_better, metric)
-    reason = f"{text}: {why} (Mann–Whitney p={p_u:.3f}, KS p={p_ks:.3f}; {len(c)} vs {len(b)} samples)"
-    return PerfDecision(outcome, effect, ci, change, bm, cm, p_u, p_ks, len(b), len(c), reason)
+    starts = ""
+    if sa is not None:
+        starts = (f"; {len(gc)} vs {len(gb)} start(s) at {start_noise:.0%} start noise: {sa.z:+.1f} se from the "
+                  "allowance")
+    reason = f"{text}: {why} (Mann–Whitney p={p_u:.3f}, KS p={p_ks:.3f}; {len(c)} vs {len(b)} samples{starts})"
+    return PerfDecision(outcome, effect, ci, change, bm, cm, p_u, p_ks, len(b), len(c), reason,
+                        sa.sampling_share if sa is not None else 1.0)
 
 
 def next_samples(decision: PerfDecision, n_so_far: int, cap: int) -> int:
-    """More samples for an unknown decision: about half as many again (at least 2), up to the cap."""
-    if decision.outcome is not PerfOutcome.UNKNOWN or n_so_far >= cap:
+    """More samples for an unknown decision: about half as many again (at least 2), up to the cap;
+    none when what is left undecided is the starts' own spread (more samples of this start cannot
+    shrink it: a new start can, so the trial is left unresolved and retried)."""
+    if decision.outcome is not PerfOutcome.UNKNOWN or n_so_far >= cap or decision.sampling_share < 0.25:
         return 0
     return min(cap - n_so_far, max(2, n_so_far // 2))
 

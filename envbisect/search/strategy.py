@@ -55,6 +55,7 @@ class Search(VerdictWriter):
         require_fix: bool = False,
         premise_probes: int = 12,
         premise_failures: int = 5,
+        retries: int = 1,
     ) -> None:
         units = tuple(units)
         if len(set(units)) != len(units):
@@ -79,6 +80,9 @@ class Search(VerdictWriter):
         self.require_fix = require_fix
         self.premise_probes = min(max(premise_probes, base_probes), max_probes)
         self.premise_failures = premise_failures
+        # retries of an unresolved trial before giving up: 1 for infrastructure trouble; a perf
+        # probe's undecided start asks for more (each new start is pooled with the earlier ones)
+        self.retries = max(1, retries)
         # Doubt accepted for one pass before building on it.  A bisection builds on about
         # log2(n) passes, and a verdict resting on one lucky pass blames an innocent delta, so
         # each pass must be much surer than the verdict as a whole.
@@ -280,7 +284,7 @@ class Search(VerdictWriter):
     # -- the state machine ---------------------------------------------------------
 
     def _decide(self) -> TrialRequest | Verdict:
-        # 1. an unresolved trial is retried once, then the search gives up
+        # 1. an unresolved trial is retried (once, or `retries` times), then the search gives up
         if self._obs and self._obs[-1].unresolved and self._last_request is not None:
             last = self._last_request
             streak = 0
@@ -288,9 +292,9 @@ class Search(VerdictWriter):
                 if not (o.unresolved and o.config == last.config):
                     break
                 streak += 1
-            if streak >= 2:
+            if streak > self.retries:
                 return self._final("infrastructure")
-            if streak == 1:
+            if streak >= 1:
                 if self.max_trials is not None and self.trials >= self.max_trials:
                     return self._final("budget")
                 purpose = last.purpose

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from envbisect.inputs.playbook import PERF_METRICS, Probe
 from envbisect.outcome import Outcome
 from envbisect.hosts.transport import Transport
-from envbisect.search.perf import REFERENCE_SAMPLES, PerfOutcome, decide, next_samples
+from envbisect.search.perf import REFERENCE_SAMPLES, PerfOutcome, Samples, decide, next_samples
 from envbisect.trials.probe import ProbeRun, run_probe
 
 
@@ -37,15 +37,17 @@ def reference_count(probe: Probe) -> int:
     return max(probe.samples, REFERENCE_SAMPLES)
 
 
-def compare(probe: Probe, transports: Mapping[str, Transport], reference: tuple[float, ...],
-            runs: list[ProbeRun]):  # noqa: ANN201 - (PerfDecision | None, runs, broken)
-    """Decide `runs` (samples of the started configuration) against `reference`, taking more
-    samples while the decision is unknown, up to the probe's `max_samples`."""
+def compare(probe: Probe, transports: Mapping[str, Transport], reference: Samples,
+            runs: list[ProbeRun], prior: Sequence[Sequence[float]] = ()):  # noqa: ANN201 - (PerfDecision | None, runs, broken)
+    """Decide `runs` (samples of the started configuration, with `prior`: the samples of its
+    earlier starts in this run) against `reference` (flat: one start; or grouped by start), taking
+    more samples while the decision is unknown and more samples can still help."""
     higher = PERF_METRICS[probe.metric]
     runs = list(runs)
     while True:
         values = tuple(r.value for r in runs if r.value is not None)
-        d = decide(reference, values, higher_is_better=higher, regression=probe.regression, metric=probe.metric)
+        d = decide(reference, [*map(tuple, prior), values], higher_is_better=higher, regression=probe.regression,
+                   metric=probe.metric, start_noise=probe.start_noise)
         more = next_samples(d, len(values), probe.max_samples)
         if d.outcome is not PerfOutcome.UNKNOWN or more <= 0:
             return d, runs, None
@@ -55,10 +57,13 @@ def compare(probe: Probe, transports: Mapping[str, Transport], reference: tuple[
             return None, runs, broken
 
 
-def judge(probe: Probe, transports: Mapping[str, Transport], reference: tuple[float, ...] | None, *,
-          is_reference: bool = False) -> tuple[Outcome, tuple[ProbeRun, ...], str, tuple[float, ...]]:
-    """(outcome, samples, reason, values). `is_reference`: these samples become the reference (the
-    baseline trial keeps them); otherwise they are judged against `reference`."""
+def judge(probe: Probe, transports: Mapping[str, Transport], reference: Samples | None, *,
+          is_reference: bool = False, prior: Sequence[Sequence[float]] = ()
+          ) -> tuple[Outcome, tuple[ProbeRun, ...], str, tuple[float, ...]]:
+    """(outcome, samples, reason, values of this start). `is_reference`: these samples become the
+    reference (the baseline trial keeps them); otherwise they are judged against `reference`,
+    pooled with `prior` (the configuration's earlier starts: a retry of an undecided trial adds a
+    start instead of starting over)."""
     runs, broken = sample(probe, transports, reference_count(probe) if is_reference else probe.samples)
     values = tuple(r.value for r in runs if r.value is not None)
     if broken:
@@ -70,7 +75,7 @@ def judge(probe: Probe, transports: Mapping[str, Transport], reference: tuple[fl
         med = statistics.median(values)
         return Outcome.PASS, tuple(runs), (f"the reference: {probe.metric} median {med:.4g} over {len(values)} "
                                            "samples"), values
-    d, runs, broken = compare(probe, transports, reference, runs)
+    d, runs, broken = compare(probe, transports, reference, runs, prior)
     values = tuple(r.value for r in runs if r.value is not None)
     if broken or d is None:
         return Outcome.FAIL, tuple(runs), broken or "no sample", values
@@ -81,3 +86,30 @@ def judge(probe: Probe, transports: Mapping[str, Transport], reference: tuple[fl
     if d.outcome is PerfOutcome.SAME:
         return Outcome.PASS, tuple(runs), d.reason, values
     return Outcome.CANNOT_TEST, tuple(runs), f"undecided after {len(values)} samples: {d.reason}", values
+
+
+class PerfJudge:
+    """What a run knows about speeds: the reference (the reference configuration's starts: the
+    baseline for a bisection, the current configuration for a guard) and the earlier starts of every
+    other configuration. `judge_start` judges the started configuration and remembers its samples:
+    the first start of the reference configuration becomes the reference, a later one adds a start
+    to it, and any other configuration is pooled with its own earlier starts."""
+
+    def __init__(self, probe: Probe, reference_config: Sequence[str] = ()):
+        self.probe = probe
+        self.reference_config = tuple(sorted(reference_config))
+        self.reference: list[tuple[float, ...]] | None = None  # one group of samples per start
+        self.starts: dict[tuple[str, ...], list[tuple[float, ...]]] = {}
+
+    def judge_start(self, transports: Mapping[str, Transport], config: Sequence[str]
+                    ) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
+        key = tuple(sorted(config))
+        mine = key == self.reference_config
+        outcome, runs, reason, values = judge(self.probe, transports, self.reference,
+                                              is_reference=mine and self.reference is None,
+                                              prior=() if mine else self.starts.get(key, ()))
+        if values and mine and outcome is Outcome.PASS:
+            self.reference = [*(self.reference or []), values]
+        elif values and not mine:
+            self.starts.setdefault(key, []).append(values)
+        return outcome, runs, reason

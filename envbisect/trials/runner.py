@@ -131,8 +131,12 @@ class TrialRunner:
         # perf probes: the reference's samples, measured in this run (never taken from memory). The
         # reference is the baseline for a bisection; a guard (does reverting the culprits cost
         # speed?) compares with the current configuration instead (reference_config: its delta ids)
-        self.reference: tuple[float, ...] | None = None
-        self.reference_config = tuple(sorted(reference_config))
+        # (trials/perf.PerfJudge)
+        self.perf = None
+        if probe.is_perf:
+            from envbisect.trials.perf import PerfJudge
+
+            self.perf = PerfJudge(probe, reference_config)
 
     def delta_ids(self, unit_ids: Sequence[str]) -> tuple[str, ...]:
         return tuple(sorted(d for u in unit_ids for d in self.units[u]))
@@ -164,15 +168,8 @@ class TrialRunner:
 
     def _probe(self, config: tuple[str, ...], probes: int, stop_after: int) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
         """Pass/fail probe runs; for a perf probe, samples judged against the baseline's (perf.py)."""
-        if self.probe.is_perf:
-            from envbisect.trials.perf import judge
-
-            # the first trial of the reference configuration is the reference; later ones are judged
-            is_reference = tuple(sorted(config)) == self.reference_config and self.reference is None
-            outcome, runs, reason, values = judge(self.probe, self.transports, self.reference, is_reference=is_reference)
-            if is_reference and outcome is Outcome.PASS:
-                self.reference = values
-            return outcome, runs, reason
+        if self.perf is not None:
+            return self.perf.judge_start(self.transports, config)
         return probe_repeatedly(self.probe, self.transports, probes, stop_after)
 
     def _finish(self, trial: Trial) -> Trial:
