@@ -10,6 +10,7 @@ Benchmarks (see bench/README.md):
             step) and ddmin on a simulated oracle; the chart bench/results/comparison.svg
   perf      a perf bisection (one culprit slowing tokens/s by 10% or 20%, or none) on a simulated
             machine with per-restart and per-sample noise: the real search and the real perf judge
+  fleet     rounds to a verdict with R = 1, 2, 4 replicas running trials side by side (oracle)
 
 Exit status: 0 every target passed, 1 a target failed (or a benchmark could not run).
 """
@@ -231,9 +232,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="n <= 32, fewer samples, one end-to-end case; perf: n = 8 only")
     ap.add_argument("--workers", type=int, default=2, help="processes for the oracle benchmark (default 2)")
-    ap.add_argument("--only", default="", help="comma-separated subset of: snapshot,e2e,search,perf")
+    ap.add_argument("--only", default="", help="comma-separated subset of: snapshot,e2e,search,perf,fleet")
     args = ap.parse_args()
-    known = ("snapshot", "e2e", "search", "perf")
+    known = ("snapshot", "e2e", "search", "perf", "fleet")
     only = set(args.only.split(",")) if args.only else set(known)
     if only - set(known):
         ap.error(f"--only: unknown {', '.join(sorted(only - set(known)))} (one of {', '.join(known)})")
@@ -306,6 +307,20 @@ def main() -> int:
             errors.append(f"perf: {e}")
             traceback.print_exc()
             targets.add(False, "perf benchmark ran", f"{type(e).__name__}: {e}")
+    if "fleet" in only:
+        banner("fleet: rounds to a verdict with R replicas side by side (oracle, real search and round planner)")
+        try:
+            import bench_fleet
+
+            res = bench_fleet.measure(args.quick, log=log)
+            write_json("fleet.json", {**meta, **res})
+            tables["fleet"] = bench_fleet.table(res)
+            print(tables["fleet"], flush=True)
+            bench_fleet.targets(res, targets.add)
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"fleet: {e}")
+            traceback.print_exc()
+            targets.add(False, "fleet benchmark ran", f"{type(e).__name__}: {e}")
 
     wall = time.perf_counter() - t0
     banner("targets")
