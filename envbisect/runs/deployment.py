@@ -155,7 +155,7 @@ class Deployment:
             current = dataclasses.replace(current, id=self.store.save(without_fallback(current)).id)
         result = compute_diff(current, baseline, since=min(since_by_host.values()))
         if baseline is None:  # say which sources stood in, and how to have a snapshot next time
-            mine = [s for s in self.store.list() if s.playbook == self.playbook.name]
+            mine = [s for s in self.store.list() if s.playbook == self.playbook.name and s.id != current.id]
             oldest = (mine[0].id, mine[0].taken_at) if mine else None
             result = dataclasses.replace(result, notes=result.notes + (fallback_note(result, oldest),))
         self.masker.learn_env((d.key, v) for d in result.deltas if d.kind == "env" and d.key
