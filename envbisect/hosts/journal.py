@@ -12,6 +12,8 @@ state envbisect journaled or last made, and stops the run with a `HostConflict` 
 puts back every resource that is provably envbisect's own and leaves the others as it found them,
 recording each conflict in the run (`conflicts.json`). A run killed with -9 can still be undone
 exactly (`envbisect restore`).
+
+Size (650 lines): the journal, the deployment lock (heartbeat, takeover of a dead holder's lock) and the editor that applies and restores are one transaction protocol; split, each part would re-check the others' invariants.
 """
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 Two implementations: `LocalTransport` (the demo's `ssh = "local"`) and `SSHTransport` (paramiko,
 resolved through the user's OpenSSH config, known_hosts enforced). Everything above this module
 is written against `Transport` and never knows which one it holds.
+
+Size (819 lines): the SSH and local transports share one connection lifecycle (retries, ProxyJump chains, host-key policy, the persistent agent's channel).
 """
 from __future__ import annotations
 

@@ -28,6 +28,8 @@ an ``if`` block counts as unconditional), ``declare``/``readonly``/``local`` (ig
 other command), ``export K`` without ``=`` (ignored: it assigns nothing), here-documents, ``+=``,
 arrays, ``$'...'`` quoting and several assignments on one line (the last four raise
 `EnvFileError` rather than being silently misread).
+
+Size (661 lines): a shell-word parser and its meaning (quoting, which expansions can be evaluated and which cannot): one grammar.
 """
 from __future__ import annotations
 

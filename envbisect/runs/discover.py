@@ -17,6 +17,8 @@ findings mean and writes the draft (docs/playbook.md format):
 
 What it cannot infer is written as ``# TODO (required)`` (the draft does not load until it is
 filled) or ``# TODO (optional)``; a guess that should be read says ``check:``.
+
+Size (537 lines): `init`'s draft writer: one commented TOML block per kind of finding, and the TODO for each thing it could not infer.
 """
 from __future__ import annotations
 

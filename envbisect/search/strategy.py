@@ -1,5 +1,8 @@
 """The search state machine: premise checks, the structured bisection (stages), confirmations,
-re-tests and the fallback, stopped by the posterior (belief.py). Pure: next() and observe() only."""
+re-tests and the fallback, stopped by the posterior (belief.py). Pure: next() and observe() only.
+
+Size (578 lines): premise checks, fluke re-tests, confirmations and the verdict all read the same posterior and evidence; the stages are in stages.py, the maths in belief.py, the sentences in explain.py.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -23,6 +23,8 @@ Usage in tests::
     dep.start_all()
     try: ...
     finally: dep.stop_all()
+
+Size (760 lines): the simulator (not part of the product's pipeline): the simulated deployment's files, scripts and playbook in one place.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ text of its value word (`Delta.old_word` / `new_word`, written back byte for byt
 when the host evaluated the file in bash (`snapshot.ProcessState.file_eval`), what bash made of it
 (`old_eval` / `new_eval`): drift compares a process with that, and the post-apply check of a trial
 compares the host's evaluation of the edited file with it.
+
+Size (516 lines): every kind of delta (env, file, git, process drift) computed from the same two snapshots with the same shell-meaning rules.
 """
 from __future__ import annotations
 
