@@ -25,7 +25,7 @@ def _play(n: int, culprit: int, replicas: int, detection: float, seed: int) -> t
     units = [f"d{i:03d}" for i in range(n)]
     bad = units[culprit]
     rng = random.Random(seed)
-    s = POLICIES["confirm"].search(units, confidence=0.95, max_trials=None, base_probes=1)
+    s = POLICIES["confirm"].search(units)  # the defaults, as bench_compare (base_probes 3)
     rounds = restarts = 0
     while True:
         plan = plan_round(s, replicas)
@@ -35,13 +35,17 @@ def _play(n: int, culprit: int, replicas: int, detection: float, seed: int) -> t
         restarts += len(plan)
         obs = []
         for req in plan:
-            passes, failed = 0, False
+            # as probe_repeatedly runs them: up to `probes` runs, stopping after `stop_after` failures
+            # (a premise keeps probing a failing config: it measures how often the fault shows)
+            passes = failures = 0
             for _ in range(req.probes):
                 if bad in req.config and rng.random() < detection:
-                    failed = True
-                    break
+                    failures += 1
+                    if failures >= req.stop_after:
+                        break
+                    continue
                 passes += 1
-            obs.append(Observation(req.config, passes=passes, failed=failed))
+            obs.append(Observation(req.config, passes=passes, failed=failures > 0, failures=failures))
         observe_round(s, obs)
         if rounds > 300:
             break

@@ -10,7 +10,8 @@ Benchmarks (see bench/README.md):
             step) and ddmin on a simulated oracle; the chart bench/results/comparison.svg
   perf      a perf bisection (one culprit slowing tokens/s by 10% or 20%, or none) on a simulated
             machine with per-restart and per-sample noise: the real search and the real perf judge
-  fleet     rounds to a verdict with R = 1, 2, 4 replicas running trials side by side (oracle)
+  fleet     rounds to a verdict with R = 1, 2, 4 replicas running trials side by side (oracle), and
+            1 against 2 simulated PD replicas over a real sshd (not with --quick)
 
 Exit status: 0 every target passed, 1 a target failed (or a benchmark could not run).
 """
@@ -317,6 +318,14 @@ def main() -> int:
             tables["fleet"] = bench_fleet.table(res)
             print(tables["fleet"], flush=True)
             bench_fleet.targets(res, targets.add)
+            if not args.quick:  # 2 simulated replicas over a real sshd: about 2 minutes
+                import bench_fleet_e2e
+
+                e2e = bench_fleet_e2e.measure(log=log)
+                write_json("fleet_e2e.json", {**meta, **e2e})
+                tables["fleet_e2e"] = bench_fleet_e2e.table(e2e)
+                print(tables["fleet_e2e"], flush=True)
+                bench_fleet_e2e.targets(e2e, targets.add)
         except Exception as e:  # noqa: BLE001
             errors.append(f"fleet: {e}")
             traceback.print_exc()
