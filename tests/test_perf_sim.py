@@ -15,7 +15,7 @@ from envbisect.sim.deployment import PERF_RULES
 
 pytestmark = pytest.mark.sim
 
-SLOW = ("decode", "SGLANG_CUDA_GRAPH_MAX_BS", "8")  # 40% more time per token: about -20% tokens/s
+SLOW = ("decode", "SGLANG_CUDA_GRAPH_MAX_BS", "8")  # 60% more time per token: about -25% tokens/s
 FAST = ("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "512")  # the incident's +12.8% knob: innocent
 NOOP = ("decode", "SGLANG_SCHEDULER_INTERVAL", "2")
 OTHERS = [("prefill", "NCCL_DEBUG", "INFO"), ("router", "ROUTER_LOG_LEVEL", "debug"),
@@ -37,7 +37,7 @@ def perf_scenario(tmp_path):
         s.sim.stop_all()
 
 
-def test_a_20_percent_slowdown_among_8_deltas_is_found_and_the_speedup_kept(perf_scenario):
+def test_a_25_percent_slowdown_among_8_deltas_is_found_and_the_speedup_kept(perf_scenario):
     s = perf_scenario()
     s.baseline()
     plant(s.sim, OTHERS[:2] + [FAST, SLOW, NOOP] + OTHERS[2:])

@@ -65,13 +65,15 @@ DEFAULT_RULES: dict[str, Any] = {
 # each request is not decode (router, prefill, the KV hand-off), so the factors are calibrated on
 # what the throughput probe measures on 2 cores (5 samples each: factor 1.0 647 tok/s, 0.887 706,
 # 0.75 805, 1.3 542, 1.6 485): the incident's CTAS=512 knob buys about +13% tokens/s (0.82), a
-# CUDA-graph batch cap of 8 costs about 20% (1.4); the scheduler-interval knob does nothing.
+# CUDA-graph batch cap of 8 costs about 25% (1.6: enough that with the +13% knob beside it the
+# current configuration is still clearly slower on a loaded machine, where the part of a request
+# that is not decode grows); the scheduler-interval knob does nothing.
 PERF_RULES: dict[str, Any] = {
     "token_s": 0.008,
     "jitter": 0.03,
     "rules": [
         {"service": "decode", "when": {"SGLANG_SM120_MMA_TARGET_CTAS": "512"}, "fault": "speed", "factor": 0.82},
-        {"service": "decode", "when": {"SGLANG_CUDA_GRAPH_MAX_BS": "8"}, "fault": "speed", "factor": 1.4},
+        {"service": "decode", "when": {"SGLANG_CUDA_GRAPH_MAX_BS": "8"}, "fault": "speed", "factor": 1.6},
         {"service": "decode", "when": {"SGLANG_SCHEDULER_INTERVAL": "*"}, "fault": "speed", "factor": 1.0},
     ],
     "kv_layout_vars": ["SGLANG_KV_PAGE_SIZE", "SGLANG_KV_CACHE_DTYPE"],
@@ -645,8 +647,12 @@ def _playbook(root: Path, ssh: str, ports: dict[str, int], python: str, with_rep
         "requests = 32",
         "concurrency = 8",
         'metric = "output_tokens_per_s"',
-        'regression = "5%"',
+        # the simulated workers start reproducibly (5 samples after each of two restarts of one
+        # configuration: medians 646.9 and 646.6 tok/s; a real stack's starts vary more, default 2%),
+        # so a tighter allowance than the default 5% is measurable here
+        'regression = "3%"',
         "samples = 3",
+        'start_noise = "1%"',
         "timeout_s = 5",
         "",
         "[probes.burst]",
