@@ -28,8 +28,28 @@ if TYPE_CHECKING:  # pragma: no cover
 AGAIN = object()  # "the stage changed: judge again"
 
 
+class _Stage:
+    """The defaults: no failure moves the stage on, nor does the posterior alone."""
+
+    def after_failure(self, s: "Search") -> bool:
+        return False
+
+    def settle(self, s: "Search", post: "_Belief") -> bool:
+        return False
+
+
+class _Bisecting(_Stage):
+    """A stage that is a prefix bisection: settled when the bisection has converged."""
+
+    def step(self, s: "Search", post: "_Belief") -> object:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def settle(self, s: "Search", post: "_Belief") -> bool:
+        return self.step(s, post) is AGAIN
+
+
 @dataclass(frozen=True)
-class FindUnit:
+class FindUnit(_Bisecting):
     """Prefix bisection over the search order for a unit the failure needs (the stack fails with
     the whole prefix and passes without it)."""
 
@@ -41,17 +61,11 @@ class FindUnit:
         s._stage = CheckAlone(res - 1)
         return AGAIN
 
-    def after_failure(self, s: "Search") -> bool:
-        return False
-
-    def settle(self, s: "Search", post: "_Belief") -> bool:
-        return self.step(s, post) is AGAIN
-
 
 @dataclass(frozen=True)
-class CheckAlone:
+class CheckAlone(_Stage):
     """Unit ``order[g]`` was found: does it break the stack alone (a culprit), and does current
-    without it pass (the fix)? Neither alone nor ... decides culprit vs interaction."""
+    without it pass (the fix)? Failing alone makes it a culprit; passing alone, an interaction."""
 
     g: int
 
@@ -97,7 +111,7 @@ class CheckAlone:
 
 
 @dataclass(frozen=True)
-class FindPartner:
+class FindPartner(_Bisecting):
     """Unit ``order[g]`` passes alone: it needs a partner, bisected among the units before it in
     the order (the ones that passed without it)."""
 
@@ -113,15 +127,9 @@ class FindPartner:
         s._stage = CheckTerm((1 << x) | ((1 << gseq[res - 1]) if res else 0))
         return AGAIN
 
-    def after_failure(self, s: "Search") -> bool:
-        return False
-
-    def settle(self, s: "Search", post: "_Belief") -> bool:
-        return self.step(s, post) is AGAIN
-
 
 @dataclass(frozen=True)
-class CheckTerm:
+class CheckTerm(_Stage):
     """A term (a culprit, or a pair that fails together) was found: is it the whole story? Its
     fix failing means another culprit remains: a new frame without it."""
 
@@ -141,22 +149,13 @@ class CheckTerm:
             return True
         return False
 
-    def settle(self, s: "Search", post: "_Belief") -> bool:
-        return False
-
 
 @dataclass(frozen=True)
-class Exhausted:
+class Exhausted(_Stage):
     """Every unit is in a term already: nothing left to structure (the fallback decides)."""
 
     def step(self, s: "Search", post: "_Belief") -> object:
         return None
-
-    def after_failure(self, s: "Search") -> bool:
-        return False
-
-    def settle(self, s: "Search", post: "_Belief") -> bool:
-        return False
 
 
 Stage = Union[FindUnit, CheckAlone, FindPartner, CheckTerm, Exhausted]
