@@ -1,6 +1,8 @@
 """The report as self-contained HTML (inline CSS and SVG, no scripts): a walk over the story's blocks."""
 from __future__ import annotations
 
+import statistics
+
 import html
 from typing import Any
 
@@ -264,7 +266,7 @@ def samples_svg(chart: SamplesChart) -> str:
         for j, v in enumerate(s.values):
             dx = (j - (k - 1) / 2) * min(4.0, 28 / max(k, 1))  # spread the dots so equal values stay visible
             p.append(f'<circle cx="{cx + dx:.1f}" cy="{y(v):.1f}" r="3" fill="{color}" opacity="0.8"/>')
-        m = sorted(s.values)[k // 2] if k % 2 else sum(sorted(s.values)[k // 2 - 1:k // 2 + 1]) / 2
+        m = statistics.median(s.values)
         p.append(f'<line x1="{cx - 12}" x2="{cx + 12}" y1="{y(m):.1f}" y2="{y(m):.1f}" stroke="#1d232a" '
                  f'stroke-width="2"/></g>')
         p.append(f'<text x="{cx}" y="{top + plot_h + 16}" text-anchor="middle" font-weight="600">{_h(s.n)}</text>')

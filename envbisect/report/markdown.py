@@ -1,6 +1,8 @@
 """The report as Markdown (GitHub flavour: tables, fenced logs): a walk over the story's blocks."""
 from __future__ import annotations
 
+import statistics
+
 from envbisect.report.blocks import (Badge, Block, BulletList, Code, Figure, Footer, Group, Heading, Link, Log,
                                      Paragraph, SamplesChart, Story, Strong, Table, Text, TrialsChart)
 from envbisect.report.common import _OUTCOME_LETTER
@@ -70,7 +72,7 @@ def _text_samples(chart: SamplesChart) -> str:
              + (f"; regression allowance {chart.allowance:.4g}" if chart.allowance is not None else "")]
     for s in chart.series:
         v = sorted(s.values)
-        m = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+        m = statistics.median(v)
         lines.append(f"trial {s.n:>3} {s.outcome:<13} median {m:>10.4g}  [{v[0]:.4g} .. {v[-1]:.4g}]  "
                      + " ".join(f"{x:.4g}" for x in s.values))
     return "\n".join(lines)
