@@ -85,3 +85,86 @@ def test_a_replica_whose_baseline_fails_is_excluded_with_its_evidence_and_never_
     b_trials = [t for t in doc["trials"] if t["replica"] == "pd-b"]
     assert len(b_trials) == 1 and b_trials[0]["outcome"] == "fail" and b_trials[0]["probe"]["runs"]  # its evidence
     assert any("pd-b excluded" in n for n in doc["notes"])
+
+
+# --- replicas as inventory groups: one replica playbook, an Ansible inventory ----------------------
+
+def _template_and_inventory(tmp_path, sshd, scenarios):
+    """Replica a's playbook with its root and ports turned into {{ variables }}, its host into an
+    inventory role; an inventory whose groups pd_a and pd_b each hold one host with those vars."""
+    from test_inventory import sshd_hostvars
+
+    a = scenarios[0]
+    text = a.sim.playbook.read_text()
+    text = text.replace(str(a.sim.root), "{{ sim_root }}")
+    for name, port in sorted(a.sim.ports.items(), key=lambda kv: -len(str(kv[1]))):
+        text = text.replace(f":{port}/", f":{{{{ port_{name} }}}}/")
+    head, _, rest = text.partition("[hosts.node1]\n")
+    rest = rest.split("\n", 1)[1]  # drop its ssh = ... line: the host comes from the replica's group
+    text = head + '[hosts.node1]\ninventory = "sim"\n' + rest
+    text = text.replace(f'name = "{a.name}"', f'name = "{a.name}-fleet"')  # its own lock/journal per test
+    assert "{{ sim_root }}" in text and "{{ port_router }}" in text and f'"{a.sim.root}' not in text
+    template = tmp_path / "replica.toml"
+    template.write_text(text)
+    kh = tmp_path / "kh"
+    kh.write_text(sshd.known_hosts_line + "\n")
+    hostvars = {f"node-{n}": {**sshd_hostvars(sshd, kh), "sim_root": str(s.sim.root),
+                              **{f"port_{k}": p for k, p in s.sim.ports.items()}}
+                for n, s in zip("ab", scenarios)}
+    inv = {"_meta": {"hostvars": hostvars}, "all": {"children": ["pd_a", "pd_b", "sim"]},
+           "pd_a": {"hosts": ["node-a"]}, "pd_b": {"hosts": ["node-b"]}, "sim": {"hosts": ["node-a", "node-b"]}}
+    (tmp_path / "inventory.json").write_text(json.dumps(inv))
+    fleet = tmp_path / "groups-fleet.toml"
+    fleet.write_text('[fleet]\nplaybook = "replica.toml"\ninventory = "inventory.json"\nreplicas = ["pd_a", "pd_b"]\n')
+    return fleet, inv
+
+
+def test_replicas_given_as_inventory_groups_bisect_like_replica_playbooks(fleet, sshd, tmp_path):
+    (a, b), _ = fleet()
+    path, _ = _template_and_inventory(tmp_path, sshd, (a, b))
+    store = tmp_path / "store"
+    snap = _cli(path, store, sshd, "snapshot", "--label", "good", "--json")
+    assert snap.returncode == 0, snap.stderr
+    assert set(json.loads(snap.stdout)["replicas"]) == {"pd_a", "pd_b"}
+    for s in (a, b):
+        plant(s.sim, [INNOCENT[0], BAD, INNOCENT[1], INNOCENT[2]])
+    before = {s.name: tree_fingerprint(s.sim) for s in (a, b)}
+    r = _cli(path, store, sshd, "bisect", "--against", "good", "--probe", "e2e", "--json")
+    assert r.stdout, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["culprits"] == ["decode:SGLANG_SM120_MMA_TARGET_CTAS"], (r.stderr[-3000:], doc)
+    assert doc["fleet"]["replicas"] == ["pd_a", "pd_b"] and not doc["fleet"]["excluded"]
+    assert {t["replica"] for t in doc["trials"]} == {"pd_a", "pd_b"}
+    assert doc["fleet"]["rounds"] < len(doc["trials"])
+    assert {s.name: tree_fingerprint(s.sim) for s in (a, b)} == before
+
+
+def test_a_fleet_run_killed_mid_trial_is_undone_replica_by_replica_from_the_fleet_file(fleet, sshd, tmp_path):
+    """SIGKILL at a start of the first round (after that replica's edits); `restore -p fleet.toml` puts
+    every replica back byte for byte from its own journal (and a new run is refused until then)."""
+    import os
+    import signal
+
+    from test_fault_injection import all_healthy, fingerprint
+
+    (a, b), _ = fleet()
+    path, _ = _template_and_inventory(tmp_path, sshd, (a, b))
+    store = tmp_path / "store"
+    assert _cli(path, store, sshd, "snapshot", "--label", "good").returncode == 0
+    for s in (a, b):
+        plant(s.sim, [INNOCENT[0], BAD, INNOCENT[1]])
+    before = {s.name: fingerprint(s.sim) for s in (a, b)}
+    r = subprocess.run([*ENVBISECT, "-p", str(path), "--store", str(store), "--ssh-config", str(sshd.ssh_config),
+                        "bisect", "--against", "good", "--probe", "e2e"], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "ENVBISECT_TEST_CRASH_AT": "start:2"})
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr[-2000:])
+    assert {s.name: fingerprint(s.sim) for s in (a, b)} != before, r.stderr[-3000:]  # it died half-applied
+    run_id = max((store / "runs").iterdir(), key=lambda p: p.stat().st_mtime).name
+    again = _cli(path, store, sshd, "bisect", "--against", "good", "--probe", "e2e")
+    assert again.returncode == 2 and f"envbisect restore --run {run_id}" in again.stderr, again.stderr[-2000:]
+    r = _cli(path, store, sshd, "restore", "--run", run_id, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    reps = json.loads(r.stdout)["replicas"]
+    assert set(reps) == {"pd_a", "pd_b"} and any(v["restored"] for v in reps.values()), reps
+    assert {s.name: fingerprint(s.sim) for s in (a, b)} == before
+    assert all(all_healthy(s.sim) for s in (a, b))

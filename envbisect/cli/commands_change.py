@@ -10,7 +10,7 @@ from rich.text import Text
 from envbisect.cli import render
 from envbisect.cli.base import Options, env_of, opts_of, app
 from envbisect.cli.render import bold
-from envbisect.errors import ExitStatus, UsageError
+from envbisect.errors import EnvbisectError, ExitStatus, UsageError
 from envbisect.inputs.playbook import load_playbook
 from envbisect.state.store import Store
 
@@ -142,6 +142,8 @@ def restore(ctx: typer.Context,
     from envbisect.runs.bisect import restore_deployment
 
     o = opts_of(ctx)
+    if o.is_fleet():
+        return _restore_fleet(env, o, run_id, break_lock, as_json)
     with o.deployment() as dep:
         res = restore_deployment(dep, run_id=run_id, break_lock=break_lock, on_event=render.Progress(env, quiet=as_json))
     if as_json:
@@ -156,6 +158,37 @@ def restore(ctx: typer.Context,
         env.out.print(res["reason"])
     return 0 if res.get("co_restart_ok", True) else int(ExitStatus.CONNECTION)
 
+
+def _restore_fleet(env, o: Options, run_id: Optional[str], break_lock: bool, as_json: bool) -> int:  # noqa: ANN001
+    """A `[fleet]` playbook: every replica is undone from its own journal (one after the other: a
+    replica that cannot be reached does not keep the others half-applied)."""
+    from envbisect.runs.bisect import restore_deployment
+
+    results: dict[str, dict] = {}
+    status = ExitStatus.OK
+    for name, dep in o.fleet():
+        try:
+            with dep:
+                results[name] = restore_deployment(dep, run_id=run_id, break_lock=break_lock,
+                                                   on_event=render.Progress(env, quiet=as_json))
+        except EnvbisectError as e:  # the others are still restored; this one is reported
+            results[name] = {"restored": False, "reason": str(e), "error": True}
+            status = status or e.exit_status
+        if not results[name].get("co_restart_ok", True):
+            status = status or ExitStatus.CONNECTION
+    if as_json:
+        env.emit_json({"replicas": results})
+    else:
+        for name, res in results.items():
+            if res["restored"]:
+                env.out.print(f"{name}: restored {res['files']} file(s) and {res['repos']} repo(s) from run "
+                              f"{res['run']}; co-restart: {res['co_restart']}")
+                if res["conflicts"]:
+                    env.out.print(f"{name}: left as found (changed by someone else during the run): "
+                                  + ", ".join(f"{c['host']}:{c['path']}" for c in res["conflicts"]))
+            else:
+                env.out.print(f"{name}: {res['reason']}")
+    return int(status)
 
 
 @app.command()

@@ -42,6 +42,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -355,26 +356,36 @@ def inventory_source(playbook: Playbook, given: str | None) -> str | None:
     return None
 
 
-def bind_inventory(playbook: Playbook, inventory: str | None = None) -> Playbook:
+def bind_inventory(playbook: Playbook, inventory: str | None = None, *, loaded: Inventory | None = None,
+                   within: str | None = None) -> Playbook:
     """The playbook with every ``[hosts.NAME]`` that says ``inventory = ...`` (or no ``ssh``) bound
-    to its inventory host. ``inventory``: --inventory (beats the playbook's [inventory] file)."""
+    to its inventory host. ``inventory``: --inventory (beats the playbook's [inventory] file);
+    ``loaded``: an inventory already read; ``within``: a replica's group -- a host entry then
+    means the one host that is both in its ``inventory = ...`` and in that group."""
     wanted = [h for h in playbook.hosts.values() if h.inventory is not None and not h.ssh]
     if not wanted:
         if inventory:
             log.info("--inventory %s: no [hosts.NAME] of %s uses it (each says ssh = ...)", inventory, playbook.path)
         return playbook
-    src = inventory_source(playbook, inventory)
+    src = inventory_source(playbook, inventory) if loaded is None else loaded.source
     if src is None:
         h = wanted[0]
         raise PlaybookError(playbook.path, f"hosts.{h.name}",
                             f"has no ssh, and there is no inventory to find {h.inventory!r} in: give ssh = ..., or an "
                             "Ansible inventory with --inventory FILE or [inventory] file = ...")
-    inv = load_inventory(src)
+    inv = loaded if loaded is not None else load_inventory(src)
     cfg = read_ansible_cfg()
     hosts = dict(playbook.hosts)
     for h in wanted:
         key = f"hosts.{h.name}.inventory"
         names = inv.resolve(h.inventory)
+        if within is not None:
+            names = [n for n in names if n in set(inv.group_hosts(within))]
+            if len(names) != 1:
+                found = f"{len(names)} ({', '.join(names[:8])})" if names else "none"
+                raise PlaybookError(playbook.path, key,
+                                    f"replica group {within!r} of {inv.source} must hold exactly one host of "
+                                    f"{h.inventory!r}; it holds {found}")
         if not names:
             if h.inventory in inv.groups:
                 raise PlaybookError(playbook.path, key, f"group {h.inventory!r} of {inv.source} has no hosts")
@@ -392,3 +403,66 @@ def bind_inventory(playbook: Playbook, inventory: str | None = None) -> Playbook
         hosts[h.name] = dataclasses.replace(h, ssh=c.ssh, python=h.python or c.python or "python3",
                                             inventory=h.inventory, ssh_options=c.options)
     return dataclasses.replace(playbook, hosts=hosts)
+
+
+# --- replicas from inventory groups ---------------------------------------------------------------
+
+_VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+def replica_playbook(template: Mapping[str, Any], path: Path, inv: Inventory, group: str) -> Playbook:
+    """One replica of a fleet described by inventory groups: the template playbook (a parsed TOML
+    document) with every ``{{ var }}`` in its strings replaced by the replica's value, its
+    deployment named ``<name>-<group>`` (its own lock and journal), and each ``[hosts.NAME]``
+    bound to the one host of ``group`` that its ``inventory = ...`` names.
+
+    A variable's value is what every host of the group has for it (group vars, as
+    ansible-inventory merges them into each host); a value that differs between the group's hosts,
+    is missing, or is itself a template is an error naming it, as is anything but a plain
+    ``{{ name }}`` (envbisect renders no Jinja2 filters or expressions and will not guess)."""
+    if group not in inv.groups:
+        known = ", ".join(sorted(g for g in inv.groups if g not in ("all", "ungrouped"))[:12]) or "none"
+        raise UsageError(f"{inv.source}: no group {group!r} for replica {group} (its groups: {known})")
+    members = inv.group_hosts(group)
+    if not members:
+        raise UsageError(f"{inv.source}: replica group {group!r} has no hosts")
+
+    def value_of(name: str, where: str) -> str:
+        seen = {h: inv.variables(h).get(name) for h in members}
+        missing = [h for h, v in seen.items() if v is None]
+        if missing:
+            raise PlaybookError(path, where, f"{{{{ {name} }}}}: not set for host {missing[0]} of replica group "
+                                             f"{group!r} in {inv.source}")
+        values = {json.dumps(v, sort_keys=True) for v in seen.values()}
+        if len(values) > 1:
+            raise PlaybookError(path, where, f"{{{{ {name} }}}} differs between the hosts of replica group {group!r} "
+                                             f"({', '.join(sorted(values))[:200]}): a replica's variable is one value")
+        v = next(iter(seen.values()))
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise PlaybookError(path, where, f"{{{{ {name} }}}} is {type(v).__name__} in {inv.source}, not a string or number")
+        if isinstance(v, str) and ("{{" in v or "{%" in v):
+            raise PlaybookError(path, where, f"{{{{ {name} }}}} = {_short(v)} is still a Jinja2 template in {inv.source}")
+        return str(v)
+
+    def render(node: Any, where: str) -> Any:
+        if isinstance(node, str):
+            out = _VARIABLE.sub(lambda m: value_of(m.group(1), where), node)
+            if "{{" in _VARIABLE.sub("", node) or "{%" in node:
+                raise PlaybookError(path, where, f"{_short(node)}: only {{{{ variable }}}} is understood here "
+                                                 "(no filters or expressions)")
+            return out
+        if isinstance(node, dict):
+            return {k: render(v, f"{where}.{k}" if where else k) for k, v in node.items()}
+        if isinstance(node, list):
+            return [render(v, f"{where}[{i}]") for i, v in enumerate(node)]
+        return node
+
+    from envbisect.inputs.playbook import parse_playbook
+
+    pb = parse_playbook(render(dict(template), ""), path)
+    fixed = [h.name for h in pb.hosts.values() if h.ssh]
+    if fixed:
+        raise PlaybookError(path, f"hosts.{fixed[0]}", "says ssh = ...: in a fleet of inventory groups every host "
+                                                       "comes from its replica's group (inventory = \"ROLE\")")
+    pb = dataclasses.replace(pb, name=f"{pb.name}-{group}")
+    return bind_inventory(pb, loaded=inv, within=group)

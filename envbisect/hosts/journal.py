@@ -18,6 +18,7 @@ Size (650 lines): the journal, the deployment lock (heartbeat, takeover of a dea
 from __future__ import annotations
 
 import hashlib
+import glob
 import json
 import os
 import socket
@@ -180,8 +181,9 @@ class HostEditor:
     """Applies target states to the hosts, journaled and compare-and-swap, and undoes them."""
 
     def __init__(self, playbook: Playbook, transports: Mapping[str, Transport], run_dir: Path, run_id: str, *,
-                 heartbeat_s: float = HEARTBEAT_S, stale_after_s: float = STALE_AFTER_S):
+                 heartbeat_s: float = HEARTBEAT_S, stale_after_s: float = STALE_AFTER_S, runs_root: Path | None = None):
         self.playbook, self.transports, self.run_dir, self.run_id = playbook, transports, run_dir, run_id
+        self.runs_root = runs_root or run_dir.parent  # the store's runs/ (a fleet replica's run_dir is one deeper)
         self.lock_path, self.remote_journal = remote_paths(playbook.name)
         self.remote_made = made_path(playbook.name)
         self.heartbeat_s, self.stale_after_s = heartbeat_s, stale_after_s
@@ -261,9 +263,9 @@ class HostEditor:
 
     def _refuse_local_journals(self) -> None:
         """A run of this controller that died before its journal reached the hosts is known here only."""
-        runs_dir = self.run_dir.parent
-        for p in sorted(runs_dir.glob("*/" + rundir.JOURNAL)) if runs_dir.exists() else []:
-            if p.parent.name == self.run_id:
+        runs_dir = self.runs_root
+        for p in local_journal_paths(runs_dir):
+            if p.parent == self.run_dir:
                 continue
             try:
                 doc = json.loads(p.read_text())
@@ -615,13 +617,35 @@ class HostEditor:
         return ed
 
 
+def local_journal_paths(runs_dir: Path, run_id: str | None = None) -> list[Path]:
+    """Every local journal in the store (or run ``run_id``'s): a run's own, and a fleet run's one
+    per replica (``runs/ID/REPLICA/journal.json``)."""
+    if not runs_dir.exists():
+        return []
+    pattern = "*" if run_id is None else glob.escape(run_id)
+    return sorted(runs_dir.glob(f"{pattern}/{rundir.JOURNAL}")) + sorted(runs_dir.glob(f"{pattern}/*/{rundir.JOURNAL}"))
+
+
+def journal_dir(runs_dir: Path, run_id: str, deployment: str) -> Path:
+    """Where deployment ``deployment``'s journal of run ``run_id`` lives (or will, when only the
+    hosts still have it): a fleet run keeps one folder per replica, so two replicas never share one."""
+    for p in local_journal_paths(runs_dir, run_id):
+        try:
+            if json.loads(p.read_text()).get("deployment") == deployment:
+                return p.parent
+        except (OSError, ValueError):
+            continue
+    base = runs_dir / run_id
+    return base / deployment if (base / rundir.JOURNAL).exists() or "-fleet-" in run_id else base
+
+
 def find_journal(playbook: Playbook, transports: Mapping[str, Transport], runs_dir: Path,
                  run_id: str | None = None) -> Journal | None:
     """The newest active journal for this deployment (or run `run_id`'s): the local store first, then
     the hosts; with every state recorded as made, from both."""
     cands = []
     if runs_dir.exists():
-        for p in (runs_dir.glob("*/" + rundir.JOURNAL) if run_id is None else [runs_dir / run_id / rundir.JOURNAL]):
+        for p in local_journal_paths(runs_dir, run_id):
             try:
                 doc = json.loads(p.read_text())
             except (OSError, ValueError):

@@ -25,7 +25,7 @@ from envbisect.state.deltas import Delta, Diff, linked_units
 from envbisect.runs.deployment import Deployment
 from envbisect.trials.diagnose import PathReport, check_path
 from envbisect.errors import EnvbisectError, ExitStatus, LockLost, RemoteError, UsageError
-from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal
+from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal, journal_dir
 from envbisect.inputs.playbook import Probe
 from envbisect.hosts.restart import co_restart
 from envbisect.outcome import Cause, Outcome
@@ -753,8 +753,9 @@ def restore_deployment(dep: Deployment, *, run_id: str | None = None, break_lock
     if journal is None:
         why = f"run {run_id} has no active journal" if run_id else "no active journal for this deployment"
         return {"restored": False, "reason": f"{why}: nothing to undo"}
-    run_dir = Runs(dep.store.runs_dir).new(journal.run_id).path
-    editor = HostEditor.resume_from(dep.playbook, dep.transports, run_dir, journal)
+    run_dir = journal_dir(dep.store.runs_dir, journal.run_id, dep.playbook.name)
+    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    editor = HostEditor.resume_from(dep.playbook, dep.transports, run_dir, journal, runs_root=dep.store.runs_dir)
     for note in editor.lock(restoring=journal.run_id, break_lock=break_lock):
         ev("warning", {"message": note})
     try:

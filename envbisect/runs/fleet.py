@@ -20,6 +20,7 @@ What a replica may and may not do to the verdict:
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -105,6 +106,9 @@ class FleetRun:
     def start(self, *, since: str | None = None, against: str | None = None) -> FleetResult:
         t0 = time.monotonic()
         probes = {r.name: self._probe(r) for r in self.replicas}
+        for r in self.replicas:  # as BisectRun.refuse_unrestored: a half-applied replica is not diffed
+            HostEditor(r.dep.playbook, r.dep.transports, self.store.runs_dir / "-", "", heartbeat_s=0,
+                       runs_root=self.store.runs_dir).lock(break_lock=self.break_lock, dry=True)
         diffs = {r.name: r.dep.diff(since=since, against=against) for r in self.replicas}
         chosen = {n: select_deltas(d, self.opts.only, self.opts.exclude) for n, d in diffs.items()}
         ids = {n: sorted(d.id for d in ds) for n, ds in chosen.items()}
@@ -130,7 +134,8 @@ class FleetRun:
             "diff": diffs[first].to_json(self.replicas[0].dep.masker)}).encode())
         try:
             for r in self.replicas:
-                r.editor = HostEditor(r.dep.playbook, r.dep.transports, self.run_dir / r.name, self.run_id)
+                r.editor = HostEditor(r.dep.playbook, r.dep.transports, self.run_dir / r.name, self.run_id,
+                                      runs_root=self.store.runs_dir)
                 for note in r.editor.lock(break_lock=self.break_lock):
                     self.on_event("warning", {"message": f"{r.name}: {note}"})
                 files, repos = touched(chosen[r.name])
@@ -275,7 +280,12 @@ def load_fleet(path: Path, store: Store, options=None) -> list[tuple[str, Deploy
         doc = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise UsageError(f"{path}: {e}") from None
-    spec = (doc.get("fleet") or {}).get("replicas")
+    fleet = doc.get("fleet") or {}
+    if not isinstance(fleet, dict):
+        raise UsageError(f"{path}: [fleet] must be a table")
+    if "playbook" in fleet:
+        return _replicas_from_groups(path, fleet, store, options)
+    spec = fleet.get("replicas")
     if isinstance(spec, list) and all(isinstance(x, str) for x in spec):
         named = [(Path(x).stem, x) for x in spec]
     elif isinstance(spec, dict) and all(isinstance(v, str) for v in spec.values()):
@@ -287,6 +297,67 @@ def load_fleet(path: Path, store: Store, options=None) -> list[tuple[str, Deploy
         pb = Path(p) if Path(p).is_absolute() else path.parent / p
         out.append((name, Deployment(load_playbook(pb), store, options or ConnectOptions())))
     return out
+
+
+def _replicas_from_groups(path: Path, fleet: Mapping[str, Any], store: Store, options=None) -> list[tuple[str, Deployment]]:  # noqa: ANN001
+    """`[fleet] playbook = "replica.toml"`, `replicas = ["pd_a", "pd_b"]`: one playbook describes a
+    replica; each replica is an inventory group (see inventory.replica_playbook)."""
+    import tomllib
+
+    from envbisect.hosts.inventory import load_inventory, replica_playbook
+    from envbisect.runs.deployment import ConnectOptions
+
+    options = options or ConnectOptions()
+    unknown = sorted(set(fleet) - {"playbook", "replicas", "inventory"})
+    if unknown:
+        raise UsageError(f"{path}: [fleet] {unknown[0]}: unknown key (playbook, replicas, inventory)")
+    groups = fleet.get("replicas")
+    if not (isinstance(groups, list) and groups and all(isinstance(g, str) and g for g in groups)):
+        raise UsageError(f"{path}: [fleet] replicas must be a list of inventory group names (with playbook = ...)")
+    if not isinstance(fleet["playbook"], str):
+        raise UsageError(f"{path}: [fleet] playbook must be a path")
+    template = Path(fleet["playbook"]) if Path(fleet["playbook"]).is_absolute() else path.parent / fleet["playbook"]
+    try:
+        doc = tomllib.loads(template.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: [fleet] playbook {template}: no such file") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"{template}: {e}") from None
+    own = (doc.get("inventory") or {}).get("file") if isinstance(doc.get("inventory"), dict) else None
+    given = fleet.get("inventory")
+    if given is not None and not isinstance(given, str):
+        raise UsageError(f"{path}: [fleet] inventory must be a path")
+    if given and not Path(given).is_absolute():
+        given = str(path.parent / given)
+    if isinstance(own, str) and own:
+        own = os.path.expanduser(own)
+        own = own if Path(own).is_absolute() else str(template.parent / own)
+    src = options.inventory or given or own or None  # --inventory beats the files
+    if not src:
+        raise UsageError(f"{path}: a fleet of inventory groups needs an inventory: [fleet] inventory = FILE, the "
+                         "replica playbook's [inventory] file, or --inventory FILE")
+    inv = load_inventory(src)
+    out, owner = [], {}
+    for g in groups:
+        rp = replica_playbook(doc, template, inv, g)
+        # Replicas may share a machine (two stacks on one 8-GPU host) but never a file or checkout:
+        # their trials would edit and restart each other's configuration.
+        for host, p in _edited_paths(rp):
+            if (host, p) in owner:
+                raise UsageError(f"{path}: replicas {owner[host, p]} and {g} both use {p} on {host[0]}: each replica "
+                                 "needs its own files, checkouts and ports (give them per group, as {{ variables }})")
+            owner[host, p] = g
+        out.append((g, Deployment(rp, store, options)))
+    return out
+
+
+def _edited_paths(pb) -> list[tuple[tuple, str]]:  # noqa: ANN001
+    def where(h: str) -> tuple:
+        return (pb.hosts[h].ssh, pb.hosts[h].ssh_options)
+    paths = [(where(s.host), s.env_file) for s in pb.services.values()]
+    paths += [(where(r.host), r.path) for r in pb.repos]
+    paths += [(where(h), p) for h, ps in pb.watch_paths.items() for p in ps]
+    return paths
 
 
 def is_fleet(path: Path) -> bool:
