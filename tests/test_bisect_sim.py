@@ -17,7 +17,7 @@ import pytest
 from envbisect.runs.bisect import BisectOptions, BisectRun
 from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.inputs.playbook import load_playbook
-from envbisect.search import restart_bound
+from envbisect.search import TrialKind, restart_bound
 from envbisect.sim.deployment import build
 from envbisect.state.store import Store
 
@@ -311,9 +311,11 @@ def test_zero_deltas_probes_the_stack(scenario):
     s = scenario()
     s.baseline()
     pids = {svc: s.sim.pid(svc) for svc in ("prefill", "decode", "router")}
+    before = tree_fingerprint(s.sim)
     p = s.cli("bisect", "--against", "good", "--probe", "e2e", "--json")
     doc = json.loads(p.stdout)
     assert doc["verdict"] == "not-reproduced", (p.stdout, p.stderr)
+    assert tree_fingerprint(s.sim) == before
     # every process verifiably runs its files, so the running stack itself was probed: no restart
     assert doc["restarts"] == 0 and doc["trials"][0]["free"] and doc["trials"][0]["probe"]["passes"] >= 12
     assert "trial 1" in doc["explanation"]
@@ -328,12 +330,15 @@ def test_zero_deltas_probes_the_stack(scenario):
     doc = json.loads(p.stdout)
     assert doc["verdict"] == "not-reproduced" and not doc["trials"][0]["free"] and doc["restarts"] == 1, p.stdout
     assert any("drift" in n for n in doc["notes"]), doc["notes"]
+    assert "Observed: the current config passed" in doc["explanation"] and "(trial 1)" in doc["explanation"]
 
 
-def test_auto_linked_twin_innocent_on_one_side(scenario):
+def test_auto_linked_twin_innocent_on_one_side(scenario, sshd):
     """The same knob raised in prefill and decode; only the decode side breaks the stack. The
-    auto-linked unit is refined: only decode's delta is blamed (issue 7, scenario *single*)."""
-    s = scenario()
+    auto-linked unit is refined: only decode's delta is blamed (issue 7, scenario *single*), and
+    the verdict's own explanation says which members were tested apart, by which trial. Over the
+    real sshd."""
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
     s.baseline()
     plant(s.sim, [("prefill", "NCCL_DEBUG", "INFO"), ("prefill", "SGLANG_SM120_MMA_TARGET_CTAS", "256"),
                   ("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")])
@@ -342,4 +347,26 @@ def test_auto_linked_twin_innocent_on_one_side(scenario):
     assert r.verdict.kind == "culprit", r.verdict
     assert r.culprit_deltas == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",), (r.culprit_deltas, r.notes)
     assert any("tested apart" in n and "only decode:SGLANG_SM120_MMA_TARGET_CTAS" in n for n in r.notes)
+    refine = [t for t in r.trials if t.kind is TrialKind.REFINE]
+    assert len(refine) == 2
+    apart = r.verdict.explanation.partition("testing auto-linked members apart:")[2]
+    for t in refine:
+        assert f"(trial {t.n})" in apart, r.verdict.explanation
+    assert "prefill:SGLANG_SM120_MMA_TARGET_CTAS passed without the other side" in apart, r.verdict.explanation
+    assert r.state_left == "original" and tree_fingerprint(s.sim) == before
+
+
+def test_a_link_declared_in_the_playbook_stays_whole(scenario):
+    """[bisect] link = [KEY]: the user says both sides form one unit; the verdict names the group and
+    no member is tested apart (the same for --link)."""
+    s = scenario()
+    s.sim.playbook.write_text(s.sim.playbook.read_text() + '\n[bisect]\nlink = ["SGLANG_SM120_MMA_TARGET_CTAS"]\n')
+    s.baseline()
+    plant(s.sim, [("prefill", "NCCL_DEBUG", "INFO"), ("prefill", "SGLANG_SM120_MMA_TARGET_CTAS", "256"),
+                  ("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")])
+    before = tree_fingerprint(s.sim)
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind == "culprit", r.verdict
+    assert set(r.culprit_deltas) == {"decode:SGLANG_SM120_MMA_TARGET_CTAS", "prefill:SGLANG_SM120_MMA_TARGET_CTAS"}
+    assert not [t for t in r.trials if t.kind is TrialKind.REFINE] and "apart" not in r.verdict.explanation
     assert r.state_left == "original" and tree_fingerprint(s.sim) == before

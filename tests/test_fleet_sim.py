@@ -168,3 +168,24 @@ def test_a_fleet_run_killed_mid_trial_is_undone_replica_by_replica_from_the_flee
     assert set(reps) == {"pd_a", "pd_b"} and any(v["restored"] for v in reps.values()), reps
     assert {s.name: fingerprint(s.sim) for s in (a, b)} == before
     assert all(all_healthy(s.sim) for s in (a, b))
+
+
+def test_a_fleet_tests_an_auto_linked_twin_apart_side_by_side(fleet, sshd, tmp_path):
+    """Issue 7 item 1 holds for fleets too: the knob raised in prefill and decode, only decode's side
+    breaks the stack; the members are tested apart (one per replica, in one round) and only the
+    guilty side is named."""
+    (a, b), path = fleet()
+    store = tmp_path / "store"
+    assert _cli(path, store, sshd, "snapshot", "--label", "good").returncode == 0
+    twin = [("prefill", "NCCL_DEBUG", "INFO"), ("prefill", "SGLANG_SM120_MMA_TARGET_CTAS", "256"), BAD]
+    for s in (a, b):
+        plant(s.sim, twin)
+    before = {s.name: tree_fingerprint(s.sim) for s in (a, b)}
+    r = _cli(path, store, sshd, "bisect", "--against", "good", "--probe", "e2e", "--json")
+    assert r.stdout, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["culprits"] == ["decode:SGLANG_SM120_MMA_TARGET_CTAS"], (doc["culprits"], doc["notes"])
+    refine = [t for t in doc["trials"] if t["kind"] == "refine"]
+    assert len(refine) == 2 and {t["replica"] for t in refine} == {"pd-a", "pd-b"}  # side by side
+    assert "testing auto-linked members apart" in doc["explanation"]
+    assert {s.name: tree_fingerprint(s.sim) for s in (a, b)} == before

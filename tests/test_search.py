@@ -320,7 +320,7 @@ def test_explanations_cite_trials() -> None:
     assert v.explanation.startswith("Observed: current failed (trial 1); the baseline passed (trial 2); ")
     assert "u5 alone failed (trial " in v.explanation and "current without u5 passed (trial " in v.explanation
     v = run(POLICIES["fast"].search(names(4)), both("u0", "u3"))  # fast infers "no other culprit"
-    assert v.kind == "interaction" and "Inferred, not observed: no other delta" in v.explanation
+    assert v.kind == "interaction" and "no other delta breaks" in v.explanation.partition("Inferred, not observed:")[2]
     assert "u0 + u3 alone failed (trial " in v.explanation
 
 
@@ -470,3 +470,67 @@ def test_never_a_wrong_deterministic_blame(n: int, data: st.DataObject, cautious
             assert s.trials <= restart_bound(n)
     elif cautious:
         assert v.kind == "interaction"
+
+
+# --------------------------------------------------------------------------- every sentence accounted for
+
+def _unaccounted(explanation: str) -> list[str]:
+    """The clauses of an explanation that are neither in its "Inferred, not observed:" part nor
+    cite the trial that showed them (issue 7: every sentence observed, by which trial, or inferred)."""
+    observed, _, _inferred = explanation.partition("Inferred, not observed:")
+    head, sep, body = observed.partition("Observed:")
+    if not sep:
+        return [observed.strip()] if observed.strip() and not observed.strip().startswith("Estimated") else []
+    body = body.split(". ")[0]  # the observed list ends at its full stop; what follows is the conclusion
+    return [c.strip() for c in body.rstrip(".").split(";") if c.strip() and "(trial" not in c and "trials " not in c
+            and "in trial" not in c]
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("truth", ["single", "pair", "two", "none-bad", "healthy", "flaky"])
+def test_every_verdict_sentence_is_cited_or_marked_inferred(policy: str, truth: str) -> None:
+    n = 8
+    oracles = {"single": single("u5"), "pair": both("u1", "u6"), "two": either("u2", "u7"),
+               "none-bad": lambda c: True, "healthy": lambda c: False, "flaky": single("u3")}
+    seen = 0
+    for seed in range(12):
+        v = run(POLICIES[policy].search(names(n)), oracles[truth], show=0.5 if truth == "flaky" else 1.0, seed=seed)
+        if v.kind == "inconclusive":
+            continue
+        seen += 1
+        assert not _unaccounted(v.explanation), (truth, policy, seed, v.explanation)
+        if v.kind in ("culprit", "interaction"):
+            assert "Observed: current failed (trial" in v.explanation
+    assert seen, "no verdict to check"
+    # zero deltas: the stack is probed and the verdict says which trial showed it
+    for bad, kind in ((lambda c: True, "not-config"), (lambda c: False, "not-reproduced")):
+        v = run(POLICIES[policy].search([]), bad)
+        assert v.kind == kind and "(trial" in v.explanation and not _unaccounted(v.explanation), v.explanation
+
+
+def test_a_pair_member_never_tested_alone_is_said_to_be_inferred() -> None:
+    """fast policy, n=2, an AND pair: the search may conclude the interaction without running each
+    member alone; what it did not run is in the inferred part, never stated as observed."""
+    for seed in range(6):
+        log: list = []
+        v = run(POLICIES["fast"].search(names(2)), both("u0", "u1"), seed=seed, log=log)
+        alone = {next(iter(s.config)) for s, o in log if len(s.config) == 1 and not o.failed}
+        for u in ("u0", "u1"):
+            if u not in alone:
+                assert f"{u} alone passes ({u} was not tested alone)" in v.explanation.split("Inferred")[-1], v.explanation
+        assert not _unaccounted(v.explanation), v.explanation
+
+
+@pytest.mark.parametrize("show", [0.5, 0.3])
+def test_intermittent_targets_of_the_default_policy(show: float) -> None:
+    """issue 7 item 5 on the oracle: a culprit that shows in 50% / 30% of probe runs, the default
+    policy, 320 seeded runs (20 at every position of n = 16): right >= 95%, an innocent named <= 1%."""
+    n, runs = 16, 320
+    right = wrong = 0
+    for seed in range(runs):
+        x = f"u{seed % n}"
+        v = run(POLICIES["confirm"].search(names(n)), single(x), show=show, seed=1000 + seed)
+        named = set(v.culprits)
+        right += named == {x}
+        wrong += bool(named - {x})
+    assert right >= 0.95 * runs and wrong <= 0.01 * runs, (show, right, wrong)

@@ -310,3 +310,17 @@ def test_revert_tells_the_sides_of_a_quoting_only_change_apart():
     assert state(b"export T='$HOME/t'\n") is False
     assert state(b"export T=\\$HOME/t\n") is False  # the same meaning as the old side
     assert state(b"export T=/x\n") is None
+
+
+def test_human_diff_shows_the_text_and_what_bash_made_of_it(tree, tmp_path):
+    """issue 7 item 3: where a value's shell text and its value differ, `diff` (for people) shows
+    both: TEXT  (= VALUE)."""
+    tree.procs.append(start_from_file(tree, "decode"))
+    pb = tree.playbook("local", pid_files=True, name=tree.name)
+    base = [*ENVBISECT, "-p", str(pb), "--store", str(tmp_path / "store")]
+    r = subprocess.run(base + ["snapshot", "--label", "noon"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    tree.edit("decode", NOON.replace('KV_DIR="${HF_HOME%/*}/kv"', "KV_DIR=/tmp/kv"))
+    r = subprocess.run(base + ["diff", "--against", "noon"], capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    assert '~ KV_DIR "${HF_HOME%/*}/kv"  (= /data/kv) → /tmp/kv' in r.stdout, r.stdout

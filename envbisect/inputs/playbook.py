@@ -113,6 +113,7 @@ class Playbook:
     probes: Mapping[str, Probe] = field(default_factory=dict)
     client_url: str | None = None  # the client path (e.g. a proxy), for layered diagnosis
     inventory_file: str | None = None  # [inventory] file: an Ansible inventory (resolved against the playbook's folder)
+    link_keys: tuple[str, ...] = ()  # [bisect] link: variables whose deltas across services are one unit, never split
 
     def services_on(self, host: str) -> list[Service]:
         return [s for s in self.services.values() if s.host == host]
@@ -295,11 +296,18 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
     ir = _Reader(path, "inventory", top.get("inventory", dict, {}))
     inventory_file = ir.get("file", str, None)
     ir.finish()
+    br = _Reader(path, "bisect", top.get("bisect", dict, {}))
+    link_keys = br.str_list("link")
+    for k in link_keys:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            raise PlaybookError(path, "bisect.link", f"{k!r} is not a variable name")
+    br.finish()
     top.finish()
     return Playbook(
         path=path, name=name, hosts=hosts, services=services, restart=restart, repos=tuple(repos),
         watch_paths=watch, max_file_size=max_file_size, backups=backups, secret_names=secret_names,
         secret_values=secret_values, probes=probes, client_url=client_url, inventory_file=inventory_file,
+        link_keys=link_keys,
     )
 
 

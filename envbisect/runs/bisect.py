@@ -9,6 +9,8 @@ Size (777 lines): the bisection run's orchestration (setup, the loop, refining a
 """
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 import json
 import math
@@ -146,6 +148,59 @@ def make_units(deltas: Sequence[Delta], link: Iterable[str], auto_link: bool) ->
     return linked_units(deltas, link_keys=keys), notes
 
 
+@dataclass(frozen=True)
+class ApartTest:
+    """An auto-linked unit found guilty, to be tested member by member (each with the rest of its term)."""
+    unit: str
+    members: tuple[str, ...]
+    rest: tuple[str, ...]
+
+    @property
+    def member_units(self) -> dict[str, tuple[str, ...]]:
+        return {f"member:{m}": (m,) for m in self.members}
+
+    def config(self, member: str) -> list[str]:
+        return sorted(self.rest) + [f"member:{member}"]
+
+    def purpose(self, member: str) -> str:
+        return f"refine linked {self.unit}: does {member} break it without the other side?"
+
+
+def linked_to_refine(verdict: Verdict, units: Mapping[str, tuple[str, ...]], declared) -> list[ApartTest]:  # noqa: ANN001
+    """The auto-linked units of a culprit/interaction verdict (never a group the user declared)."""
+    if verdict.kind not in ("culprit", "interaction"):
+        return []
+    out = []
+    for term in verdict.terms:
+        for u in term:
+            members = units.get(u, ())
+            if len(members) >= 2 and u.startswith("linked:") and u[len("linked:"):] not in set(declared):
+                out.append(ApartTest(u, tuple(members), tuple(v for v in term if v != u)))
+    return out
+
+
+def judge_apart(test: ApartTest, tested: "Sequence[tuple[str, Trial]] | None", refined: dict[str, tuple[str, ...]],
+                apart: list[str], notes: list[str]) -> None:
+    """Keep the smallest set the observations support. One member fails and another passes: only
+    the failing ones are guilty. Every member fails alone (a value both sides must agree on) or none
+    does (they are needed together): the group. ``tested`` None: a member's trial was unresolved."""
+    u, members = test.unit, test.members
+    if not tested:
+        notes.append(f"{u}: its members could not be tested apart (infrastructure); reported whole")
+        return
+    failing = [m for m, t in tested if t.outcome.failed]
+    how = "; ".join(f"{m} {'failed' if m in failing else 'passed'} in trial {t.n}" for m, t in tested)
+    apart.append(f"{u} is {' + '.join(members)}: " + ", ".join(
+        f"{m} {'failed' if m in failing else 'passed'} without the other side (trial {t.n})" for m, t in tested))
+    if failing and len(failing) < len(members):
+        refined[u] = tuple(failing)
+        notes.append(f"{u} was auto-linked for the search; tested apart: {how}; only {', '.join(failing)} is to blame")
+    else:
+        why = ("each side breaks it alone (a value that must match across services)" if failing
+               else "no side breaks it alone: they are needed together")
+        notes.append(f"{u} was auto-linked for the search; tested apart: {how}; {why}: reported as the group")
+
+
 class BisectRun:
     def __init__(self, dep: Deployment, opts: BisectOptions, *, on_event: Callable[[str, dict], None] | None = None,
                  break_lock: bool = False, editor_factory: type[HostEditor] = HostEditor,
@@ -173,6 +228,11 @@ class BisectRun:
                 rec[k] = v.to_json() if hasattr(v, "to_json") else v
             line = self.dep.masker.redact_json(json.loads(json.dumps(rec, default=str)), indent=None)
             RunDir(self.run_dir).append_line(rundir.EVENTS, line)
+
+    @property
+    def declared_links(self) -> tuple[str, ...]:
+        """Variables the user declared one unit (--link, the playbook's [bisect] link): never split."""
+        return tuple(dict.fromkeys([*self.opts.link, *self.playbook.link_keys]))
 
     # --- setup ---------------------------------------------------------------------------------
     def refuse_unrestored(self) -> None:
@@ -206,7 +266,7 @@ class BisectRun:
 
     def plan(self, diff: Diff) -> dict[str, Any]:
         deltas = select_deltas(diff, self.opts.only, self.opts.exclude)
-        units, notes = make_units(deltas, self.opts.link, self.opts.auto_link)
+        units, notes = make_units(deltas, self.declared_links, self.opts.auto_link)
         n = len(units)
         why_not = running_stack_unverified(diff, self.playbook, deltas)
         extra = 0 if why_not is None else 1
@@ -231,7 +291,7 @@ class BisectRun:
         doc = {
             "format": 1, "run_id": self.run_id, "deployment": self.playbook.name, "playbook": str(self.playbook.path),
             "created_at": time.time(), "probe": probe.name,
-            "options": {"only": list(self.opts.only), "exclude": list(self.opts.exclude), "link": list(self.opts.link),
+            "options": {"only": list(self.opts.only), "exclude": list(self.opts.exclude), "link": list(self.declared_links),
                         "confidence": self.opts.confidence, "max_trials": self.opts.max_trials, "leave": self.opts.leave,
                         "auto_link": self.opts.auto_link, "policy": self.opts.policy, "guard": self.opts.guard},
             "baseline": diff.baseline.id if diff.baseline else None, "current": diff.current.id,
@@ -259,7 +319,7 @@ class BisectRun:
         probe = self.probe()
         deltas = select_deltas(diff, self.opts.only, self.opts.exclude)
         check_applicable(deltas)
-        units, notes = make_units(deltas, self.opts.link, self.opts.auto_link)
+        units, notes = make_units(deltas, self.declared_links, self.opts.auto_link)
         self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
         self.run_dir = Runs(self.dep.store.runs_dir).new(self.run_id).path
         self._save_run(diff, deltas, units, probe)
@@ -422,7 +482,10 @@ class BisectRun:
                 if trial.cause is Cause.SSH_LOST:
                     self.on_event("step", {"message": "the ssh connection was lost: reconnecting"})
                     self.dep.reconnect()  # ConnectionFailed here ends the run (and restores if it can)
-            refined = self._refine_links(verdict, units, runner, search, notes)
+            refined, apart = self._refine_links(verdict, units, runner, search, notes)
+            if apart:  # the verdict's own explanation says which members were tested apart, and by which trial
+                verdict = dataclasses.replace(verdict, explanation=verdict.explanation
+                                              + " Observed, testing auto-linked members apart: " + "; ".join(apart) + ".")
             guard = self._guard_revert(verdict, units, refined, runner, notes)
             if verdict.kind == "not-config":
                 self.on_event("step", {"message": "checking the request path layer by layer"})
@@ -479,51 +542,26 @@ class BisectRun:
         return result
 
     def _refine_links(self, verdict: Verdict, units: Mapping[str, tuple[str, ...]], runner: TrialRunner,
-                      search, notes: list[str]) -> dict[str, tuple[str, ...]]:  # noqa: ANN001
+                      search, notes: list[str]) -> tuple[dict[str, tuple[str, ...]], list[str]]:  # noqa: ANN001
         """An auto-linked unit is a search device, not a verdict: when one is guilty, test its members
-        apart (each with the rest of its term) and keep the smallest set the observations support.
-        One member fails and another passes: only the failing ones are guilty. Every member fails
-        alone (a value both sides must agree on) or none does (they are needed together): the group."""
+        apart (see `linked_to_refine`, `judge_apart`), one trial each."""
         refined: dict[str, tuple[str, ...]] = {}
-        if verdict.kind not in ("culprit", "interaction"):
-            return refined
-        declared = set(self.opts.link)
-        for term in verdict.terms:
-            for u in term:
-                members = units.get(u, ())
-                if len(members) < 2 or not u.startswith("linked:") or u[len("linked:"):] in declared:
-                    continue
-                rest = [v for v in term if v != u]
-                failing, tested = [], []
-                for m in members:
-                    mu = f"member:{m}"
-                    runner.units = {**runner.units, mu: (m,)}
-                    trial = runner.run(len(self.trials) + 1, sorted(rest) + [mu], search.pass_runs(),
-                                       f"refine linked {u}: does {m} break it without the other side?",
-                                       kind=TrialKind.REFINE)
-                    self.trials.append(trial)
-                    self._append_trial(trial)
-                    self.on_event("trial-end", {"trial": trial})
-                    if trial.outcome is Outcome.UNRESOLVED:
-                        tested = []
-                        break
-                    tested.append((m, trial))
-                    if trial.outcome.failed:
-                        failing.append(m)
-                if not tested:
-                    notes.append(f"{u}: its members could not be tested apart (infrastructure); reported whole")
-                    continue
-                how = "; ".join(f"{m} {'failed' if m in failing else 'passed'} in trial {t.n}" for m, t in tested)
-                if failing and len(failing) < len(members):
-                    refined[u] = tuple(failing)
-                    notes.append(f"{u} was auto-linked for the search; tested apart: {how}; only "
-                                 f"{', '.join(failing)} is to blame")
-                else:
-                    why = ("each side breaks it alone (a value that must match across services)" if failing
-                           else "no side breaks it alone: they are needed together")
-                    notes.append(f"{u} was auto-linked for the search; tested apart: {how}; {why}: reported as "
-                                 "the group")
-        return refined
+        apart: list[str] = []  # observed sentences for the verdict's explanation
+        for test in linked_to_refine(verdict, units, self.declared_links):
+            tested: list[tuple[str, Trial]] | None = []
+            for m in test.members:
+                runner.units = {**runner.units, **test.member_units}
+                trial = runner.run(len(self.trials) + 1, test.config(m), search.pass_runs(), test.purpose(m),
+                                   kind=TrialKind.REFINE)
+                self.trials.append(trial)
+                self._append_trial(trial)
+                self.on_event("trial-end", {"trial": trial})
+                if trial.outcome is Outcome.UNRESOLVED:
+                    tested = None
+                    break
+                tested.append((m, trial))
+            judge_apart(test, tested, refined, apart, notes)
+        return refined, apart
 
     def _guard_revert(self, verdict: Verdict, units: Mapping[str, tuple[str, ...]],
                       refined: Mapping[str, tuple[str, ...]], runner: TrialRunner,

@@ -19,6 +19,7 @@ What a replica may and may not do to the verdict:
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -32,8 +33,8 @@ from envbisect.errors import UsageError
 from envbisect.hosts.journal import HostEditor, describe_conflict
 from envbisect.hosts.restart import co_restart, health_ok
 from envbisect.outcome import Cause, Outcome
-from envbisect.runs.bisect import (BisectOptions, BisectResult, _observation, check_applicable, make_units,
-                                   select_deltas)
+from envbisect.runs.bisect import (BisectOptions, BisectResult, _observation, check_applicable, judge_apart,
+                                   linked_to_refine, make_units, select_deltas)
 from envbisect.runs.deployment import Deployment
 from envbisect.search import POLICIES, TrialKind, Verdict
 from envbisect.search.rounds import observe_round, plan_round
@@ -102,6 +103,11 @@ class FleetRun:
             raise UsageError(f"replica {r.name}: no probe {name!r} in {r.dep.playbook.path}")
         return probes[name]
 
+    @property
+    def declared_links(self) -> tuple[str, ...]:
+        """--link and the first replica's [bisect] link (replicas are identical deployments)."""
+        return tuple(dict.fromkeys([*self.opts.link, *self.replicas[0].dep.playbook.link_keys]))
+
     # --- the run -------------------------------------------------------------------------------
     def start(self, *, since: str | None = None, against: str | None = None) -> FleetResult:
         t0 = time.monotonic()
@@ -122,7 +128,7 @@ class FleetRun:
                                  "bisect them one by one")
         for ds in chosen.values():
             check_applicable(ds)
-        units, notes = make_units(chosen[first], self.opts.link, self.opts.auto_link)
+        units, notes = make_units(chosen[first], self.declared_links, self.opts.auto_link)
         self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-fleet-" + uuid.uuid4().hex[:6]
         rd = Runs(self.store.runs_dir).new(self.run_id)
         self.run_dir = rd.path
@@ -144,20 +150,22 @@ class FleetRun:
                                        dict(diffs[r.name].contents), probes[r.name], units,
                                        on_step=lambda m, n=r.name: self.on_event("step", {"message": f"[{n}] {m}"}),
                                        evidence_dir=self.run_dir / r.name / rundir.EVIDENCE)
-            verdict, rounds = self._loop(list(units), notes)
+            verdict, rounds, refined = self._loop(units, notes)
         except BaseException as exc:
             self.on_event("interrupted", {"error": str(exc) or type(exc).__name__, "run": self.run_id})
             self._restore_all(notes=None)
             raise
         self._restore_all(notes)
         excluded = {r.name: r.excluded for r in self.replicas if r.excluded}
-        result = BisectResult(self.run_id, verdict, tuple(self.trials), "original", units, notes=tuple(notes))
+        result = BisectResult(self.run_id, verdict, tuple(self.trials), "original", units, notes=tuple(notes),
+                              refined=refined)
         fleet = FleetResult(result, rounds, tuple(r.name for r in self.replicas), excluded, dict(self.trial_replica),
                             time.monotonic() - t0)
         RunDir(self.run_dir).write(rundir.VERDICT, self.replicas[0].dep.masker.redact_json(fleet.to_json()))
         return fleet
 
-    def _loop(self, unit_ids: list[str], notes: list[str]) -> tuple[Verdict, int]:
+    def _loop(self, units: Mapping[str, tuple[str, ...]], notes: list[str]) -> tuple[Verdict, int, dict]:
+        unit_ids = list(units)
         make_search = POLICIES[self.opts.policy].search
         probe = self.replicas[0].runner.probe  # type: ignore[union-attr]
         search = make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
@@ -192,8 +200,42 @@ class FleetRun:
                     r.excluded = f"trial {t.n} was unresolved ({t.reason})"
                     notes.append(f"replica {r.name} left out from now on: {r.excluded}")
             observe_round(search, [_observation(t) for _r, t in got])
+        plan, refined, more = self._refine_links(plan, units, search, notes)
+        rounds += more
         notes.append(f"{rounds} rounds on {len(self.replicas)} replicas ({len(self.trials)} trials, side by side)")
-        return plan, rounds
+        return plan, rounds, refined
+
+    def _refine_links(self, verdict: Verdict, units: Mapping[str, tuple[str, ...]], search,  # noqa: ANN001
+                      notes: list[str]) -> tuple[Verdict, dict[str, tuple[str, ...]], int]:
+        """As BisectRun's: a guilty auto-linked unit is tested member by member -- here the members'
+        trials run side by side, one per healthy replica. Returns (verdict, refined, rounds)."""
+        refined: dict[str, tuple[str, ...]] = {}
+        apart: list[str] = []
+        rounds = 0
+        for test in linked_to_refine(verdict, units, self.declared_links):
+            tested: list[tuple[str, Trial]] | None = []
+            todo = list(test.members)
+            while todo and tested is not None:
+                active = self._healthy(notes)
+                if not active:
+                    tested = None
+                    break
+                batch, todo = todo[:len(active)], todo[len(active):]
+                for r in active:
+                    r.runner.units = {**r.runner.units, **test.member_units}  # type: ignore[union-attr]
+                got = self._round([(r, test.config(m), test.purpose(m), TrialKind.REFINE, search.pass_runs(), 1)
+                                   for r, m in zip(active, batch)])
+                rounds += 1
+                for m, (_r, t) in zip(batch, got):
+                    if t.outcome is Outcome.UNRESOLVED:
+                        tested = None
+                        break
+                    tested.append((m, t))
+            judge_apart(test, tested, refined, apart, notes)
+        if apart:
+            verdict = dataclasses.replace(verdict, explanation=verdict.explanation
+                                          + " Observed, testing auto-linked members apart: " + "; ".join(apart) + ".")
+        return verdict, refined, rounds
 
     def _healthy(self, notes: list[str]) -> list[Replica]:
         """The replicas that take part in the next round: not excluded, and every service answering

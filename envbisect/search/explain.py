@@ -46,15 +46,19 @@ class VerdictWriter:
         )
 
     def _not_config(self) -> Verdict:
-        what = "The config (there are no deltas)" if self._n == 0 else "The baseline, with none of the deltas applied,"
-        return Verdict(
-            "not-config",
-            (),
-            1.0,
-            (),
-            f"{what} fails too, so the deltas are not the cause: look outside the config "
-            "(clients, proxies, network, hardware, data).",
-        )
+        what = ("the config (there are no deltas) failed" if self._n == 0
+                else "the baseline, with none of the deltas applied, failed")
+        cite = self._cite(0)
+        if cite:
+            text = f"Observed: {what}{cite}"
+            if self._n and self._all in self._evidence:
+                text += f"; current failed{self._cite(self._all)}"
+            text += "."
+        else:  # not reached by the search (a not-config verdict needs a failing baseline); kept honest anyway
+            text = f"Inferred, not observed: {what} (no failing trial of it is recorded)."
+        return Verdict("not-config", (), 1.0, (),
+                       text + " So the deltas are not the cause: look outside the config "
+                              "(clients, proxies, network, hardware, data).")
 
     def _final(self, reason: str) -> Verdict:
         post = self._belief()
@@ -89,12 +93,21 @@ class VerdictWriter:
 
     def _verdict(self, post: _Belief, cls: tuple, conf: float) -> Verdict:
         if cls.kind == _NONE:
+            failed = [self._units_label(m) + self._cite(m) for m, ev in sorted(self._evidence.items())
+                      if ev.failed and m != self._all][:4]
+            seen = f"Observed: {'; '.join(failed)} failed" if failed else "Inferred, not observed: configs fail"
+            if self._all in self._evidence and self._evidence[self._all].failed:
+                seen += f"; current failed{self._cite(self._all)}"
             return Verdict("not-config", (), conf, self._suspects(post),
-                           "Configs failed with and without the deltas: they are not the cause.")
+                           f"{seen}. Configs fail with and without the deltas ({conf:.0%} posterior): they are not "
+                           "the cause.")
         t = post.term(cls)
         terms = self._terms + ([t] if t else [])
         if not terms:
-            return Verdict("not-reproduced", (), conf, (), "The failure stopped reproducing.")
+            ev = self._evidence.get(self._all)
+            seen = (f"Observed: current passed{self._cite(self._all)}" if ev is not None and ev.passes
+                    else "Inferred, not observed: the current config would pass")
+            return Verdict("not-reproduced", (), conf, (), f"{seen}. The failure stopped reproducing.")
         h = self._hypothesis(cls.kind, terms, conf)
         culprits: list[str] = []
         for tt in h.terms:
@@ -115,22 +128,41 @@ class VerdictWriter:
                 if alone:
                     facts.append(f"{x} alone failed{self._cite(t)}")
                 else:
-                    facts.append(self._necessity(t, 0))
+                    seen, sentence = self._necessity(t, 0)
+                    (facts if seen else inferred).append(sentence)
                     inferred.append(f"{x} breaks the stack on its own, not only together with another delta "
                                     f"({x} was not tested alone; interactions are rare a priori)")
             else:
+                # "X and Y fail only together" is observed only when each member alone passed and
+                # the members together failed (alone, or added to what passed); else each missing
+                # piece is said to be inferred.
                 details = []
-                solo = [u for u in _bits(t) if self._status(1 << u, post) == "pass"]
+                # a weak pass (fewer runs than would settle it on their own) is still what was seen:
+                # said with its run count; the verdict's confidence weighs it
+                solo = [u for u in _bits(t) if self._status(1 << u, post) in ("pass", "weak")]
+                untested = [u for u in _bits(t) if u not in solo]
                 if solo:
-                    details.append(f"{', '.join(self._units[u] + self._cite(1 << u) for u in solo)} alone passed")
+                    details.append(", ".join(
+                        f"{self._units[u]} alone passed"
+                        + (f" {self._evidence[1 << u].passes} probe runs" if self._status(1 << u, post) == "weak" else "")
+                        + self._cite(1 << u) for u in solo))
+                together = alone
                 if alone:
                     details.append(f"{' + '.join(names)} alone failed{self._cite(t)}")
                 else:
-                    rest = [u for u in _bits(t) if u not in solo]
-                    if solo and rest:
-                        details.append(self._necessity(1 << rest[0], 1 << solo[0]))
+                    if solo and untested:
+                        seen, sentence = self._necessity(1 << untested[0], 1 << solo[0])
+                        (details if seen else inferred).append(sentence)
+                        together = seen
                     inferred.append(f"no third delta is needed ({' + '.join(names)} was not tested alone)")
-                facts.append(f"{' and '.join(names)} fail only together" + (f" ({'; '.join(details)})" if details else ""))
+                for u in untested:
+                    inferred.append(f"{self._units[u]} alone passes ({self._units[u]} was not tested alone)")
+                claim = f"{' and '.join(names)} fail only together"
+                if together and not untested:
+                    facts.append(claim + f" ({'; '.join(details)})")
+                else:
+                    facts.extend(details)
+                    inferred.append(claim)
         label = ", ".join(self._names(allv))
         if self._status(self._all & ~allv, post) == "pass":
             facts.append(f"current without {label} passed{self._cite(self._all & ~allv)}")
@@ -142,9 +174,9 @@ class VerdictWriter:
             premises.append(f"current failed{self._cite(self._all)}")
         if 0 in self._evidence and self._n:
             premises.append(f"the baseline passed{self._cite(0)}")
-        text = "Observed: " + "; ".join(premises + facts) + "."
+        text = "Observed: " + "; ".join(premises + facts) + "." if premises + facts else ""
         if inferred:
-            text += " Inferred, not observed: " + "; ".join(inferred) + "."
+            text += (" " if text else "") + "Inferred, not observed: " + "; ".join(inferred) + "."
         qb = post.q_belief()
         mean_q = sum(q * p for q, p in zip(post.qs, qb))
         if mean_q > 0.15:
@@ -169,8 +201,15 @@ class VerdictWriter:
             return ""
         return f" (without it passed in trial {a.passed_trials[-1]}, with it failed in trial {b.failed_trials[0]})"
 
-    def _necessity(self, t: int, with_: int) -> str:
-        """Describe the observed pair 'C passed, C + t failed' (C containing ``with_``)."""
+    def _units_label(self, mask: int) -> str:
+        if mask == 0:
+            return "the baseline"
+        names = self._names(mask)
+        return "+".join(names) if len(names) <= 3 else f"{len(names)} of the deltas"
+
+    def _necessity(self, t: int, with_: int) -> tuple[bool, str]:
+        """(observed?, sentence): the observed pair 'C passed, C + t failed' (C containing ``with_``),
+        or -- when no such pair was run -- the inference from the bisection as a whole."""
         (u,) = list(_bits(t))
         best = None
         for mask, ev in self._evidence.items():
@@ -181,14 +220,15 @@ class VerdictWriter:
                 best = mask
         x = self._units[u]
         if best is None:
-            return f"{x} is needed for the failure (from the bisection's passes and failures as a whole)"
+            return False, (f"{x} is needed for the failure (from the bisection's passes and failures as a whole; "
+                           "no config was run both with and without it alone)")
         k = (best & ~with_).bit_count()
         cite = self._cite_pair(best, best | t)
         if with_:
             w = ", ".join(self._names(with_))
-            return (f"adding {x} to {w}" + (f" and {k} other delta{'s' if k != 1 else ''}" if k else "")
-                    + f" made it fail{cite}")
+            return True, (f"adding {x} to {w}" + (f" and {k} other delta{'s' if k != 1 else ''}" if k else "")
+                          + f" made it fail{cite}")
         if k == 0:
-            return f"{x} alone failed{self._cite(t)}"
-        return f"adding {x} to {k} other delta{'s' if k != 1 else ''} that passed made it fail{cite}"
+            return True, f"{x} alone failed{self._cite(t)}"
+        return True, f"adding {x} to {k} other delta{'s' if k != 1 else ''} that passed made it fail{cite}"
 
