@@ -1,6 +1,6 @@
 """Benchmark of the bisection search against a simulated oracle.
 
-    python bench/bench_search.py            # full table (about 30 s)
+    python bench/bench_search.py            # full table, n up to 128 (a few minutes)
     python bench/bench_search.py --quick    # n <= 16 only
 
 For every scenario and n it runs the search against every culprit position (or
@@ -15,12 +15,16 @@ Scenarios
   two-culprits two units each break it on their own (deterministic)
   intermittent one culprit whose fault shows on half of the probe runs (3 seeds
                per position); the bound is printed for reference only
-Each runs under the three policies of `envbisect bisect --policy` (envbisect.runs.bisect.POLICIES):
-  fast      trust the prior (interactions and second culprits rare): meets ceil(log2 n)+2
-  confirm   the default: a culprit must be seen failing alone, so interactions are found; this
-            costs one restart over ceil(log2 n)+2 in the worst case, which no search can avoid
-            (docs/search.md: with n=2 a pair and a single culprit give identical observations)
-  thorough  also checks current-minus-culprits: several independent culprits are found
+Each runs under the three policies of `envbisect bisect --policy` (envbisect.search.POLICIES):
+  confirm   the default: a culprit must be seen failing alone and the fix (current minus the
+            culprits) must be seen passing before a verdict says "these are all": single within
+            ceil(log2 n)+3, and-pair within 2 ceil(log2 n)+3, two independent culprits within
+            2 ceil(log2 n)+4 restarts, premise checks included (envbisect.search.restart_bound)
+  fast      trusts the prior (second culprits rare): may infer "nothing else is broken", and its
+            explanation says so ("Inferred, not observed")
+  thorough  confirm with a cautious prior (interactions and second culprits not assumed rare)
+The first premise (current must fail) is free when the running stack verifiably runs its files
+(docs/search.md); the figures assume it is.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envbisect.search import POLICIES, Observation, Policy, Verdict  # noqa: E402
 
-NS = (2, 4, 8, 13, 16, 32, 64)
+NS = (2, 4, 8, 13, 16, 32, 64, 128)
 MAX_PAIRS = 700  # per (scenario, n): pairs beyond this are sampled with a fixed stride
 
 

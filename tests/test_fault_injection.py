@@ -2,7 +2,7 @@
 kind of mutation point, sshd down mid-trial, a probe that hangs forever, a service that never becomes
 healthy, stop/start commands that hang, an operator editing a file mid-run, two controllers racing
 for the lock, 64-concurrent probes over several trials. Each ends in a bounded, clear outcome with
-nothing lost. The SIGKILL points use the test-only hook ENVBISECT_TEST_CRASH_AT (envbisect/faults.py).
+nothing lost. The SIGKILL points use the test-only hook ENVBISECT_TEST_CRASH_AT (envbisect/hosts/faults.py).
 See docs/safety.md."""
 from __future__ import annotations
 
@@ -284,17 +284,22 @@ def test_operator_edits_a_file_mid_run(scenario):
     assert json.loads((run_dir / "journal.json").read_text())["state"] == "closed"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_revert_interrupted_puts_the_hosts_back_before_releasing_the_lock(scenario, sig):
+@pytest.mark.parametrize("command, sig", [("revert", signal.SIGTERM), ("revert", signal.SIGINT),
+                                          ("apply", signal.SIGTERM), ("apply", signal.SIGINT)])
+def test_revert_interrupted_puts_the_hosts_back_before_releasing_the_lock(scenario, command, sig):
     """Reproduction: `revert`/`apply` released the lock on Ctrl-C while their edits were live, and had
-    no SIGTERM handling. Interrupted mid co-restart, the revert is undone, then the lock released."""
+    no SIGTERM handling. Interrupted mid co-restart, the change is undone, then the lock released;
+    the exit is 130 (interrupted)."""
     s = scenario()
     s.baseline()
     plant(s.sim, INNOCENT[:1] + [BAD])
     r = s.cli("bisect", "--against", "good", "--probe", "e2e", "--json", timeout=180)
     assert r.returncode == 0, r.stderr
+    if command == "apply":  # apply puts back a delta that was reverted: revert it first, for good
+        r = s.cli("revert", BAD_ID, "--keep-on-fail", "--json", timeout=180)
+        assert r.returncode == 0, r.stderr
     before = tree_fingerprint(s.sim)
-    p = subprocess.Popen([*ENVBISECT, "-p", str(s.sim.playbook), "--store", str(s.store), "revert", BAD_ID],
+    p = subprocess.Popen([*ENVBISECT, "-p", str(s.sim.playbook), "--store", str(s.store), command, BAD_ID],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = ""
     while "starting decode" not in seen:
@@ -304,14 +309,14 @@ def test_revert_interrupted_puts_the_hosts_back_before_releasing_the_lock(scenar
     assert tree_fingerprint(s.sim) != before  # the revert is live
     p.send_signal(sig)
     _, rest = p.communicate(timeout=120)
-    assert p.returncode != 0 and "interrupted" in seen + rest
+    assert p.returncode == ExitStatus.INTERRUPTED and "interrupted" in seen + rest, (p.returncode, rest[-2000:])
     assert tree_fingerprint(s.sim) == before and all_healthy(s.sim)
     run_id = newest_run(s)
     assert json.loads((s.store / "runs" / run_id / "journal.json").read_text())["state"] == "closed"
     r = s.cli("restore", "--json", timeout=60)
     assert json.loads(r.stdout)["restored"] is False  # nothing left to undo, and the lock is free:
-    r = s.cli("revert", BAD_ID, "--json", timeout=120)
-    assert r.returncode == 0 and json.loads(r.stdout)["ok"], r.stderr
+    r = s.cli(command, BAD_ID, "--json", *(["--keep-on-fail"] if command == "revert" else []), timeout=120)
+    assert r.returncode != ExitStatus.USAGE and "ok" in json.loads(r.stdout), r.stderr  # not refused: lock free
 
 
 def test_two_controllers_race_for_the_lock(scenario):

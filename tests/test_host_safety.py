@@ -170,6 +170,44 @@ def test_branch_advanced_during_a_run_is_not_reset(site):
     ed.unlock()
 
 
+def test_applied_state_is_verified_before_anything_restarts_on_it(site, monkeypatch):
+    """issue 8 part 1: after every apply the state on the host is checked (hashes) in the same batch,
+    before any restart. Here a writer lands between envbisect's write and that check (simulated by
+    splitting the batch there): the apply raises a conflict naming the file, nothing is restarted
+    on a configuration that is not the one asked for, and the writer's bytes are left in place."""
+    import envbisect.hosts.journal as J
+
+    tree = site.tree
+    ed = site.editor("run-verify")
+    ed.lock()
+    orig = ed.begin(keys(tree, "decode", "prefill"), set())
+    deltas = kv_deltas(tree)
+    theirs = "export SGLANG_KV_PAGE_SIZE=128  # written by someone else mid-apply\n"
+    real = J.run_ops
+
+    def racing(t, ops, **kw):
+        kinds = [op["op"] for op in ops]
+        if "write" in kinds and "check" in kinds:
+            cut = kinds.index("check")
+            head = real(t, ops[:cut], **kw)
+            tree.env("decode").write_text(theirs)  # lands after the write, before the check
+            return head + real(t, ops[cut:], **kw)
+        return real(t, ops, **kw)
+
+    monkeypatch.setattr(J, "run_ops", racing)
+    with pytest.raises(HostConflict, match=r"decode\.serve-env: is not what envbisect just wrote") as exc:
+        ed.apply(target_state(orig, deltas, set(), {}))
+    assert exc.value.exit_status == ExitStatus.CONFLICT
+    monkeypatch.setattr(J, "run_ops", real)
+    with pytest.raises(HostConflict):  # and no stop/start would go ahead on it
+        ed.guard()
+    conflicts = ed.restore()
+    assert [c["path"] for c in conflicts] == [str(tree.env("decode"))]
+    assert tree.env("decode").read_text() == theirs and tree.env("prefill").read_text() == PREFILL
+    ed.finish()
+    ed.unlock()
+
+
 def test_head_moved_by_someone_is_a_conflict(site):
     tree = site.tree
     old = git(tree.repo, "rev-parse", "HEAD")
@@ -309,6 +347,18 @@ def test_restore_refuses_while_the_owning_run_is_alive_and_locks_first(site):
                                            rf"pid {p.pid}"):
             r.lock(restoring=j.run_id)
         assert tree.env("decode").read_text() == "export TRIAL=1\n"  # nothing was touched
+        # the same through what a user runs: the library's restore_deployment and `envbisect restore`
+        from envbisect.runs.bisect import restore_deployment
+
+        with pytest.raises(LockHeld, match="is still running"):
+            restore_deployment(site.dep, run_id=j.run_id)
+        cli = [sys.executable, "-m", "envbisect.cli.app", "-p", str(site.playbook), "--store", str(site.store)]
+        if site.ssh_config:
+            cli += ["--ssh-config", site.ssh_config]
+        out = subprocess.run(cli + ["restore", "--run", j.run_id], capture_output=True, text=True, timeout=60)
+        assert out.returncode == ExitStatus.USAGE and "is still running" in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+        assert tree.env("decode").read_text() == "export TRIAL=1\n"  # still nothing touched
     finally:
         p.kill()
         p.wait()
