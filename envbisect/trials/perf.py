@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 from envbisect.inputs.playbook import PERF_METRICS, Probe
 from envbisect.outcome import Outcome
 from envbisect.hosts.transport import Transport
-from envbisect.search.perf import REFERENCE_SAMPLES, PerfOutcome, Samples, decide, next_samples
+from envbisect.search.perf import REFERENCE_SAMPLES, Z_WORSE_ONE_START, PerfOutcome, Samples, decide, next_samples
 from envbisect.trials.probe import ProbeRun, run_probe
 
 
@@ -38,7 +38,8 @@ def reference_count(probe: Probe) -> int:
 
 
 def compare(probe: Probe, transports: Mapping[str, Transport], reference: Samples,
-            runs: list[ProbeRun], prior: Sequence[Sequence[float]] = ()):  # noqa: ANN201 - (PerfDecision | None, runs, broken)
+            runs: list[ProbeRun], prior: Sequence[Sequence[float]] = (),
+            one_start_z: float | None = None):  # noqa: ANN201 - (PerfDecision | None, runs, broken)
     """Decide `runs` (samples of the started configuration, with `prior`: the samples of its
     earlier starts in this run) against `reference` (flat: one start; or grouped by start), taking
     more samples while the decision is unknown and more samples can still help."""
@@ -47,7 +48,7 @@ def compare(probe: Probe, transports: Mapping[str, Transport], reference: Sample
     while True:
         values = tuple(r.value for r in runs if r.value is not None)
         d = decide(reference, [*map(tuple, prior), values], higher_is_better=higher, regression=probe.regression,
-                   metric=probe.metric, start_noise=probe.start_noise)
+                   metric=probe.metric, start_noise=probe.start_noise, one_start_z=one_start_z)
         more = next_samples(d, len(values), probe.max_samples)
         if d.outcome is not PerfOutcome.UNKNOWN or more <= 0:
             return d, runs, None
@@ -58,7 +59,7 @@ def compare(probe: Probe, transports: Mapping[str, Transport], reference: Sample
 
 
 def judge(probe: Probe, transports: Mapping[str, Transport], reference: Samples | None, *,
-          is_reference: bool = False, prior: Sequence[Sequence[float]] = ()
+          is_reference: bool = False, prior: Sequence[Sequence[float]] = (), one_start_z: float | None = None
           ) -> tuple[Outcome, tuple[ProbeRun, ...], str, tuple[float, ...]]:
     """(outcome, samples, reason, values of this start). `is_reference`: these samples become the
     reference (the baseline trial keeps them); otherwise they are judged against `reference`,
@@ -75,7 +76,7 @@ def judge(probe: Probe, transports: Mapping[str, Transport], reference: Samples 
         med = statistics.median(values)
         return Outcome.PASS, tuple(runs), (f"the reference: {probe.metric} median {med:.4g} over {len(values)} "
                                            "samples"), values
-    d, runs, broken = compare(probe, transports, reference, runs, prior)
+    d, runs, broken = compare(probe, transports, reference, runs, prior, one_start_z)
     values = tuple(r.value for r in runs if r.value is not None)
     if broken or d is None:
         return Outcome.FAIL, tuple(runs), broken or "no sample", values
@@ -100,6 +101,9 @@ class PerfJudge:
         self.reference_config = tuple(sorted(reference_config))
         self.reference: list[tuple[float, ...]] | None = None  # one group of samples per start
         self.starts: dict[tuple[str, ...], list[tuple[float, ...]]] = {}
+        # a bisection's "worse" names a delta: one start must be clearly beyond the allowance (a
+        # guard's reference is the current configuration; its "worse" is a cost, named as measured)
+        self.one_start_z = None if self.reference_config else Z_WORSE_ONE_START
 
     def judge_start(self, transports: Mapping[str, Transport], config: Sequence[str]
                     ) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
@@ -107,7 +111,8 @@ class PerfJudge:
         mine = key == self.reference_config
         outcome, runs, reason, values = judge(self.probe, transports, self.reference,
                                               is_reference=mine and self.reference is None,
-                                              prior=() if mine else self.starts.get(key, ()))
+                                              prior=() if mine else self.starts.get(key, ()),
+                                              one_start_z=self.one_start_z)
         if values and mine and outcome is Outcome.PASS:
             self.reference = [*(self.reference or []), values]
         elif values and not mine:
