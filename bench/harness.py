@@ -255,9 +255,9 @@ def run_envbisect(lab: Lab, policy: str) -> Answer:
     verdict = step
     refined: dict[str, tuple[str, ...]] = {}
     if any(len(v) > 1 for v in units.values()):
-        fake_run = SimpleNamespace(opts=SimpleNamespace(link=()), trials=[], _append_trial=lambda _t: None,
-                                   on_event=lambda _k, _d: None)
-        refined = BisectRun._refine_links(fake_run, verdict, units, _RefineRunner(lab, units), search, [])
+        fake_run = SimpleNamespace(opts=SimpleNamespace(link=()), declared_links=(), trials=[],
+                                   _append_trial=lambda _t: None, on_event=lambda _k, _d: None)
+        refined, _apart = BisectRun._refine_links(fake_run, verdict, units, _RefineRunner(lab, units), search, [])
     if verdict.kind not in ("culprit", "interaction"):
         return Answer(None, verdict.kind)
     terms = frozenset(frozenset(d for u in t for d in refined.get(u, units[u])) for t in verdict.terms)
