@@ -309,8 +309,12 @@ def _ansible_inventory() -> str | None:
 
 
 @pytest.mark.sshd
-@pytest.mark.skipif(_ansible_inventory() is None, reason="ansible-inventory (ansible-core) is not installed")
+# scripts/test.sh installs ansible-core (the `test` extra) and sets ENVBISECT_REQUIRE_SSHD: there a
+# missing ansible-inventory is a failure, not a skip; a bare `pytest` elsewhere may skip it
+@pytest.mark.skipif(_ansible_inventory() is None and not os.environ.get("ENVBISECT_REQUIRE_SSHD"),
+                    reason="ansible-inventory (ansible-core) is not installed")
 def test_ini_inventory_through_ansible_inventory(tmp_path, sshd):
+    assert _ansible_inventory(), "ansible-inventory is missing: pip install -e '.[test]' installs ansible-core"
     kh = tmp_path / "kh"
     kh.write_text(sshd.known_hosts_line + "\n")
     ini = tmp_path / "hosts.ini"
