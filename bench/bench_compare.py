@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (  # noqa: E402
-    DETECTIONS, MAX_K, METHODS, NS, SCENARIO_TITLES, SCENARIOS, cases, info_bound, run_case,
+    DETECTIONS, MAX_K, METHODS, NS, SCENARIO_TITLES, SCENARIOS, cases, evidence_bound, info_bound, run_case,
 )
 
 FULL = {"ns": NS, "pair_cap": 200, "pair_every": 500, "flaky_min": 200}
@@ -74,6 +74,8 @@ def summarize(scenario: str, n: int, method: str, recs: list, k: int | None = No
         "mean_probes": sum(r[1] for r in recs) / runs,
         "right": sum(r[2] for r in recs) / runs, "innocent": sum(r[3] for r in recs) / runs,
         "verdicts": dict(Counter(r[4] for r in recs)), "info_bound": info_bound(n, c0), "k": k,
+        # one culprit: the fewest mean restarts of any method that observes what envbisect observes
+        "evidence_bound": evidence_bound(n) if scenario == "culprit" else None,
     }
 
 
@@ -154,6 +156,8 @@ def table(res: dict) -> str:
         out.append("")
     out.append("restarts: mean per case (premise checks included; the running current config is free for every "
                "method); bound = ceil(log2 C(n,k)), the fewest restarts that can tell k culprits among n apart; "
+               "for one culprit, any method that observes the baseline pass, the culprit fail alone and its revert "
+               "pass needs at least evidence_bound(n) mean restarts (log2 n + 2.5 for n a power of 2; bench/README.md); "
                "right = verdict equals the truth; innocent = a delta outside the truth was named; k = probe runs per "
                "step of bisect-k (! = envbisect's accuracy not reached with k <= 40)")
     out.append(f"runtime {res['runtime_s']:.0f} s")

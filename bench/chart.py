@@ -17,6 +17,7 @@ STYLE = {  # method: (label, colour, dash, width)
     "envbisect-thorough": ("envbisect --policy thorough", "#8c564b", "2 2", 1.8),
     "toggle": ("one at a time", "#1f77b4", "", 1.8),
     "bisect": ("classic bisection (git bisect run)", "#2ca02c", "", 1.8),
+    "bisect-verify": ("classic bisection + the operator's checks", "#e377c2", "4 2", 1.8),
     "bisect-k": ("bisection, k runs/step (k tuned)", "#17becf", "8 3 2 3", 1.8),
     "ddmin": ("ddmin", "#9467bd", "", 1.8),
     "bound": ("information bound ceil(log2 C(n,k))", "#7f7f7f", "3 3", 1.2),
@@ -96,7 +97,7 @@ def render(res: dict) -> str:
 
     W, PH = 1280, 290
     parts = []
-    methods = ["envbisect-confirm", "envbisect-fast", "envbisect-thorough", "toggle", "bisect", "ddmin"]
+    methods = ["envbisect-confirm", "envbisect-fast", "envbisect-thorough", "toggle", "bisect", "bisect-verify", "ddmin"]
     titles = {"culprit": "one culprit", "pair": "pair failing only together", "two": "two independent culprits",
               "linked": "same key, innocent on one side"}
     pw = W / 4

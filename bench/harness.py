@@ -18,6 +18,7 @@ innocent* when it blames a delta outside the truth.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -50,13 +51,15 @@ MAX_K = 40  # fixed-repeat bisection tries k = 1 .. MAX_K (the search's own cap 
 LINK_KEY = "SGLANG_SHARED_KNOB"
 
 ENVBISECT_METHODS = tuple(f"envbisect-{p}" for p in POLICIES)
-METHODS = ENVBISECT_METHODS + ("toggle", "bisect", "bisect-k", "ddmin")
+METHODS = ENVBISECT_METHODS + ("toggle", "bisect", "bisect-verify", "bisect-k", "ddmin")
 METHOD_TITLES = {
     "envbisect-confirm": "envbisect, policy confirm (the default)",
     "envbisect-fast": "envbisect, policy fast",
     "envbisect-thorough": "envbisect, policy thorough",
     "toggle": f"one-at-a-time: revert each delta alone from current, stop at first pass ({HAND_PROBES} runs/trial)",
     "bisect": "classic bisection (git bisect run): 1 probe run per step, no premise checks",
+    "bisect-verify": (f"classic bisection plus the checks of a careful operator: the baseline first, then the "
+                      f"culprit alone and its revert ({HAND_PROBES} runs each)"),
     "bisect-k": "classic bisection, k probe runs per step, k tuned to envbisect's accuracy",
     "ddmin": f"Zeller's ddmin, results cached ({HAND_PROBES} runs/trial)",
 }
@@ -165,6 +168,38 @@ def info_bound(n: int, k: int) -> int:
     """ceil(log2 C(n, k)): restarts any method needs in the worst case to tell k culprits among n
     apart with pass/fail answers (deterministic), premise checks not included."""
     return math.ceil(math.log2(math.comb(n, k))) if math.comb(n, k) > 1 else 0
+
+
+@functools.lru_cache(maxsize=None)
+def _confirm_cost(k: int) -> float:
+    """The fewest expected tests, over a culprit uniformly among ``k`` candidates of a diff of
+    more than 2 deltas, that identify it *and* observe it fail alone (baseline + it) and observe
+    its revert pass (current - it).  Only the test "baseline + {x}" shows x failing alone, and
+    only "current - {x}" shows its revert passing; for n > 2 no test is both for two deltas, so a
+    test that splits the candidates k -> (j, k - j) can settle one of those two observations only
+    for the candidate it isolates (j = 1).  Exact by recursion over the split sizes."""
+    if k == 1:
+        return 2.0  # identified by a test that was neither of its two: both still to make
+    best = math.inf
+    for j in range(1, k // 2 + 1):
+        if j == 1:  # isolate one candidate with its own alone test: one of its two observations made
+            rest = 2.0 if k == 2 else _confirm_cost(k - 1)
+            cost = 1 + (1 / k) * 1.0 + ((k - 1) / k) * rest
+        else:
+            cost = 1 + (j / k) * _confirm_cost(j) + ((k - j) / k) * _confirm_cost(k - j)
+        best = min(best, cost)
+    return best
+
+
+def evidence_bound(n: int) -> float:
+    """The fewest mean restarts, over every position of one culprit among ``n`` deltas, of *any*
+    method that observes what envbisect's default policy observes before it names the culprit:
+    the baseline passing (one restart), the culprit failing alone and its revert passing (current,
+    already running and failing, is free).  Classic bisection observes none of these; toggling
+    observes only the revert.  For n a power of 2 this is log2 n + 2.5."""
+    if n < 3:
+        raise ValueError("n >= 3")
+    return 1 + _confirm_cost(n)
 
 
 # --------------------------------------------------------------------------- the lab
@@ -291,6 +326,37 @@ def run_bisect(lab: Lab, k: int = 1) -> Answer:
     return Answer(frozenset({frozenset({ids[hi - 1]})}), "culprit")
 
 
+def run_bisect_verify(lab: Lab, runs: int = HAND_PROBES) -> Answer:
+    """What a careful operator adds to `git bisect run`, following mozregression's habit of
+    testing both ends first: the baseline must pass, then the bisection (one probe run per step,
+    as `git bisect run` runs its script once), then the named delta must break the stack alone
+    and its revert from current must pass.  A config already tried is not restarted again.  If
+    the baseline fails, or the delta passes alone, or its revert fails, the operator has no verdict
+    (the bisection assumed one culprit, and the checks say otherwise)."""
+    ids = lab.case.deltas
+    tried: dict[frozenset, bool] = {frozenset(ids): True}  # current: running, seen failing
+
+    def fails(cfg, k: int) -> bool:
+        key = frozenset(cfg)
+        if key not in tried:
+            tried[key] = lab.trial(key, k)[1] > 0
+        return tried[key]
+
+    if fails((), runs):
+        return Answer(None, "not-config")
+    lo, hi = 0, len(ids)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fails(ids[:mid], 1):
+            hi = mid
+        else:
+            lo = mid
+    x = ids[hi - 1]
+    if not fails({x}, runs) or fails(set(ids) - {x}, runs):
+        return Answer(None, "inconclusive")
+    return Answer(frozenset({frozenset({x})}), "culprit")
+
+
 def run_ddmin(lab: Lab, runs: int = HAND_PROBES) -> Answer:
     """Zeller & Hildebrandt's ddmin (minimizing delta debugging) over the deltas: test subsets,
     then complements, else refine the granularity; outcomes are cached so no config is restarted
@@ -345,6 +411,8 @@ def runner(method: str, k: int = 1) -> Callable[[Lab], Answer]:
         return lambda lab: run_bisect(lab, 1)
     if method == "bisect-k":
         return lambda lab: run_bisect(lab, k)
+    if method == "bisect-verify":
+        return run_bisect_verify
     if method == "ddmin":
         return run_ddmin
     raise ValueError(f"unknown method {method!r}")

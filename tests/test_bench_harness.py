@@ -13,9 +13,57 @@ import harness  # noqa: E402
 
 
 @pytest.mark.parametrize("scenario", ["culprit", "pair", "linked"])
-@pytest.mark.parametrize("method", ["envbisect-confirm", "toggle", "bisect", "ddmin"])
+@pytest.mark.parametrize("method", ["envbisect-confirm", "toggle", "bisect", "bisect-verify", "ddmin"])
 def test_every_method_runs_a_small_case_and_envbisect_is_right(scenario, method):
     results = [harness.run_case(case, method) for case in harness.cases(scenario, 8, pair_cap=6)]
     assert results and all(restarts >= 1 for restarts, *_ in results)
     if method == "envbisect-confirm":  # the default policy: right, no innocent named, on every case
         assert all(right and not innocent for _, _, right, innocent, _ in results), results
+
+
+def _brute_force_bound(n: int) -> float:
+    """The fewest mean tests over a culprit uniformly among n, by exhaustive search over every
+    adaptive strategy whose tests are any subset of the deltas (added to the baseline), that end
+    with the culprit known and both "baseline + {x}" failing and "current - {x}" passing seen;
+    plus the baseline itself. Independent of harness's recursion over split sizes."""
+    from functools import lru_cache
+
+    everything = frozenset(range(n))
+    tests = [frozenset(i for i in range(n) if mask >> i & 1) for mask in range(1 << n)]
+
+    @lru_cache(maxsize=None)
+    def cost(cands: frozenset, seen: frozenset) -> float:
+        if len(cands) == 1:
+            (x,) = cands
+            if frozenset({x}) in seen and everything - {x} in seen:
+                return 0.0
+        best = float("inf")
+        for t in tests:
+            if t in seen or not t or t == everything:
+                continue  # the baseline and current are known; a config tried twice says nothing new
+            fail, ok = cands & t, cands - t
+            if len(cands) > 1 and not (fail and ok):
+                continue  # a test that splits no candidates off tells nothing
+            if len(cands) == 1 and t not in (cands, everything - cands):
+                continue  # the culprit is known: only its own two observations are left to make
+            branches = [b for b in (fail, ok) if b]
+            c = 1 + sum(len(b) / len(cands) * cost(b, seen | {t}) for b in branches)
+            best = min(best, c)
+        return best
+
+    return 1 + cost(everything, frozenset())
+
+
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_evidence_bound_equals_an_exhaustive_search_over_strategies(n):
+    assert harness.evidence_bound(n) == pytest.approx(_brute_force_bound(n))
+
+
+def test_evidence_bound_is_log2_n_plus_2_5_at_powers_of_2_and_envbisect_is_near_it():
+    for n in (4, 8, 16, 32, 64, 128):
+        assert harness.evidence_bound(n) == pytest.approx(__import__("math").log2(n) + 2.5)
+    mean = lambda method, n: sum(harness.run_case(c, method)[0] for c in harness.cases("culprit", n)) / n  # noqa: E731
+    for n in (8, 16):
+        assert harness.evidence_bound(n) <= mean("envbisect-confirm", n) <= harness.evidence_bound(n) + 0.5
+        # the careful operator's protocol observes the same and cannot beat the bound either
+        assert mean("bisect-verify", n) >= harness.evidence_bound(n)
