@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -94,7 +95,9 @@ class Store:
                 snap = dataclasses.replace(snap, id=f"{base}-{k}")
             doc = snapshot_to_json(snap, self.put_blob)
             path = self.snapshots_dir / f"{snap.id}.json"
-            write_private(path, json.dumps(doc, indent=1, sort_keys=True).encode())
+            # compact: json's C encoder (an indent falls back to the pure-Python one, which was most
+            # of the controller's CPU in a 16-host snapshot)
+            write_private(path, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
         return snap
 
     @contextlib.contextmanager
@@ -186,8 +189,16 @@ class Store:
 
 # --- JSON mapping ------------------------------------------------------------------------------
 
+def _fields(obj: Any) -> dict[str, Any]:
+    """A flat dataclass's fields as a dict: what dataclasses.asdict gives for these snapshot types
+    (no nested dataclasses; mappings become dicts), without its deep copy of every value (file
+    contents included), which cost more than the rest of a snapshot's controller side."""
+    return {f.name: (dict(v) if isinstance(v := getattr(obj, f.name), Mapping) else v)
+            for f in dataclasses.fields(obj)}
+
+
 def _file_to_json(f: FileState, put_blob) -> dict[str, Any]:  # noqa: ANN001
-    d = dataclasses.asdict(f)
+    d = _fields(f)
     content = d.pop("content")
     if content is not None:
         d["blob"] = put_blob(content)
@@ -212,9 +223,10 @@ def snapshot_to_json(snap: Snapshot, put_blob) -> dict[str, Any]:  # noqa: ANN00
             "utc_offset_s": h.utc_offset_s, "env_files": dict(h.env_files),
             "watched": {k: list(v) for k, v in h.watched.items()},
             "files": {p: _file_to_json(f, put_blob) for p, f in h.files.items()},
-            "repos": {p: {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(r).items()}
+            "repos": {p: {k: (list(v) if isinstance(v, tuple) else v) for k, v in _fields(r).items()}
                       for p, r in h.repos.items()},
-            "processes": {s: dataclasses.asdict(p) for s, p in h.processes.items()},
+            "processes": {s: {k: (list(v) if isinstance(v, tuple) else v) for k, v in _fields(p).items()}
+                          for s, p in h.processes.items()},
         }
         hosts[name] = hd
     return {"format": 1, "id": snap.id, "label": snap.label, "taken_at": snap.taken_at, "playbook": snap.playbook,
