@@ -89,3 +89,30 @@ def test_zero_deltas_on_a_failing_stack_is_not_config_after_a_co_restart(scenari
     assert doc["restarts"] == 1
     assert doc["path"]["broken_at"] == "client path"
     assert tree_fingerprint(s.sim) == before
+
+
+def test_a_matched_kv_change_written_differently_on_each_side_stays_linked_and_is_not_named(scenario):
+    """Red-team S16b: the KV page size goes 64 -> 128 on both sides, prefill as `128` and decode as
+    `${KV_PAGE:-128}` (bash makes 128 of it). Together the two are innocent; each alone is a layout
+    mismatch. They must be linked by what bash makes of them, not by their text, or the search
+    splits them and names both as culprits next to the real one (decode CTAS)."""
+    s = scenario()
+    s.baseline()
+    plant(s.sim, [("prefill", "NCCL_DEBUG", "INFO"), ("prefill", "SGLANG_KV_PAGE_SIZE", "128"),
+                  ("router", "ROUTER_LOG_LEVEL", "debug")], restart=False)
+    decode = s.sim.env_file("decode")
+    text = decode.read_text()
+    assert text.count("export SGLANG_KV_PAGE_SIZE=64\n") == 1
+    decode.write_text(text.replace("export SGLANG_KV_PAGE_SIZE=64\n", "export SGLANG_KV_PAGE_SIZE=${KV_PAGE:-128}\n"))
+    plant(s.sim, [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")])
+    with s.deployment() as dep:
+        diff = dep.diff(against="good")
+    kv = {d.id: d for d in diff.deltas if d.key == "SGLANG_KV_PAGE_SIZE"}
+    assert set(kv) == {"prefill:SGLANG_KV_PAGE_SIZE", "decode:SGLANG_KV_PAGE_SIZE"}
+    assert kv["decode:SGLANG_KV_PAGE_SIZE"].new_eval == "128" != kv["decode:SGLANG_KV_PAGE_SIZE"].new
+    before = tree_fingerprint(s.sim)
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind == "culprit", r.verdict
+    assert r.culprit_deltas == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",), (r.culprit_deltas, r.verdict.explanation)
+    assert any(n.startswith("SGLANG_KV_PAGE_SIZE changed the same way") for n in r.notes), r.notes
+    assert r.state_left == "original" and tree_fingerprint(s.sim) == before

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from envbisect.state.configuration import check_applicable, touched
-from envbisect.state.deltas import Delta, Diff, linked_units
+from envbisect.state.deltas import Delta, Diff, linked_units, same_change
 from envbisect.runs.deployment import Deployment
 from envbisect.trials.diagnose import PathReport, check_path
 from envbisect.errors import EnvbisectError, ExitStatus, LockLost, RemoteError, UsageError
@@ -133,14 +133,15 @@ def select_deltas(diff: Diff, only: Sequence[str], exclude: Sequence[str]) -> li
 
 def make_units(deltas: Sequence[Delta], link: Iterable[str], auto_link: bool) -> tuple[dict[str, tuple[str, ...]], list[str]]:
     """Bisection units. Same variable, same new value in several services: prefill and decode must
-    usually agree, so testing one side without the other would test a mismatch nobody deployed."""
+    usually agree, so testing one side without the other would test a mismatch nobody deployed
+    ("the same change": deltas.same_change, by what bash makes of the value)."""
     keys = set(link)
     notes = []
     if auto_link:
         by_key: dict[tuple[str | None, str, str | None], set[str]] = {}
         for d in deltas:
             if d.kind == "env":
-                by_key.setdefault((d.key, d.change, d.new), set()).add(d.service or "")
+                by_key.setdefault(same_change(d), set()).add(d.service or "")
         for (key, _c, _n), services in by_key.items():
             if key and len(services) > 1 and key not in keys:
                 keys.add(key)

@@ -27,6 +27,14 @@ from envbisect.state.snapshot import FileState, HostState, ProcessState, RepoSta
 CHANGES = ("added", "removed", "changed")
 
 
+def same_change(d: "Delta") -> tuple[str, str, str | None]:
+    """What makes two services' env deltas "the same change" (to be tested as one linked unit):
+    key, kind of change and the new value as bash makes it where that is known (`128` and
+    `${KV_PAGE:-128}` are the same page size; by their text such a pair was split, and each side
+    alone, a layout mismatch, was named as a culprit)."""
+    return (d.key or "", d.change, d.new_eval if d.new_eval is not None else d.new)
+
+
 @dataclass(frozen=True)
 class Delta:
     id: str  # stable and typable: "decode:SGLANG_X", "git:node1:/srv/src", "file:node1:/srv/conf/a.yaml"
@@ -168,7 +176,7 @@ class Diff:
         by_key: dict[tuple[str, str, str | None], list[str]] = {}
         for d in self.deltas:
             if d.kind == "env":
-                by_key.setdefault((d.key or "", d.change, d.new), []).append(d.id)
+                by_key.setdefault(same_change(d), []).append(d.id)
         return [ids for ids in by_key.values() if len(ids) > 1]
 
     def to_json(self, masker: SecretMasker) -> dict[str, Any]:
