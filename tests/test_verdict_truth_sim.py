@@ -116,3 +116,70 @@ def test_a_matched_kv_change_written_differently_on_each_side_stays_linked_and_i
     assert r.culprit_deltas == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",), (r.culprit_deltas, r.verdict.explanation)
     assert any(n.startswith("SGLANG_KV_PAGE_SIZE changed the same way") for n in r.notes), r.notes
     assert r.state_left == "original" and tree_fingerprint(s.sim) == before
+
+
+def _edit(sim, service: str, old: str, new: str) -> None:
+    p = sim.env_file(service)
+    text = p.read_text()
+    assert text.count(old) == 1, (old, text)
+    p.write_text(text.replace(old, new))
+
+
+def _whole_file_found(s, before) -> None:
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind == "culprit", (r.verdict, r.notes)
+    path = str(s.sim.env_file("decode"))
+    assert len(r.culprit_deltas) == 1 and r.culprit_deltas[0].startswith("file:") and \
+        r.culprit_deltas[0].endswith(path), r.culprit_deltas
+    assert r.state_left == "original" and tree_fingerprint(s.sim) == before
+
+
+def test_a_moved_line_that_changes_what_bash_makes_is_a_delta(scenario):
+    """Red-team S15: SGLANG_DATA_ROOT is moved below the line that reads it. No assignment's text
+    changed, but bash now makes SGLANG_KV_DIR=/kv and decode hangs. The diff must not be empty
+    (it was, and the verdict was a false not-config): the file is compared as a whole."""
+    s = scenario(rules=rules({"service": "decode", "when": {"SGLANG_KV_DIR": "/kv"}, "fault": "hang"}))
+    _edit(s.sim, "decode", "# --- kernels ---\n",
+          "# --- kernels ---\nexport SGLANG_DATA_ROOT=/data\nexport SGLANG_KV_DIR=\"$SGLANG_DATA_ROOT/kv\"\n")
+    s.sim.age_files()
+    s.sim.co_restart()
+    s.baseline()
+    _edit(s.sim, "decode", "export SGLANG_DATA_ROOT=/data\n", "")
+    p = s.sim.env_file("decode")
+    p.write_text(p.read_text() + "export SGLANG_DATA_ROOT=/data\n")
+    plant(s.sim, [("prefill", "NCCL_DEBUG", "INFO")])
+    with s.deployment() as dep:
+        diff = dep.diff(against="good")
+    assert any("SGLANG_KV_DIR" in n and "whole file" in n for n in diff.notes), diff.notes
+    _whole_file_found(s, tree_fingerprint(s.sim))
+
+
+def test_an_edit_of_a_shadowed_copy_that_a_line_reads_is_a_delta(scenario):
+    """Red-team S18: the early copy of a key assigned twice is edited; the last copy (which wins)
+    is not, but a line between the two reads the early one."""
+    s = scenario(rules=rules({"service": "decode", "when": {"SGLANG_DECODE_BACKEND": "triton"}, "fault": "hang"}))
+    _edit(s.sim, "decode", "# --- kernels ---\n", "# --- kernels ---\nexport SGLANG_ATTN_BACKEND=fa3\n"
+          "export SGLANG_DECODE_BACKEND=\"$SGLANG_ATTN_BACKEND\"\n")
+    p = s.sim.env_file("decode")
+    p.write_text(p.read_text() + "export SGLANG_ATTN_BACKEND=flashinfer\n")
+    s.sim.age_files()
+    s.sim.co_restart()
+    s.baseline()
+    _edit(s.sim, "decode", "export SGLANG_ATTN_BACKEND=fa3\n", "export SGLANG_ATTN_BACKEND=triton\n")
+    plant(s.sim, [("prefill", "NCCL_DEBUG", "INFO")])
+    _whole_file_found(s, tree_fingerprint(s.sim))
+
+
+def test_a_baseline_that_is_not_parseable_per_key_is_compared_as_a_whole_file(scenario):
+    """Red-team S03: the baseline has `export A=1 B=2` on one line (valid bash, not parsed per key).
+    Its deltas were dropped with a note, and the verdict was a false not-config."""
+    s = scenario()
+    _edit(s.sim, "decode", "export NCCL_DEBUG=WARN", "export NCCL_DEBUG=WARN NCCL_DEBUG_SUBSYS=INIT")
+    s.sim.age_files()
+    s.sim.co_restart()
+    s.baseline()
+    _edit(s.sim, "decode", "export NCCL_DEBUG=WARN NCCL_DEBUG_SUBSYS=INIT",
+          "export NCCL_DEBUG=WARN\nexport NCCL_DEBUG_SUBSYS=INIT")
+    _edit(s.sim, "decode", "export SGLANG_SM120_MMA_TARGET_CTAS=128", "export SGLANG_SM120_MMA_TARGET_CTAS=256")
+    plant(s.sim, [("prefill", "NCCL_DEBUG", "INFO")])
+    _whole_file_found(s, tree_fingerprint(s.sim))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
-from envbisect.inputs.envfile import EnvFile, EnvFileError, parse_env, shell_quote, word_meaning
+from envbisect.inputs.envfile import EnvFile, EnvFileError, meaning_refs, parse_env, shell_quote, word_meaning
 from envbisect.inputs.masking import SecretMasker
 from envbisect.state.snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
 
@@ -317,13 +317,27 @@ def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float |
             start_env = _start_env(keys, proc, base_proc)
             if old is not None:
                 if old_env is None:
-                    notes.append(f"{service}: baseline of {path} ({old.source}) is not parseable")
+                    # its deltas are not dropped (the baseline trial would keep the current file
+                    # and fail: a false not-config); the file is one delta, as a current file
+                    # that does not parse is
+                    notes.append(f"{hname}:{path}: the baseline ({old.source}) is not parseable as a serve-env file "
+                                 "(per key); compared as a whole file")
+                    deltas.extend(_file_delta(hname, path, f, old, since, contents))
                     continue
                 old_eval = None
                 if base_proc is not None and old.source == f"snapshot:{base_id}" and not old.absent:
                     old_eval = base_proc.evaluated(old.sha or (_sha(old.content) if old.content is not None else None))
-                deltas.extend(_env_deltas(hname, service, path, _file_sides(old_env, old_eval),
-                                          _file_sides(new_env, new_eval), old.source, start_env))
+                file_deltas = _env_deltas(hname, service, path, _file_sides(old_env, old_eval),
+                                          _file_sides(new_env, new_eval), old.source, start_env)
+                unexplained = _unexplained_evaluations(old_env, new_env, old_eval, new_eval,
+                                                       {d.key for d in file_deltas})
+                if unexplained:
+                    notes.append(f"{hname}:{path}: what bash makes of {', '.join(unexplained)} changed, though no "
+                                 "assignment it reads did (a line moved, or an earlier copy of a key was edited): "
+                                 "compared as a whole file")
+                    deltas.extend(_file_delta(hname, path, f, old, since, contents))
+                    continue
+                deltas.extend(file_deltas)
             elif proc is not None and proc.status == "ok" and since is not None and proc.started_at is not None \
                     and proc.started_at <= since:
                 # The process started before TIME still carries the old environment.
@@ -371,6 +385,35 @@ def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float |
                                 bf.sha256, None, f"snapshot:{base_id}",
                                 () if bf.content is not None else ("old content too large to restore",)))
     return Diff(since, baseline, current, tuple(deltas), tuple(drift), tuple(unknown), tuple(notes), contents)
+
+
+def _unexplained_evaluations(old_env: EnvFile, new_env: EnvFile, old_eval: Mapping[str, str] | None,
+                             new_eval: Mapping[str, str] | None, delta_keys: set[str | None]) -> list[str]:
+    """Keys whose assignment means the same on both sides, whose value reads only keys the file
+    itself assigns, none of which has a delta or evaluates differently, and which bash nonetheless
+    evaluated differently on the host. Per-key deltas cannot express that (the order of the lines
+    or an earlier, shadowed copy changed), and a trial built from them would not be the baseline.
+    Conservative: a value that reads the process environment, runs a command or expands ``~`` may
+    legitimately evaluate differently, so it never counts."""
+    if old_eval is None or new_eval is None:
+        return []
+    assigned = {a.key for a in old_env.assignments} | {a.key for a in new_env.assignments}
+    old_m, new_m = old_env.meanings(), new_env.meanings()
+    out = []
+    for key in sorted(set(old_m) & set(new_m)):
+        if key in delta_keys or old_m[key] != new_m[key]:
+            continue
+        if old_eval.get(key) is None or new_eval.get(key) is None or old_eval[key] == new_eval[key]:
+            continue
+        if any(kind not in ("lit", "ref") for kind, _text in new_m[key]):
+            continue
+        refs = meaning_refs(new_m[key])
+        if not refs or not refs <= assigned:
+            continue
+        if any(r in delta_keys or old_eval.get(r) != new_eval.get(r) for r in refs):
+            continue
+        out.append(key)
+    return out
 
 
 @dataclass(frozen=True)
