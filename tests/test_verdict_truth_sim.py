@@ -183,3 +183,21 @@ def test_a_baseline_that_is_not_parseable_per_key_is_compared_as_a_whole_file(sc
     _edit(s.sim, "decode", "export SGLANG_SM120_MMA_TARGET_CTAS=128", "export SGLANG_SM120_MMA_TARGET_CTAS=256")
     plant(s.sim, [("prefill", "NCCL_DEBUG", "INFO")])
     _whole_file_found(s, tree_fingerprint(s.sim))
+
+
+def test_not_config_with_a_hanging_engine_names_that_engine(scenario):
+    """Red-team S10b: nothing changed, but decode hangs on every request (a GPU fault) while its
+    health check passes. The path check sends the request straight to each engine when the router
+    fails, and says to look at decode, not at "the transfer and routing"."""
+    s = scenario()
+    s.baseline()
+    s.sim.set_rules(rules({"service": "decode", "when": {}, "fault": "hang"}))
+    s.sim.co_restart()
+    p = s.cli("bisect", "--against", "good", "--probe", "e2e", "--json")
+    doc = json.loads(p.stdout)
+    assert p.returncode == 4 and doc["verdict"] == "not-config", (p.stdout, p.stderr)
+    path = doc["path"]
+    assert path["broken_at"].startswith("router"), path
+    direct = {l["layer"]: l["ok"] for l in path["layers"] if l["informational"]}
+    assert direct == {"direct: prefill": True, "direct: decode": False}, path["layers"]
+    assert "decode also fails when asked directly" in path["conclusion"], path["conclusion"]

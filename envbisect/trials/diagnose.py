@@ -56,6 +56,22 @@ def entry_service(playbook: Playbook) -> str:
     return playbook.restart.order[-1]
 
 
+def engine_layers(playbook: Playbook, transports: Mapping[str, Transport], base: Probe) -> list[Layer]:
+    """The same request sent straight to each engine (every service but the entry one):
+    informational layers that tell "an engine is broken" from "routing, the transfer or the
+    client path" (a PD engine asked directly may not do the whole job, so they never fail a check)."""
+    out = []
+    entry = entry_service(playbook)
+    for name in playbook.restart.order:
+        if name == entry:
+            continue
+        s = playbook.services[name]
+        p = replace(base, name=f"direct: {name}", kind="http", url=rebase(base.url or "", s.health), vantage=s.host)
+        r = run_probe(p, transports)
+        out.append(Layer(p.name, r.target, r.outcome == PASS, r.reason, r, r.duration_s, informational=True))
+    return out
+
+
 def check_path(playbook: Playbook, transports: Mapping[str, Transport], probe: Probe) -> PathReport:
     layers: list[Layer] = []
     for name in playbook.restart.order:
@@ -67,6 +83,8 @@ def check_path(playbook: Playbook, transports: Mapping[str, Transport], probe: P
         router_probe = replace(probe, url=rebase(probe.url, entry.health), vantage=entry.host)
         r = run_probe(router_probe, transports)
         layers.append(Layer(f"router ({entry.name}) directly", router_probe.url or "", r.outcome == PASS, r.reason, r))
+        if r.outcome != PASS:  # which engine? (red-team S10b: a hanging decode read as "look at routing")
+            layers.extend(engine_layers(playbook, transports, replace(probe, url=router_probe.url)))
         targets = {router_probe.url}
         if playbook.client_url:
             client_probe = replace(probe, url=rebase(probe.url, playbook.client_url))
@@ -80,7 +98,7 @@ def check_path(playbook: Playbook, transports: Mapping[str, Transport], probe: P
     else:
         r = run_probe(probe, transports)
         layers.append(Layer("probe command", probe.command or "", r.outcome == PASS, r.reason, r))
-    broken = next((l for l in layers if not l.ok), None)
+    broken = next((l for l in layers if not l.ok and not l.informational), None)
     return PathReport(tuple(layers), broken.name if broken else None, _conclude(layers, broken))
 
 
@@ -91,8 +109,13 @@ def _conclude(layers: list[Layer], broken: Layer | None) -> str:
     if broken.name.startswith("health:"):
         return f"{broken.name[8:]} is not healthy ({broken.reason}): look at that engine and its log first"
     if broken.name.startswith("router"):
-        return ("the router fails even when called directly while every engine reports healthy: look at the "
-                "prefill->decode transfer and routing (per-worker health does not exercise the transfer)")
+        bad = [l.name[len("direct: "):] for l in layers if l.informational and l.ok is False]
+        if bad:
+            return (f"the router fails when called directly, and {', '.join(bad)} also fails when asked directly "
+                    "although its health check passes: look at that engine and its log first")
+        return ("the router fails even when called directly while every engine reports healthy and answers a "
+                "request sent straight to it: look at the prefill->decode transfer and routing (per-worker "
+                "health does not exercise the transfer)")
     return (f"the router answers correctly but the {broken.name} fails ({broken.reason}): the fault is on the path "
             "between the client and the router - the client, a proxy, connection reuse (keep-alive) - not in the "
             "deployment's configuration")

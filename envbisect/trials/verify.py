@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from envbisect.trials.diagnose import Layer, entry_service, rebase
+from envbisect.trials.diagnose import Layer, engine_layers, entry_service, rebase
 from envbisect.errors import UsageError
 from envbisect.inputs.playbook import Playbook, Probe
 from envbisect.trials.probe import PASS, run_probe
@@ -72,15 +72,7 @@ def verify(playbook: Playbook, transports: Mapping[str, Transport], probes: Sequ
         if r.outcome != PASS:
             failed = p.name
     # Straight to each engine: separates "an engine is broken" from "routing / client path".
-    base = request_probe(playbook)
-    entry = entry_service(playbook)
-    for name in playbook.restart.order:
-        if name == entry:
-            continue
-        s = playbook.services[name]
-        p = replace(base, name=f"direct: {name}", kind="http", url=rebase(base.url or "", s.health), vantage=s.host)
-        r = run_probe(p, transports)
-        layers.append(Layer(p.name, r.target, r.outcome == PASS, r.reason, r, r.duration_s, informational=True))
+    layers.extend(engine_layers(playbook, transports, request_probe(playbook)))
     return VerifyReport(tuple(layers), failed, _summary(layers, failed))
 
 
