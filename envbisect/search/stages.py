@@ -89,7 +89,7 @@ class CheckAlone(_Stage):
         if sa in ("untested", "weak"):  # alone first: it decides culprit vs interaction
             return s._request(va, f"confirm: does {name} break the stack alone?", post, TrialKind.CONFIRM)
         if sf in ("untested", "weak"):
-            return s._request(vf, f"confirm: current without {name} (the fix) must pass", post, TrialKind.CONFIRM)
+            return s.fix_request(vf, f"confirm: current without {name} (the fix) must pass", post)
         return None
 
     def after_failure(self, s: "Search") -> bool:

@@ -5,6 +5,7 @@ Size (578 lines): premise checks, fluke re-tests, confirmations and the verdict 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -469,7 +470,20 @@ class Search(VerdictWriter):
         if not cands:
             return None
         cands.sort(key=lambda c: -c[0])  # stable: "alone" first on ties
+        if cands[0][1] == vf:
+            return self.fix_request(vf, cands[0][2], post)
         return self._request(cands[0][1], cands[0][2], post, TrialKind.CONFIRM)
+
+    def fix_request(self, mask: int, purpose: str, post: _Belief) -> TrialRequest:
+        """The fix (current minus the culprits) must pass believably on its own: as many runs as a
+        pass of a config at even odds of being bad needs, given the intermittency learnt so far.
+        The posterior alone would accept it after base_probes runs (a further culprit is a priori
+        unlikely), and with a fault that shows in 30% of runs a bad config passes 3 runs a third
+        of the time: a second culprit would be missed that often (red-team S08). Probe runs are
+        cheap next to restarts; a deterministic fault keeps base_probes."""
+        req = self._request(mask, purpose, post, TrialKind.CONFIRM)
+        runs = max(req.probes, self._runs_for(0.5, post.q_given_bad(self._all), post.qs))
+        return dataclasses.replace(req, probes=runs) if runs != req.probes else req
 
     def _solo_pass_check(self, post: _Belief, top: tuple) -> TrialRequest | None:
         """"They fail only together" rests on each member having passed without the other: in a
@@ -517,7 +531,7 @@ class Search(VerdictWriter):
         if self._status(vf, post) == "pass":
             return None
         names = ", ".join(self._names(self._vars() | term))
-        return self._request(vf, f"confirm: current without {names} (the fix) must pass", post, TrialKind.CONFIRM)
+        return self.fix_request(vf, f"confirm: current without {names} (the fix) must pass", post)
 
     def _restart_proof(self, post: _Belief, top: tuple) -> TrialRequest | None:
         """A culprit is never blamed on the running stack's word alone: its state may hold more
