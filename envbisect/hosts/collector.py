@@ -14,8 +14,10 @@ from envbisect.state.snapshot import HostState, Snapshot, host_state_from_raw, n
 
 
 def collect_host(playbook: Playbook, host: str, transport: Transport, *, since: float | None = None,
-                 log_from: Mapping[str, str] | None = None, clock_only: bool = False) -> HostState:
-    """One round trip: run the collector on `host` and parse what it saw."""
+                 log_from: Mapping[str, str] | None = None, clock_only: bool = False,
+                 keep_sourced: Mapping[str, list[str]] | None = None) -> HostState:
+    """One round trip: run the collector on `host` and parse what it saw. `keep_sourced`: env file ->
+    files a baseline saw it source (state/sourced.keep_sourced), snapshotted even if no longer sourced."""
     services = playbook.services_on(host)
     req = {
         "max_size": playbook.max_file_size,
@@ -26,6 +28,7 @@ def collect_host(playbook: Playbook, host: str, transport: Transport, *, since: 
         "since": since,
         "backups": list(playbook.backups),
         "clock_only": clock_only,
+        "keep_sourced": {e: list(ps) for e, ps in (keep_sourced or {}).items()},
     }
     raw = run_agent(transport, "collect.py", req, what="snapshot collector")
     return host_state_from_raw(host, raw, {s.name: s.env_file for s in services})
@@ -47,10 +50,12 @@ def for_each_host(playbook: Playbook, transports: Mapping[str, Transport],
 
 def take_snapshot(playbook: Playbook, transports: Mapping[str, Transport], *, label: str | None = None,
                   since_by_host: Mapping[str, float] | None = None,
-                  log_from: Mapping[str, Mapping[str, str]] | None = None) -> Snapshot:
+                  log_from: Mapping[str, Mapping[str, str]] | None = None,
+                  keep_sourced: Mapping[str, Mapping[str, list[str]]] | None = None) -> Snapshot:
     now = time.time()
     states = for_each_host(
         playbook, transports,
-        lambda h, t: collect_host(playbook, h, t, since=(since_by_host or {}).get(h), log_from=(log_from or {}).get(h)),
+        lambda h, t: collect_host(playbook, h, t, since=(since_by_host or {}).get(h), log_from=(log_from or {}).get(h),
+                                  keep_sourced=(keep_sourced or {}).get(h)),
     )
     return Snapshot(id=new_snapshot_id(label, now), label=label, taken_at=now, playbook=playbook.name, hosts=states)

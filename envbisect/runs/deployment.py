@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from envbisect.state.deltas import Diff, compute_diff, fallback_note
+from envbisect.state.sourced import keep_sourced, sourced_notes
 from envbisect.errors import UsageError
 from envbisect.hosts.inventory import bind_inventory
 from envbisect.inputs.masking import SecretMasker
@@ -98,7 +99,9 @@ class Deployment:
 
         for snap in snaps:
             for h in (snap.hosts.values() if snap else ()):
-                for path in h.env_files.values():
+                # a file an env file sources (common.env) holds assignments as an env file does, secrets too
+                sourced = sorted({e.path for es in h.sourced.values() for e in es if e.path})
+                for path in [*h.env_files.values(), *sourced]:
                     f = h.files.get(path)
                     if f is not None and f.content:
                         try:
@@ -149,11 +152,13 @@ class Deployment:
             for h, hs in baseline.hosts.items():
                 log_from[h] = {p: r.head for p, r in hs.repos.items() if r.head}
         current = take_snapshot(self.playbook, self.transports, label="diff", since_by_host=since_by_host,
-                                log_from=log_from)
+                                log_from=log_from, keep_sourced=keep_sourced(baseline))
         self.learn_secrets(baseline, current)
         if save:  # first, so the diff names the id it was stored under (unique in the store)
             current = dataclasses.replace(current, id=self.store.save(without_fallback(current)).id)
         result = compute_diff(current, baseline, since=min(since_by_host.values()))
+        # what the env files source and envbisect could not see (or the baseline did not look at)
+        result = dataclasses.replace(result, notes=result.notes + tuple(sourced_notes(current, baseline)))
         if baseline is None:  # say which sources stood in, and how to have a snapshot next time
             mine = [s for s in self.store.list() if s.playbook == self.playbook.name and s.id != current.id]
             oldest = (mine[0].id, mine[0].taken_at) if mine else None

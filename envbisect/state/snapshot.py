@@ -87,6 +87,21 @@ class FallbackSources:
 
 
 @dataclass(frozen=True)
+class SourcedFile:
+    """One ``. FILE`` / ``source FILE`` line of an env file, as the collector resolved it on the host
+    (hosts/agent/collect.py). The file it names is part of the configuration as much as the env file
+    is, so a resolved `path` is snapshotted and watched like a `[watch]` path naming it (a root of
+    its own in `HostState.watched`), and a change in it is an ordinary file delta."""
+
+    line: int | None  # 1-based, in the env file (or in `via`); None: no longer sourced, kept from the baseline
+    word: str  # the path as written (shell text)
+    path: str | None  # the absolute path snapshotted; None: not resolved (`why` says why)
+    why: str | None = None  # why envbisect cannot see what bash reads there
+    relative: bool = False  # a relative path, resolved against the env file's folder (a guess: see collect.py)
+    via: str | None = None  # a source line of this already sourced file: reported, not followed
+
+
+@dataclass(frozen=True)
 class HostState:
     name: str
     hostname: str
@@ -99,6 +114,8 @@ class HostState:
     env_files: Mapping[str, str]  # service -> env file path
     watched: Mapping[str, tuple[str, ...]]  # watch root -> member paths
     fallback: FallbackSources | None = None
+    # env file path -> its source lines (empty for a snapshot taken before they were followed)
+    sourced: Mapping[str, tuple[SourcedFile, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -156,7 +173,15 @@ def host_state_from_raw(host: str, raw: Mapping[str, Any], env_files: Mapping[st
         utc_offset_s=int(clock.get("utc_offset_s", 0)),
         files={p: _file_state(d) for p, d in raw.get("files", {}).items()}, repos=repos, processes=procs,
         env_files=dict(env_files), watched={k: tuple(v) for k, v in raw.get("watched", {}).items()}, fallback=fallback,
+        sourced=sourced_from_raw(raw.get("sourced") or {}),
     )
+
+
+def sourced_from_raw(raw: Mapping[str, Any]) -> dict[str, tuple[SourcedFile, ...]]:
+    """The collector's (and the store's) `sourced` mapping, typed."""
+    names = {f for f in SourcedFile.__dataclass_fields__}
+    return {env: tuple(SourcedFile(**{k: v for k, v in e.items() if k in names}) for e in entries)
+            for env, entries in raw.items()}
 
 
 def new_snapshot_id(label: str | None, when: float) -> str:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from envbisect.errors import StoreError
-from envbisect.state.snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
+from envbisect.state.snapshot import (FileState, HostState, ProcessState, RepoState, Snapshot,
+                                      sourced_from_raw)
 
 PRUNE_LOCK = ".prune.lock"  # see Store.writing
 
@@ -222,6 +223,7 @@ def snapshot_to_json(snap: Snapshot, put_blob) -> dict[str, Any]:  # noqa: ANN00
             "name": h.name, "hostname": h.hostname, "clock_epoch": h.clock_epoch, "tz": h.tz,
             "utc_offset_s": h.utc_offset_s, "env_files": dict(h.env_files),
             "watched": {k: list(v) for k, v in h.watched.items()},
+            "sourced": {env: [_fields(e) for e in entries] for env, entries in h.sourced.items()},
             "files": {p: _file_to_json(f, put_blob) for p, f in h.files.items()},
             "repos": {p: {k: (list(v) if isinstance(v, tuple) else v) for k, v in _fields(r).items()}
                       for p, r in h.repos.items()},
@@ -250,6 +252,6 @@ def snapshot_from_json(doc: dict[str, Any], get_blob) -> Snapshot:  # noqa: ANN0
             files={p: _file_from_json(f, get_blob) for p, f in hd.get("files", {}).items()},
             repos=repos, processes={s: ProcessState(**p) for s, p in hd.get("processes", {}).items()},
             env_files=hd.get("env_files", {}), watched={k: tuple(v) for k, v in hd.get("watched", {}).items()},
-            fallback=None,
+            fallback=None, sourced=sourced_from_raw(hd.get("sourced") or {}),
         )
     return Snapshot(id=doc["id"], label=doc.get("label"), taken_at=doc["taken_at"], playbook=doc["playbook"], hosts=hosts)

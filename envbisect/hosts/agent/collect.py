@@ -303,6 +303,277 @@ def eval_env_file(path, environ):
     return out
 
 
+# --- files an env file sources (`. FILE`, `source FILE`) -------------------------------------
+# They are part of the configuration as much as the env file is: an edit in a sourced common.env
+# that no [watch] path covers was invisible, and a bisection over the other deltas ended in a false
+# not-config (red-team S04). Each source line is resolved here without running anything: a literal
+# path, or one built only from ~, $HOME and variables the env file itself set on an earlier line.
+# Anything else (a variable of the start script, $(...), a glob) is reported with why, and the
+# controller says so in a note. The file named is snapshotted and watched exactly as a [watch] path
+# naming it would be (its own root in "watched"), so a change in it is an ordinary file delta, which
+# a trial writes and the journal puts back like any watched file.
+MAX_SOURCED = 8  # resolved files per env file ("a handful"); later lines are reported, not followed
+SOURCE_RE = re.compile(r"(?:^|[;&|({]|\b(?:then|do|else|elif)\b)[ \t]*(?:\.|source)[ \t]+(?=[^ \t])")
+ASSIGN_LINE_RE = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=")
+UNSET_RE = re.compile(r"^[ \t]*unset[ \t]+([A-Za-z_][A-Za-z0-9_ \t]*)")
+WORD_END = " \t;&|)<>"
+
+
+def logical_lines(text):
+    """(first line number, text) per logical line: backslash-newline continuations joined, comments cut."""
+    out = []
+    buf, first = "", None
+    for n, line in enumerate(text.split("\n"), 1):
+        if first is None:
+            first = n
+        if line.endswith("\\") and (len(line) - len(line.rstrip("\\"))) % 2 == 1:
+            buf += line[:-1]
+            continue
+        out.append((first, cut_comment(buf + line)))
+        buf, first = "", None
+    return out
+
+
+def cut_comment(line):
+    """The line up to an unquoted # that starts a word."""
+    i, n, q = 0, len(line), None
+    while i < n:
+        c = line[i]
+        if q:
+            if c == "\\" and q == '"':
+                i += 2
+                continue
+            if c == q:
+                q = None
+        elif c in "'\"":
+            q = c
+        elif c == "\\":
+            i += 2
+            continue
+        elif c == "#" and (i == 0 or line[i - 1] in " \t;&|("):
+            return line[:i]
+        i += 1
+    return line
+
+
+def lex_word(s, i):
+    """The shell word at s[i:] as parts: ("lit", text), ("var", NAME) or ("tilde", USER). Returns
+    (end, parts, why): why is set when the word holds something that is not evaluated here."""
+    parts, why, n = [], None, len(s)
+
+    def note(w):
+        return why or w
+
+    if i < n and s[i] == "~":  # a tilde prefix: unquoted, at the start, up to the first /
+        j = i + 1
+        while j < n and (s[j].isalnum() or s[j] in "._-"):
+            j += 1
+        if j == n or s[j] == "/" or s[j] in WORD_END:
+            parts.append(("tilde", s[i + 1:j]))
+            i = j
+    quoted = False
+    while i < n:
+        c = s[i]
+        if not quoted and c in WORD_END:
+            break
+        if c == '"':
+            quoted = not quoted
+            i += 1
+        elif c == "'" and not quoted:
+            j = s.find("'", i + 1)
+            if j < 0:
+                return n, parts, note("an unterminated quote")
+            parts.append(("lit", s[i + 1:j]))
+            i = j + 1
+        elif c == "\\":
+            if i + 1 < n and (not quoted or s[i + 1] in '$`"\\'):
+                parts.append(("lit", s[i + 1]))
+            elif i + 1 < n:
+                parts.append(("lit", s[i:i + 2]))
+            i += 2
+        elif c == "`":
+            j = s.find("`", i + 1)
+            why = note("a command substitution (`...`)")
+            i = n if j < 0 else j + 1
+        elif c == "$":
+            i, part, w = lex_dollar(s, i)
+            if w:
+                why = note(w)
+            elif part:
+                parts.append(part)
+        elif not quoted and c in "*?[":
+            why = note("a glob pattern (%s)" % c)
+            parts.append(("lit", c))
+            i += 1
+        else:
+            parts.append(("lit", c))
+            i += 1
+    return i, parts, why
+
+
+def lex_dollar(s, i):
+    n = len(s)
+    if i + 1 >= n:
+        return i + 1, ("lit", "$"), None
+    c = s[i + 1]
+    if c == "(":
+        depth, j = 0, i + 1
+        while j < n:
+            depth += {"(": 1, ")": -1}.get(s[j], 0)
+            j += 1
+            if depth == 0:
+                break
+        return j, None, "a command substitution ($(...))"
+    if c == "{":
+        j = s.find("}", i + 2)
+        if j < 0:
+            return n, None, "an unterminated ${"
+        inner = s[i + 2:j]
+        if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", inner):
+            return j + 1, ("var", inner), None
+        return j + 1, None, "a parameter expansion envbisect does not evaluate (${%s})" % inner
+    m = re.match(r"[A-Za-z_][A-Za-z0-9_]*", s[i + 1:])
+    if m:
+        return i + 1 + m.end(), ("var", m.group(0)), None
+    if c in "'":
+        return n, None, "$'...' quoting"
+    if c.isdigit() or c in "@*#?$!-":
+        return i + 2, None, "a positional or special parameter ($%s)" % c
+    return i + 1, ("lit", "$"), None
+
+
+def expand(parts, known, lineno):
+    """The value of a lexed word, or (None, why). known: NAME -> value, or None when the file set it
+    to something not evaluated here."""
+    out = []
+    for kind, v in parts:
+        if kind == "lit":
+            out.append(v)
+        elif kind == "var":
+            if v not in known:
+                return None, "$%s is not set by the env file before line %d" % (v, lineno)
+            if known[v] is None:
+                return None, "$%s is set by the env file to something envbisect does not evaluate" % v
+            out.append(known[v])
+        else:  # tilde: bash uses $HOME for ~, the password database for ~user
+            if not v:
+                if known.get("HOME") is None:
+                    return None, "~ with HOME unknown"
+                out.append(known["HOME"])
+            else:
+                try:
+                    out.append(pwd.getpwnam(v).pw_dir)
+                except KeyError:
+                    return None, "~%s: no such user" % v
+    return "".join(out), None
+
+
+def resolve_path(value, env_dir, search_path):
+    """Where bash reads `. value`: (absolute path, relative?). A name without a slash is looked up in
+    PATH first (bash's sourcepath), then in the working directory, like any relative path. That
+    directory is the start script's, which envbisect does not know; the env file's own folder is
+    tried instead: start scripts commonly cd there, an operator who writes `. common.env` next to
+    the env file means that folder, and the collector's own evaluation of the env file
+    (eval_env_file) runs bash there too. The guess is marked `relative` and said in a note."""
+    if value.startswith("/"):
+        return value, False
+    if "/" not in value:
+        for d in (search_path or "").split(":"):
+            cand = os.path.join(d, value)
+            if d.startswith("/") and os.path.isfile(cand) and os.access(cand, os.R_OK):
+                return cand, False
+    joined = os.path.join(env_dir, value)
+    return (joined if ".." in joined.split("/") else os.path.normpath(joined)), True
+
+
+def source_lines(text, known):
+    """(line, word, value or None, why) for each source line of `text`, in order; `known` is
+    updated by the assignments met on the way (only those before a line count for it)."""
+    out = []
+    for lineno, line in logical_lines(text):
+        for m in SOURCE_RE.finditer(line):
+            end, parts, why = lex_word(line, m.end())
+            word = line[m.end():end]
+            value = None
+            if not why:
+                value, why = expand(parts, known, lineno)
+                if value == "":
+                    value, why = None, "an empty path"
+            out.append((lineno, word, value, why))
+        a = ASSIGN_LINE_RE.match(line)
+        if a:
+            _, parts, why = lex_word(line, a.end())
+            value, _why = (None, why) if why else expand(parts, known, lineno)
+            known[a.group(1)] = value
+        u = UNSET_RE.match(line)
+        if u:
+            for name in u.group(1).split():
+                known.pop(name, None)
+    return out
+
+
+def read_text(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX + 1)
+    except OSError:
+        return None
+    return None if len(data) > MAX else data.decode("utf-8", "surrogateescape")
+
+
+def follow_sources(env_path, start_env, keep, covered):
+    """The source lines of one env file (entries for the snapshot's "sourced"), and the files they
+    name: file_state'd into result["files"] and each made a watch root of its own. `keep`: files a
+    baseline saw this env file source; still snapshotted when the line is gone, so that the diff
+    sees their real state instead of a false "removed" (their line is None). `covered`: paths a
+    [watch] root or an env file already snapshots."""
+    home = start_env.get("HOME") or os.environ.get("HOME") or os.path.expanduser("~")
+    search_path = start_env.get("PATH") or os.environ.get("PATH", "")
+    text = read_text(env_path)
+    entries, watch = [], []
+    if text is not None:
+        for lineno, word, value, why in source_lines(text, {"HOME": home}):
+            e = {"line": lineno, "word": word, "path": None, "why": why, "relative": False}
+            if value is not None:
+                if len(watch) >= MAX_SOURCED:
+                    e["why"] = "more than %d sourced files: envbisect follows the first %d" % (MAX_SOURCED, MAX_SOURCED)
+                else:
+                    e["path"], e["relative"] = resolve_path(value, os.path.dirname(env_path), search_path)
+                    watch.append(e["path"])
+            entries.append(e)
+    for path in keep:
+        if path not in watch:
+            entries.append({"line": None, "word": path, "path": path, "why": None, "relative": False})
+            watch.append(path)
+    nested = []
+    for path in list(watch):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            # bash reads the target: watched too, so that an edit there is a delta (the link's own
+            # state, its target's name, stays watched as well)
+            real = os.path.realpath(path)
+            if real not in watch:
+                watch.append(real)
+                entries.append({"line": next(e["line"] for e in entries if e["path"] == path),
+                                "word": next(e["word"] for e in entries if e["path"] == path), "path": real,
+                                "why": None, "relative": False})
+        # one level only: a file that a sourced file sources in turn is reported, never followed
+        inner = read_text(path) if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode) else None
+        for lineno, word, _v, _why in source_lines(inner or "", {"HOME": home}):
+            nested.append({"line": lineno, "word": word, "path": None, "via": path, "relative": False,
+                           "why": "sourced by %s, whose own source lines envbisect does not follow" % path})
+    for path in watch:
+        if path in covered:
+            continue
+        if path not in result["files"]:
+            result["files"][path] = file_state(path)
+        result["watched"][path] = [path]
+    return entries + nested
+
+
 def clock():
     now = time.time()
     lt = time.localtime(now)
@@ -345,6 +616,13 @@ for item in req.get("processes", []):
     if ps.get("status") == "ok" and item.get("env_file"):
         ps.update(eval_env_file(item["env_file"], ps["environ"]))
     result["processes"][item["service"]] = ps
+result["sourced"] = {}
+covered = set(result["files"])  # env files and the members of [watch] roots
+for path in req.get("env_files", []):
+    proc = next((result["processes"].get(i["service"]) for i in req.get("processes", [])
+                 if i.get("env_file") == path), None) or {}
+    start_env = proc.get("environ") or {}
+    result["sourced"][path] = follow_sources(path, start_env, (req.get("keep_sourced") or {}).get(path, []), covered)
 if SINCE is not None:
     fb = {"backups": {}, "git": {}}
     for path, st in result["files"].items():
