@@ -154,7 +154,32 @@ def test_not_config_says_what_it_could_not_see(scenario):  # noqa: F811
     doc = json.loads(p.stdout)
     assert doc["verdict"] == "not-config", doc
     assert any(want in n and "cannot see" in n for n in doc["notes"]), doc["notes"]
+    # the library's verdict carries it, not only the CLI's output: the run's record has it too
+    record = json.loads((s.store / "runs" / doc["run"] / "verdict.json").read_text())
+    assert any(want in n and "cannot see" in n for n in record["notes"]), record["notes"]
     assert tree_fingerprint(s.sim) == before
+
+
+@pytest.mark.sim
+def test_a_source_line_added_since_the_baseline_makes_the_env_file_one_delta(scenario):  # noqa: F811
+    """Adding `. common.env` to decode.serve-env is no assignment: per-key deltas would keep the
+    line in the baseline trial (a false not-config). The env file is compared as a whole file."""
+    s = scenario(rules=RULES)
+    common = s.sim.root / "conf" / "common.env"
+    common.write_text("export SGLANG_MOE_RUNNER=cutlass\n")
+    s.baseline()
+    f = s.sim.env_file("decode")
+    f.write_text(f.read_text() + f". {common}\n")  # the culprit: the line that sources the bad value
+    plant(s.sim, [("prefill", "NCCL_DEBUG", "INFO")])
+    before = tree_fingerprint(s.sim)
+    with s.deployment() as dep:
+        diff = dep.diff(against="good")
+        assert any("source lines changed" in n and "whole file" in n for n in diff.notes), diff.notes
+        want = f"file:{next(iter(dep.playbook.hosts))}:{f}"
+        r = BisectRun(dep, BisectOptions(probe="e2e")).start(diff)
+    assert r.verdict.kind == "culprit", r.verdict
+    assert r.culprit_deltas == (want,), r.culprit_deltas
+    assert r.state_left == "original" and tree_fingerprint(s.sim) == before
 
 
 def test_notes_of_a_snapshot_pair():

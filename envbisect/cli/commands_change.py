@@ -2,7 +2,6 @@
 verify, revert, apply."""
 from __future__ import annotations
 
-import dataclasses
 from typing import List, Optional
 
 import typer
@@ -91,13 +90,6 @@ def bisect(ctx: typer.Context,
             except KeyboardInterrupt:
                 _print_resume(o, run.run_id)
                 raise
-            if result.verdict.kind == "not-config":
-                # "the baseline fails too" clears only what envbisect saw: say which part of the
-                # config (a file an env file sources) it could not see. Idempotent, so it stays right
-                # once runs/bisect.py adds these notes to the verdict itself.
-                from envbisect.state.sourced import with_verdict_notes
-
-                result = dataclasses.replace(result, notes=with_verdict_notes(result.notes, diff.notes))
     if as_json:
         env.emit_json(result.to_json())
     else:

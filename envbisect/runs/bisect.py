@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from envbisect.state.configuration import check_applicable, touched
 from envbisect.state.deltas import Delta, Diff, linked_units, same_change
+from envbisect.state.sourced import verdict_notes
 from envbisect.runs.deployment import Deployment
 from envbisect.trials.diagnose import PathReport, check_path
 from envbisect.errors import EnvbisectError, ExitStatus, LockLost, RemoteError, UsageError
@@ -489,6 +490,10 @@ class BisectRun:
                                               + " Observed, testing auto-linked members apart: " + "; ".join(apart) + ".")
             guard = self._guard_revert(verdict, units, refined, runner, notes)
             if verdict.kind == "not-config":
+                # "the baseline fails too" clears only what envbisect saw: a file an env file
+                # sources that it could not snapshot is named (state/sourced.py)
+                diff_notes = diff.notes if diff else (diff_doc or {}).get("notes", ())
+                notes.extend(n for n in verdict_notes(diff_notes) if n not in notes)
                 self.on_event("step", {"message": "checking the request path layer by layer"})
                 path_report = check_path(self.playbook, transports, probe)
             if verdict.kind in ("culprit", "interaction") and self.opts.leave == "fixed":

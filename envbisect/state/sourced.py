@@ -124,11 +124,4 @@ def verdict_notes(diff_notes: Iterable[str]) -> list[str]:
             if CANNOT_SEE in n or NOT_LOOKED in n or LINES_CHANGED in n]
 
 
-def with_verdict_notes(notes: Iterable[str], diff_notes: Iterable[str]) -> tuple[str, ...]:
-    """`notes` plus `verdict_notes(diff_notes)`, each once (safe to apply twice)."""
-    out = list(notes)
-    out += [n for n in verdict_notes(diff_notes) if n not in out]
-    return tuple(out)
-
-
-__all__ = ["keep_sourced", "sourced_notes", "verdict_notes", "with_verdict_notes", "CANNOT_SEE"]
+__all__ = ["keep_sourced", "sourced_notes", "verdict_notes", "CANNOT_SEE"]
