@@ -41,6 +41,7 @@ from envbisect.search.rounds import observe_round, plan_round
 from envbisect.state import rundir
 from envbisect.state.configuration import touched
 from envbisect.state.rundir import RunDir, Runs
+from envbisect.state.sourced import verdict_notes
 from envbisect.state.store import Store
 from envbisect.trials.runner import Trial, TrialRunner
 
@@ -156,6 +157,8 @@ class FleetRun:
             self._restore_all(notes=None)
             raise
         self._restore_all(notes)
+        if verdict.kind == "not-config":  # what it could not see, as a single deployment's verdict says
+            notes.extend(n for n in verdict_notes(diffs[first].notes) if n not in notes)
         excluded = {r.name: r.excluded for r in self.replicas if r.excluded}
         result = BisectResult(self.run_id, verdict, tuple(self.trials), "original", units, notes=tuple(notes),
                               refined=refined)
