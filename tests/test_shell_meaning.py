@@ -16,6 +16,7 @@ import pytest
 from envbisect.state.configuration import target_state
 from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import EnvCheckFailed, UsageError
+from envbisect.inputs.envfile import parse_env
 from envbisect.hosts.journal import HostEditor
 from envbisect.inputs.playbook import load_playbook
 from envbisect.state.store import Store, snapshot_from_json, snapshot_to_json
@@ -324,3 +325,146 @@ def test_human_diff_shows_the_text_and_what_bash_made_of_it(tree, tmp_path):
     r = subprocess.run(base + ["diff", "--against", "noon"], capture_output=True, text=True)
     assert r.returncode == 1, r.stderr
     assert '~ KV_DIR "${HF_HOME%/*}/kv"  (= /data/kv) → /tmp/kv' in r.stdout, r.stdout
+
+
+# --------------------------------------- a removed line goes back where it stood (red-team S05)
+
+# The operator deleted SGLANG_DATA_ROOT; a later line reads it, so bash now gives SGLANG_KV_DIR=/kv.
+S05_BASELINE = """\
+# decode.serve-env -- sourced by bin/start decode (set -a; . FILE; set +a)
+export SGLANG_KV_PAGE_SIZE=64
+
+# --- kernels ---
+export SGLANG_DATA_ROOT=/data   # the shared volume
+export SGLANG_KV_DIR="${SGLANG_DATA_ROOT}/kv"
+export SGLANG_SM120_MMA_TARGET_CTAS=128
+"""
+S05_CURRENT = S05_BASELINE.replace("export SGLANG_DATA_ROOT=/data   # the shared volume\n", "")
+S05_PATH = "/srv/conf/decode.serve-env"
+
+
+def bash_eval(text: str, tmp_path) -> dict[str, str]:
+    """What bash makes of `text` sourced the way the start script does (set -a; . FILE) in an
+    empty environment: the values the collector records as `ProcessState.file_eval`."""
+    f = tmp_path / f"eval-{uuid.uuid4().hex[:6]}.serve-env"
+    f.write_text(text)
+    out = subprocess.run(["env", "-i", "bash", "--noprofile", "--norc", "-c", 'set -a; . "$1"; env -0', "x", str(f)],
+                         capture_output=True, check=True).stdout
+    got = dict(e.decode().partition("=")[::2] for e in out.split(b"\0") if b"=" in e)
+    return {k: v for k, v in got.items() if k in {a.key for a in parse_env(text).assignments}}
+
+
+def s05_snapshot(text: str, tmp_path, label: str):
+    """A snapshot of one host whose decode process was started from `text` (no network: the
+    collector's answer built by hand, what bash made of the file evaluated by the local bash)."""
+    import hashlib
+
+    from envbisect.state.snapshot import FileState, HostState, ProcessState, Snapshot
+
+    data = text.encode()
+    sha = hashlib.sha256(data).hexdigest()
+    ev = bash_eval(text, tmp_path)
+    proc = ProcessState("decode", "ok", pid=4242, started_at=1.0, environ={"PATH": "/usr/bin", **ev},
+                        file_eval=ev, file_eval_keys=tuple(ev), file_eval_sha256=sha)
+    host = HostState("node1", "node1", 2.0, "UTC", 0, files={S05_PATH: FileState(S05_PATH, True, sha256=sha,
+                                                                                    size=len(data), content=data)},
+                     repos={}, processes={"decode": proc}, env_files={"decode": S05_PATH}, watched={})
+    return Snapshot(f"snap-{label}", label, 2.0, "pb", {"node1": host})
+
+
+def s05_diff(tmp_path, current: str = S05_CURRENT):
+    from envbisect.state.deltas import compute_diff
+
+    return compute_diff(s05_snapshot(current, tmp_path, "now"), s05_snapshot(S05_BASELINE, tmp_path, "good"),
+                        since=None)
+
+
+def test_baseline_trial_puts_a_removed_line_back_where_it_stood(tmp_path):
+    from envbisect.state.configuration import FileOriginal, OriginalState
+
+    diff = s05_diff(tmp_path)
+    assert [(d.id, d.change, d.old_word) for d in diff.deltas] == [("decode:SGLANG_DATA_ROOT", "removed", "/data")]
+    assert bash_eval(S05_CURRENT, tmp_path)["SGLANG_KV_DIR"] == "/kv"  # the culprit
+    key = ("node1", S05_PATH)
+    original = OriginalState({key: FileOriginal(True, S05_CURRENT.encode())}, {})
+    base = target_state(original, diff.deltas, set(), diff.contents)
+    # the baseline configuration is the baseline file, byte for byte, and bash agrees
+    assert base.files[key] == S05_BASELINE.encode()
+    assert bash_eval(base.files[key].decode(), tmp_path)["SGLANG_KV_DIR"] == "/data/kv"
+    # the post-apply check also covers the line that reads the re-added key
+    expect = {e.key: e.value for e in base.checks[key].expect}
+    assert expect == {"SGLANG_DATA_ROOT": "/data", "SGLANG_KV_DIR": "/data/kv"}
+    # current: untouched, and the reader is checked against the current snapshot's evaluation
+    cur = target_state(original, diff.deltas, {"decode:SGLANG_DATA_ROOT"}, diff.contents)
+    assert cur.files[key] == S05_CURRENT.encode()
+    assert {e.key: e.value for e in cur.checks[key].expect} == {"SGLANG_DATA_ROOT": None, "SGLANG_KV_DIR": "/kv"}
+
+
+def test_a_mixed_trial_re_adds_the_line_above_its_reader_and_the_reverse_edit_adds_it_back(tmp_path):
+    """Another delta of the file in its new state: not the baseline bytes, but the re-added line is
+    the exact old line, after the line that preceded it at noon (so its reader sees it again); the
+    symmetric edit (applying the removal on top of the baseline text, as `apply` after a `revert`
+    does) and an added line applied on top of the baseline go where they stand in the current file."""
+    from envbisect.inputs.envfile import parse_env as parse
+    from envbisect.state.configuration import FileOriginal, OriginalState
+
+    current = (S05_CURRENT.replace("SGLANG_SM120_MMA_TARGET_CTAS=128", "SGLANG_SM120_MMA_TARGET_CTAS=256")
+               .replace("# --- kernels ---\n", "# --- kernels ---\nexport SGLANG_KV_ROOT=/kv-new\n"))
+    diff = s05_diff(tmp_path, current)
+    assert {(d.id, d.change) for d in diff.deltas} == {("decode:SGLANG_DATA_ROOT", "removed"),
+                                                       ("decode:SGLANG_KV_ROOT", "added"),
+                                                       ("decode:SGLANG_SM120_MMA_TARGET_CTAS", "changed")}
+    key = ("node1", S05_PATH)
+    on_current = OriginalState({key: FileOriginal(True, current.encode())}, {})
+    t = target_state(on_current, diff.deltas, {"decode:SGLANG_SM120_MMA_TARGET_CTAS"}, diff.contents)
+    want = S05_BASELINE.replace("SGLANG_SM120_MMA_TARGET_CTAS=128", "SGLANG_SM120_MMA_TARGET_CTAS=256")
+    assert t.files[key] == want.encode()
+    assert bash_eval(want, tmp_path)["SGLANG_KV_DIR"] == "/data/kv"
+    # a mixed configuration has no recorded evaluation: only the keys of its deltas are checked
+    assert {e.key for e in t.checks[key].expect} == {"SGLANG_DATA_ROOT", "SGLANG_KV_ROOT",
+                                                     "SGLANG_SM120_MMA_TARGET_CTAS"}
+    # all reverted: the baseline bytes
+    assert target_state(on_current, diff.deltas, set(), diff.contents).files[key] == S05_BASELINE.encode()
+    # from the baseline text: all applied is the current bytes; the added line alone goes where it is now
+    on_base = OriginalState({key: FileOriginal(True, S05_BASELINE.encode())}, {})
+    ids = {d.id for d in diff.deltas}
+    assert target_state(on_base, diff.deltas, ids, diff.contents).files[key] == current.encode()
+    added = target_state(on_base, diff.deltas, {"decode:SGLANG_KV_ROOT"}, diff.contents).files[key].decode()
+    assert added == S05_BASELINE.replace("# --- kernels ---\n", "# --- kernels ---\nexport SGLANG_KV_ROOT=/kv-new\n")
+    # the edit itself: every copy of the key from the reference, as exactly its bytes
+    assert parse(S05_CURRENT).with_lines_of("SGLANG_DATA_ROOT", parse(S05_BASELINE)) == S05_BASELINE
+    top = "export A=1\nexport B=$A\n"
+    assert parse("export B=$A\n").with_lines_of("A", parse(top)) == top
+
+
+def test_post_apply_check_catches_a_reader_of_a_re_added_key_that_bash_now_evaluates_differently(tree, tmp_path):
+    """The noon file, written back byte for byte, no longer gives what it gave at noon for a line
+    that reads the reverted key (it also reads a file that changed since): one clear error, before
+    anything is restarted."""
+    sub = tmp_path / "sub"
+    sub.write_text("r1\n")
+    root_line = "export SGLANG_DATA_ROOT=/data\n"
+    noon = NOON + root_line + f'export SGLANG_KV_DIR="${{SGLANG_DATA_ROOT}}/$(cat {sub})"\n'
+    tree.edit("decode", noon)
+    tree.procs.append(start_from_file(tree, "decode"))
+    with open_dep(tree, tmp_path / "store") as dep:
+        dep.snapshot("noon")
+        tree.edit("decode", noon.replace(root_line, ""))
+        sub.write_text("r2\n")
+        diff = dep.diff(against="noon")
+        assert [d.id for d in diff.deltas] == ["decode:SGLANG_DATA_ROOT"]
+        ed = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-1")
+        ed.lock()
+        try:
+            orig = ed.begin({("node1", str(tree.env("decode")))}, set())
+            t = target_state(orig, diff.deltas, set(), diff.contents)
+            assert t.files[("node1", str(tree.env("decode")))] == noon.encode()
+            with pytest.raises(EnvCheckFailed) as ei:
+                ed.apply(t)
+            msg = str(ei.value)
+            assert "\n" not in msg and msg.startswith(f"node1: {tree.env('decode')}: SGLANG_KV_DIR: ")
+            assert "'/data/r2'" in msg and "'/data/r1'" in msg and "nothing was restarted" in msg
+            ed.restore()
+            ed.finish()
+        finally:
+            ed.unlock()

@@ -37,9 +37,10 @@ LITERAL = {"MODEL_CACHE": "${HF_HOME%/*}/cache", "SGLANG_KV_DIR": "${HF_HOME%/*}
            "OMP_NUM_THREADS": "$(nproc)", "SGLANG_CACHE_DIR": "~/cache"}
 
 
-def rules() -> dict:
+def rules(extra: tuple[dict, ...] = ()) -> dict:
     r = copy.deepcopy(DEFAULT_RULES)
     r["rules"] += [{"service": "decode", "when": {k: v}, "fault": "hang"} for k, v in LITERAL.items()]
+    r["rules"] += list(extra)
     return r
 
 
@@ -57,8 +58,8 @@ def tree_fingerprint(sim) -> dict:
 
 
 class Sim:
-    def __init__(self, root: Path, extra_decode: str):
-        self.sim = build(root / "dep", rules=rules())
+    def __init__(self, root: Path, extra_decode: str, extra_rules: tuple[dict, ...] = ()):
+        self.sim = build(root / "dep", rules=rules(extra_rules))
         name = "sim-" + uuid.uuid4().hex[:8]
         text = self.sim.playbook.read_text().replace('name = "sim-pd"', f'name = "{name}"')
         self.sim.playbook.write_text(text.replace("timeout_s = 5\n", "timeout_s = 3\n"))
@@ -81,8 +82,8 @@ class Sim:
 def make_sim(tmp_path):
     made: list[Sim] = []
 
-    def make(extra_decode: str = NOON_LINES) -> Sim:
-        s = Sim(tmp_path / f"s{len(made)}", extra_decode)
+    def make(extra_decode: str = NOON_LINES, extra_rules: tuple[dict, ...] = ()) -> Sim:
+        s = Sim(tmp_path / f"s{len(made)}", extra_decode, extra_rules)
         made.append(s)
         return s
 
@@ -149,3 +150,27 @@ def test_post_apply_check_stops_a_baseline_that_cannot_be_recreated(make_sim, tm
     assert not any(m.startswith(("stopping", "starting")) for m in steps), steps
     # and the run restored the hosts exactly
     assert tree_fingerprint(s.sim) == before
+
+
+def test_a_deleted_line_that_a_later_line_reads_is_named_as_the_culprit(make_sim):
+    """red-team S05: SGLANG_DATA_ROOT deleted; the line below it builds SGLANG_KV_DIR from it, so bash
+    now gives /kv and decode hangs. The baseline trial must put the line back where it stood (above
+    its reader), not at the end of the file: there the "baseline" still gave /kv, failed, and the
+    verdict was a false not-config."""
+    root_line = "export SGLANG_DATA_ROOT=/data\n"
+    s = make_sim("\n# --- data ---\n" + root_line + 'export SGLANG_KV_DIR="${SGLANG_DATA_ROOT}/kv"\n',
+                 ({"service": "decode", "when": {"SGLANG_KV_DIR": "/kv"}, "fault": "hang"},))
+    with s.deployment() as dep:
+        dep.snapshot("good")
+    s.edit("decode", root_line, "")  # the only change, and the culprit
+    s.sim.age_files()
+    s.sim.co_restart()
+    before = tree_fingerprint(s.sim)
+    with s.deployment() as dep:
+        diff = dep.diff(against="good")
+        assert [(d.id, d.change) for d in diff.deltas] == [("decode:SGLANG_DATA_ROOT", "removed")]
+        r = BisectRun(dep, BisectOptions(probe="e2e")).start(diff)
+    assert r.verdict.kind == "culprit", r.verdict
+    assert r.culprit_deltas == ("decode:SGLANG_DATA_ROOT",)
+    assert any(t.config == () and t.outcome == "pass" for t in r.trials), [(t.config, t.outcome) for t in r.trials]
+    assert r.state_left == "original" and tree_fingerprint(s.sim) == before

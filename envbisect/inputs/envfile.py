@@ -29,7 +29,7 @@ other command), ``export K`` without ``=`` (ignored: it assigns nothing), here-d
 arrays, ``$'...'`` quoting and several assignments on one line (the last four raise
 `EnvFileError` rather than being silently misread).
 
-Size (661 lines): a shell-word parser and its meaning (quoting, which expansions can be evaluated and which cannot): one grammar.
+Size (718 lines): a shell-word parser and its meaning (quoting, which expansions can be evaluated and which cannot), and line-exact edits by it: one grammar.
 """
 from __future__ import annotations
 
@@ -179,6 +179,41 @@ class EnvFile:
         where = cur.lineno if cur is not None else 0
         raise EnvFileError(where, f"cannot set {key} without changing other assignments "
                                   "(does the file end with a backslash?)")
+
+    def with_lines_of(self, key: str, reference: "EnvFile") -> str:
+        """New text with every assignment of key in `reference` (the same file on the other side of
+        a change) put back as exactly its bytes, each right after the nearest line before it in
+        `reference` that this text still has (lines matched in order, as diff does), or at the top
+        when none is left: a line below it that reads key (``KV="${ROOT}/kv"``) sees it again, as it
+        did there. Appending it at the end instead left that reader evaluating without it.
+
+        Only for a key this text does not assign. Checked like `with_word`; when the line cannot go
+        there without changing another assignment, it is appended at the end only if no assignment
+        reads key (there its place changes nothing), else `EnvFileError`."""
+        _check_key(key)
+        if self.get(key) is not None:
+            raise EnvFileError(0, f"{key} is assigned already: its value is replaced, not its lines")
+        want = reference.get(key)
+        if want is None:
+            raise EnvFileError(0, f"the reference text does not assign {key}")
+        copies = [a for a in reference.assignments if a.key == key]
+        text = self.text
+        for a in copies:
+            line = reference.text[a.start : a.end] + "\n"
+            first = reference.text.count("\n", 0, a.start)  # a.start is a line start: its 0-based index
+            at = _insertion_point(_lines(reference.text), first, _lines(text))
+            sep = "\n" if at == len(text) and text and not text.endswith("\n") else ""
+            text = text[:at] + sep + line + text[at:]
+        if self._edit_keeps_others(text, key, want.meaning):
+            return text
+        if not any(key in meaning_refs(a.meaning) for a in self.assignments):
+            sep = "" if not self.text or self.text.endswith("\n") else "\n"
+            for end in (self.text + sep, self.text + sep + "\n"):  # a blank line ends a dangling backslash
+                text = end + "".join(reference.text[a.start : a.end] + "\n" for a in copies)
+                if self._edit_keeps_others(text, key, want.meaning):
+                    return text
+        raise EnvFileError(want.lineno, f"cannot put {key} back above the lines that read it without changing "
+                                        "other assignments")
 
     def without(self, key: str) -> str:
         """New text with every assignment of key removed (whole lines, including their newline); all other bytes identical.
@@ -377,6 +412,26 @@ _BRACE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-+=])(.*))?\}\Z", re
 _SIMPLE_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _PLAIN_BRACE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}\Z")
 _ANY_REF_RE = re.compile(r"\$\{?[#!]?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _lines(text: str) -> list[str]:
+    """The lines of `text`, each with its newline (only ``\\n`` ends a line for the shell)."""
+    return re.findall(r"[^\n]*\n|[^\n]+\Z", text)
+
+
+def _insertion_point(reference: list[str], first: int, lines: list[str]) -> int:
+    """Offset in the text of `lines` right after the line matched to the nearest of reference lines
+    before `first` that the alignment of the two texts (as diff makes it, over the whole texts, so a
+    blank line is matched in its place) matches; 0 (the top) when none of them is matched."""
+    import difflib
+
+    after = -1
+    # compared without their newline: a last line without one is the same line
+    a, b = [x.rstrip("\n") for x in reference], [x.rstrip("\n") for x in lines]
+    for i, j, n in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+        if n and i < first:  # blocks come in order of both texts: the last one before `first` wins
+            after = j + min(n, first - i) - 1
+    return sum(len(x) for x in lines[: after + 1])
 
 
 def _check_key(key: str) -> None:

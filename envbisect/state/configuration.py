@@ -4,10 +4,14 @@ Pure: from the original (journaled) state of each touched resource and the set o
 compute the bytes each file must hold and the commit each repo must be at. Env deltas are made by
 rewriting only the affected line of the *current* file (`EnvFile.with_word` / `without`), so a
 trial differs from what the operator wrote by exactly the reverted variables, and each line is
-written back as the exact shell text it had (`Delta.old_word` / `new_word`), never re-quoted.
+written back as the exact shell text it had (`Delta.old_word` / `new_word`), never re-quoted. A
+line the file no longer has goes back as its exact bytes where it stood on that side
+(`EnvFile.with_lines_of`), above the lines that read it; and a file with every delta on one side
+is that side's file, byte for byte, when the diff kept it (`EnvSides`).
 
 Every env file a trial edits also gets an `EnvCheck`: what bash must make of it for each key of its
-deltas, checked on the host right after the write and before any restart (`HostEditor.apply`, op
+deltas (and, when the file is exactly one side's file, for each line that reads one of them),
+checked on the host right after the write and before any restart (`HostEditor.apply`, op
 ``env_check`` in remote/hostops.py), so that a baseline trial that is not the baseline is an error,
 not a silent wrong trial.
 """
@@ -18,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from envbisect.state.deltas import Delta
-from envbisect.inputs.envfile import EnvFile, meaning_refs, parse_env, word_meaning
+from envbisect.inputs.envfile import EnvFile, EnvFileError, meaning_refs, parse_env, word_meaning
 from envbisect.errors import UsageError
 
 Key = tuple[str, str]  # (host, path)
@@ -74,6 +78,37 @@ class EnvCheck:
     expect: tuple[Expect, ...]
     refs: Mapping[str, bytes] = field(default_factory=dict)  # "old"/"new" -> reference text
     skipped: Mapping[str, str] = field(default_factory=dict)  # key -> why it is not checked
+
+
+@dataclass(frozen=True)
+class EnvSides:
+    """One env file as a whole on each side of its deltas, when the diff kept it (`Delta.old_file`,
+    `new_file` and their evaluations): its text, and what bash made of all of it on the host. None:
+    unknown (a baseline read from a process environment, a run recorded before they were kept)."""
+
+    old_text: str | None = None
+    new_text: str | None = None
+    old_eval: Mapping[str, str] | None = None
+    new_eval: Mapping[str, str] | None = None
+
+    def text(self, side: str) -> str | None:
+        return self.old_text if side == "old" else self.new_text
+
+    def evaluated(self, side: str) -> Mapping[str, str] | None:
+        return self.old_eval if side == "old" else self.new_eval
+
+
+def env_sides(file_deltas: Sequence[Delta], contents: Mapping[str, bytes]) -> EnvSides:
+    """The `EnvSides` of the file these deltas (all of one file) belong to."""
+    # every delta of a file names the same file (a run recorded before they were kept: none does)
+    def first(attr: str):  # noqa: ANN202
+        return next((getattr(d, attr) for d in file_deltas if getattr(d, attr) is not None), None)
+
+    def text(sha: str | None) -> str | None:
+        data = contents.get(sha) if sha else None
+        return None if data is None else data.decode("utf-8", "surrogateescape")
+
+    return EnvSides(text(first("old_file")), text(first("new_file")), first("old_file_eval"), first("new_file_eval"))
 
 
 @dataclass(frozen=True)
@@ -136,9 +171,10 @@ def target_state(original: OriginalState, deltas: Sequence[Delta], applied: Iter
         data = files.get(key)
         text = (data or b"").decode("utf-8", "surrogateescape")
         file_deltas = [d for d in deltas if d.kind == "env" and (d.host, d.path) == key]
-        new_text = _env_text(text, file_deltas, applied)
+        sides = env_sides(file_deltas, contents)
+        new_text = _env_text(text, file_deltas, applied, sides)
         files[key] = new_text.encode("utf-8", "surrogateescape")
-        checks[key] = env_check(text, new_text, file_deltas, applied)
+        checks[key] = env_check(text, new_text, file_deltas, applied, sides)
     return TargetState(files, repos, checks)
 
 
@@ -158,26 +194,67 @@ def holds(env: EnvFile, d: Delta, side: str) -> bool:
     return cur.meaning == word_meaning(word)
 
 
-def _env_text(text: str, file_deltas: Sequence[Delta], applied: Iterable[str]) -> str:
+def _env_text(text: str, file_deltas: Sequence[Delta], applied: Iterable[str], sides: EnvSides = EnvSides()) -> str:
     """The text with each delta of this file in its state (applied: new, else old); a key already
-    holding what its state means is not touched, so the file changes by exactly the lines that must."""
+    holding what its state means is not touched, so the file changes by exactly the lines that must.
+
+    A key the text does not assign goes back as its exact lines where they stand in that side's file,
+    when it is known (`EnvFile.with_lines_of`): appended at the end, a line that a later line reads
+    (``ROOT=/data`` above ``KV="${ROOT}/kv"``) left the reader evaluating without it, so the
+    "baseline" trial was not the baseline (red-team S05)."""
     applied = set(applied)
     for d in file_deltas:
         side = "new" if d.id in applied else "old"
         env = parse_env(text)
         if holds(env, d, side):
             continue
-        word = d.word(side)
-        text = env.without(d.key or "") if word is None else env.with_word(d.key or "", word)
-    return text
+        key, word = d.key or "", d.word(side)
+        ref = _parsed(sides.text(side))
+        if word is None:
+            text = env.without(key)
+        elif env.get(key) is None and ref is not None and (a := ref.get(key)) is not None \
+                and a.meaning == word_meaning(word):
+            text = env.with_lines_of(key, ref)
+        else:
+            text = env.with_word(key, word)
+    return _whole_side(text, file_deltas, applied, sides) or text
 
 
-def env_check(text: str, new_text: str, file_deltas: Sequence[Delta], applied: Iterable[str]) -> EnvCheck:
+def _whole_side(text: str, file_deltas: Sequence[Delta], applied: set[str], sides: EnvSides) -> str | None:
+    """That side's file, byte for byte, when every delta of the file is on one side and the edited
+    text assigns exactly what it assigns: the edits above give its meaning, not always its bytes (an
+    ``export`` or a comment on a changed line, a line moved that changes no value), and the baseline
+    trial is meant to be the baseline file. Not when a key differs (a delta of the file left out of
+    the run: --only/--exclude), so nothing outside the run's deltas is changed."""
+    ids = {d.id for d in file_deltas}
+    side = "old" if not ids & applied else "new" if ids <= applied else None
+    ref = _parsed(sides.text(side)) if side else None
+    if ref is None or parse_env(text).meanings() != ref.meanings():
+        return None
+    return sides.text(side)
+
+
+def _parsed(text: str | None) -> EnvFile | None:
+    if text is None:
+        return None
+    try:
+        return parse_env(text)
+    except EnvFileError:  # the diff compared it per key, so it parsed; never guess from one that does not
+        return None
+
+
+def env_check(text: str, new_text: str, file_deltas: Sequence[Delta], applied: Iterable[str],
+              sides: EnvSides = EnvSides()) -> EnvCheck:
     """What bash must make of `new_text` for each key of the file's deltas: the value a snapshot
     recorded for that side (`old_eval` from the baseline, `new_eval` from the current one), else
     what bash makes of the reference text of that side. A key whose value reads (directly or through
     other keys of the file) a key whose delta is on the other side in this trial is skipped: a mixed
-    configuration has no reference value."""
+    configuration has no reference value.
+
+    When `new_text` is exactly one side's file (every delta on that side, its bytes), each other key
+    whose value reads a delta's key is checked too, against what bash made of that whole file on the
+    host: a re-added line that its reader does not see is caught there, before any restart. Only
+    then: for any other configuration nothing recorded says what a reader should give."""
     applied = set(applied)
     side = {d.key: ("new" if d.id in applied else "old") for d in file_deltas if d.key}
     env = parse_env(new_text)
@@ -200,17 +277,43 @@ def env_check(text: str, new_text: str, file_deltas: Sequence[Delta], applied: I
         else:
             refs_needed.add(s)
             expects.append(Expect(k, s, ref=s, source=f"the file with all its deltas {s}, sourced the same way"))
+    expects.extend(_reader_expects(env, new_text, file_deltas, side, sides))
     refs = {}
     for s in sorted(refs_needed):
-        ref_text = _env_text(text, file_deltas, [d.id for d in file_deltas] if s == "new" else [])
+        ref_text = _env_text(text, file_deltas, [d.id for d in file_deltas] if s == "new" else [], sides)
         refs[s] = ref_text.encode("utf-8", "surrogateescape")
     start_env = next((d.start_env for d in file_deltas if d.start_env is not None), None)
     return EnvCheck(start_env, tuple(expects), refs, skipped)
 
 
+def _reader_expects(env: EnvFile, new_text: str, file_deltas: Sequence[Delta], side_of: Mapping[str, str],
+                    sides: EnvSides) -> list[Expect]:
+    """The expectations for the keys that read a delta's key, when `new_text` is one side's file."""
+    states = set(side_of.values())
+    side = states.pop() if len(states) == 1 else None
+    evaluated = sides.evaluated(side) if side else None
+    if side is None or evaluated is None or new_text != sides.text(side):
+        return []
+    file_keys = set(env.values())
+    source = (f"what bash made of the whole file, recorded by {file_deltas[0].baseline_source}" if side == "old"
+              else "what bash made of the whole file, recorded by the current snapshot")
+    out = []
+    for k in sorted(file_keys - set(side_of)):
+        read = _first_read(env, k, set(side_of), file_keys)
+        if read is not None and k in evaluated:
+            out.append(Expect(k, side, value=evaluated[k], source=f"{source}; {k} reads {read}"))
+    return out
+
+
 def _reads_other_side(env: EnvFile, key: str, side: str, sides: Mapping[str, str], file_keys: set[str]) -> str | None:
     """The first key of the file that `key`'s value reads (transitively through the file's own
     assignments) whose delta is on the other side, or None."""
+    return _first_read(env, key, {k for k, s in sides.items() if s != side}, file_keys)
+
+
+def _first_read(env: EnvFile, key: str, names: set[str], file_keys: set[str]) -> str | None:
+    """The first of `names` that `key`'s value reads, directly or through the file's own
+    assignments, or None."""
     seen = {key}
     todo = [key]
     while todo:
@@ -221,7 +324,7 @@ def _reads_other_side(env: EnvFile, key: str, side: str, sides: Mapping[str, str
             if name in seen:
                 continue
             seen.add(name)
-            if name in sides and sides[name] != side:
+            if name in names:
                 return name
             if name in file_keys:
                 todo.append(name)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
@@ -62,6 +62,13 @@ class Delta:
     # environment minus the file's keys, from the current snapshot, else the baseline's); the
     # post-apply check evaluates the edited file in it. None: unknown (a minimal one is used).
     start_env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
+    # env only. The whole file on each side (sha256; its bytes in Diff.contents) and what bash made of
+    # all of it on the host (ProcessState.file_eval), when known: a trial re-adds a removed line where
+    # it stood, and checks the lines that read a delta's key (state/configuration.py).
+    old_file: str | None = field(default=None, compare=False, repr=False)
+    new_file: str | None = field(default=None, compare=False, repr=False)
+    old_file_eval: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
+    new_file_eval: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
 
     def word(self, side: str) -> str | None:
         """The shell text a trial writes for `side` ("old" | "new"); None: the key is absent there."""
@@ -346,7 +353,8 @@ def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float |
                                  "compared as a whole file")
                     deltas.extend(_file_delta(hname, path, f, old, since, contents))
                     continue
-                deltas.extend(file_deltas)
+                deltas.extend(_with_files(file_deltas, None if old.absent else old.content,
+                                          f.content if f.exists else None, old_eval, new_eval, contents))
             elif proc is not None and proc.status == "ok" and since is not None and proc.started_at is not None \
                     and proc.started_at <= since:
                 # The process started before TIME still carries the old environment.
@@ -475,6 +483,20 @@ def _env_deltas(host: str, service: str, path: str, old: Mapping[str, _Side], ne
                          old_word=o.word if o else None, new_word=n.word if n else None,
                          old_eval=o.eval if o else None, new_eval=n.eval if n else None, start_env=start_env))
     return out
+
+
+def _with_files(file_deltas: list[Delta], old: bytes | None, new: bytes | None, old_eval: Mapping[str, str] | None,
+                new_eval: Mapping[str, str] | None, contents: dict[str, bytes]) -> list[Delta]:
+    """The file's deltas, each naming the whole file on both sides (kept in `contents`)."""
+    if not file_deltas:  # nothing to apply: no need to keep the file
+        return []
+    shas = {}
+    for side, data in (("old", old), ("new", new)):
+        if data is not None:
+            shas[side] = _sha(data)
+            contents[shas[side]] = data
+    return [replace(d, old_file=shas.get("old"), new_file=shas.get("new"), old_file_eval=old_eval,
+                    new_file_eval=new_eval) for d in file_deltas]
 
 
 def _env_deltas_from_process(host: str, service: str, path: str, proc: ProcessState, new_env: EnvFile,
