@@ -468,3 +468,21 @@ def test_post_apply_check_catches_a_reader_of_a_re_added_key_that_bash_now_evalu
             ed.finish()
         finally:
             ed.unlock()
+
+
+def test_what_counts_as_an_unexplained_evaluation():
+    """A whole-file fallback only for a line whose value can only have changed by the file's own
+    order (red-team S15/S18); never for one that runs a command or expands ~, also inside a
+    default word (red-team round 2, R10/R13: `${TAG:-$(date +%s%N)}` made every diff coarse)."""
+    from envbisect.inputs.envfile import parse_env
+    from envbisect.state.deltas import _unexplained_evaluations
+
+    old = parse_env('export ROOT=/data\nexport KV="$ROOT/kv"\nexport TAG=\nexport RUN=${TAG:-$(date +%s)}\n'
+                    'export C=${TAG:-~/c}\n')
+    new = parse_env('export KV="$ROOT/kv"\nexport TAG=\nexport RUN=${TAG:-$(date +%s)}\nexport C=${TAG:-~/c}\n'
+                    'export ROOT=/data\n')
+    old_eval = {"ROOT": "/data", "KV": "/data/kv", "TAG": "", "RUN": "1", "C": "/root/c"}
+    new_eval = {"ROOT": "/data", "KV": "/kv", "TAG": "", "RUN": "2", "C": "/home/x/c"}
+    assert _unexplained_evaluations(old, new, old_eval, new_eval, set()) == ["KV"]
+    # a delta on what it reads explains it
+    assert _unexplained_evaluations(old, new, old_eval, new_eval, {"ROOT"}) == []

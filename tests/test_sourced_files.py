@@ -60,11 +60,13 @@ def test_collector_resolves_source_lines(tmp_path):
         f"# . {other}/commented.env",           # 13: a comment
         'echo "no . source here"',              # 14: not a source line
         f"LATER={other}",
+        '. "${BASH_SOURCE%/*}/rel.env"',        # 16: red-team R06, the "next to this file" idiom
         "",
     ]))
     raw = collect({"env_files": [str(env)], "watch": [], "repos": [], "processes": []}, home)
     got = {e["line"]: e for e in raw["sourced"][str(env)] if not e.get("via")}
-    assert sorted(got) == [4, 5, 6, 7, 8, 9, 10, 11, 12]
+    assert sorted(got) == [4, 5, 6, 7, 8, 9, 10, 11, 12, 16]
+    assert got[16]["path"] == f"{conf}/rel.env" and not got[16]["relative"] and not got[16].get("why")
     assert got[4]["path"] == f"{other}/a.env" and not got[4].get("why")
     assert got[5]["path"] == f"{other}/b.env" and got[5]["word"] == '"$CONF/b.env"'
     assert got[6]["path"] == f"{home}/c.env" and got[7]["path"] == f"{home}/d.env"

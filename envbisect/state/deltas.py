@@ -430,8 +430,9 @@ def _unexplained_evaluations(old_env: EnvFile, new_env: EnvFile, old_eval: Mappi
             continue
         if old_eval.get(key) is None or new_eval.get(key) is None or old_eval[key] == new_eval[key]:
             continue
-        if any(kind not in ("lit", "ref") for kind, _text in new_m[key]):
-            continue
+        if any(kind not in ("lit", "ref") or (kind == "ref" and any(c in text for c in ("$(", "`", "~")))
+               for kind, text in new_m[key]):
+            continue  # a command or ~ (also inside a default: ${A:-$(date)}, red-team R10/R13) may differ
         refs = meaning_refs(new_m[key])
         if not refs or not refs <= assigned:
             continue

@@ -431,6 +431,9 @@ def lex_dollar(s, i):
         inner = s[i + 2:j]
         if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", inner):
             return j + 1, ("var", inner), None
+        if re.match(r"^BASH_SOURCE(\[0\])?%/\*$", inner):
+            # the idiom for "next to this file": in a sourced env file, its own folder
+            return j + 1, ("var", BASH_SOURCE_DIR), None
         return j + 1, None, "a parameter expansion envbisect does not evaluate (${%s})" % inner
     m = re.match(r"[A-Za-z_][A-Za-z0-9_]*", s[i + 1:])
     if m:
@@ -440,6 +443,9 @@ def lex_dollar(s, i):
     if c.isdigit() or c in "@*#?$!-":
         return i + 2, None, "a positional or special parameter ($%s)" % c
     return i + 1, ("lit", "$"), None
+
+
+BASH_SOURCE_DIR = "BASH_SOURCE%/*"  # a name no assignment can have: `known` maps it to the env file's folder
 
 
 def expand(parts, known, lineno):
@@ -532,7 +538,8 @@ def follow_sources(env_path, start_env, keep, covered):
     text = read_text(env_path)
     entries, watch = [], []
     if text is not None:
-        for lineno, word, value, why in source_lines(text, {"HOME": home}):
+        for lineno, word, value, why in source_lines(text, {"HOME": home,
+                                                            BASH_SOURCE_DIR: os.path.dirname(env_path)}):
             e = {"line": lineno, "word": word, "path": None, "why": why, "relative": False}
             if value is not None:
                 if len(watch) >= MAX_SOURCED:
