@@ -486,3 +486,18 @@ def test_what_counts_as_an_unexplained_evaluation():
     assert _unexplained_evaluations(old, new, old_eval, new_eval, set()) == ["KV"]
     # a delta on what it reads explains it
     assert _unexplained_evaluations(old, new, old_eval, new_eval, {"ROOT"}) == []
+
+
+def test_same_change_works_out_the_value_when_the_host_could_not():
+    """Red-team R01: the culprit kept decode from starting, so the host evaluated nothing, and the
+    KV twins (`128` in prefill, `${KV_PAGE:-128}` in decode) were compared by text and split."""
+    from envbisect.state.deltas import Delta, same_change
+
+    def delta(service, word, ev, env=None):
+        return Delta(f"{service}:SGLANG_KV_PAGE_SIZE", "env", "n1", service, f"/{service}.env", "SGLANG_KV_PAGE_SIZE",
+                     "changed", "64", word.strip('"'), "snapshot:x", new_word=word, new_eval=ev, start_env=env)
+
+    prefill = delta("prefill", "128", "128")
+    assert same_change(delta("decode", "${KV_PAGE:-128}", None, {})) == same_change(prefill)
+    assert same_change(delta("decode", "${KV_PAGE:-128}", None, {"KV_PAGE": "64"})) != same_change(prefill)
+    assert same_change(delta("decode", "$(echo 128)", None, {})) != same_change(prefill)

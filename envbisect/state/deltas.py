@@ -33,7 +33,20 @@ def same_change(d: "Delta") -> tuple[str, str, str | None]:
     key, kind of change and the new value as bash makes it where that is known (`128` and
     `${KV_PAGE:-128}` are the same page size; by their text such a pair was split, and each side
     alone, a layout mismatch, was named as a culprit)."""
-    return (d.key or "", d.change, d.new_eval if d.new_eval is not None else d.new)
+    return (d.key or "", d.change, d.new_eval if d.new_eval is not None else _static_value(d))
+
+
+def _static_value(d: "Delta") -> str | None:
+    """What bash would make of the new value, worked out here when the host could not evaluate the
+    file (its service was down: red-team R01, where the culprit stopped decode and the KV twins
+    were compared by text again): EnvFile.resolved, in the start environment the delta carries.
+    A command substitution stays as written, so such a value links only with the same text."""
+    if d.new_word is None:
+        return d.new
+    try:
+        return parse_env(f"X={d.new_word}\n").resolved(d.start_env or {}).get("X", d.new)
+    except EnvFileError:
+        return d.new
 
 
 @dataclass(frozen=True)
