@@ -16,7 +16,6 @@ Size (516 lines): every kind of delta (env, file, git, process drift) computed f
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
@@ -24,6 +23,7 @@ from typing import Any, Iterable, Mapping
 from envbisect.inputs.envfile import EnvFile, EnvFileError, meaning_refs, parse_env, shell_quote, word_meaning
 from envbisect.inputs.masking import SecretMasker
 from envbisect.state.snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
+from envbisect.state.sourced import source_lines_changed
 
 CHANGES = ("added", "removed", "changed")
 
@@ -352,12 +352,13 @@ def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float |
                                           _file_sides(new_env, new_eval), old.source, start_env)
                 unexplained = _unexplained_evaluations(old_env, new_env, old_eval, new_eval,
                                                        {d.key for d in file_deltas})
-                if old.content is not None and f.content is not None and \
-                        _source_lines(old.content) != _source_lines(f.content):
+                changed, noted = source_lines_changed(path, cur, base, old.content, f.content if f.exists else None)
+                if changed:
                     # a `. FILE` line added, removed or changed is no assignment: per-key deltas
                     # would keep today's source lines in the baseline trial
-                    notes.append(f"{hname}:{path}: its source lines changed since the baseline; compared as a "
-                                 "whole file")
+                    if not noted:  # else sourced_notes says it, with what was added or removed
+                        notes.append(f"{hname}:{path}: its source lines changed since the baseline; compared as a "
+                                     "whole file")
                     deltas.extend(_file_delta(hname, path, f, old, since, contents))
                     continue
                 if unexplained:
@@ -415,14 +416,6 @@ def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float |
                                 bf.sha256, None, f"snapshot:{base_id}",
                                 () if bf.content is not None else ("old content too large to restore",)))
     return Diff(since, baseline, current, tuple(deltas), tuple(drift), tuple(unknown), tuple(notes), contents)
-
-
-_SOURCE_RE = re.compile(rb"^[ \t]*(?:\.|source)[ \t]+(\S.*?)[ \t]*$", re.M)
-
-
-def _source_lines(content: bytes) -> list[bytes]:
-    """The `. FILE` / `source FILE` statements of an env file, in order (as written)."""
-    return _SOURCE_RE.findall(content)
 
 
 def _unexplained_evaluations(old_env: EnvFile, new_env: EnvFile, old_eval: Mapping[str, str] | None,

@@ -12,6 +12,7 @@ Pure: snapshots in, note strings out.
 """
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from envbisect.state.snapshot import HostState, Snapshot, SourcedFile
@@ -100,9 +101,28 @@ def _against_baseline(where: str, env: str, entries: Iterable[SourcedFile], cur:
         removed = [w for w in then if w not in now]
         what = "; ".join(p for p in (f"added {', '.join(added)}" if added else "",
                                      f"removed {', '.join(removed)}" if removed else "") if p) or "reordered"
-        out.append(f"the {LINES_CHANGED} of {where} changed since the baseline ({what}): no per-variable delta "
-                   "expresses that, so a trial of the baseline keeps today's source lines")
+        out.append(f"{where}: its {LINES_CHANGED} changed since the baseline ({what}): no per-variable delta "
+                   "expresses that, so the env file is compared as a whole file")
     return out
+
+
+# A `.`/`source` statement at the start of a line: the text-level fallback of source_lines_changed
+_SOURCE_STATEMENT_RE = re.compile(rb"^[ \t]*(?:\.|source)[ \t]+(\S.*?)[ \t]*$", re.M)
+
+
+def source_lines_changed(env: str, cur: HostState, base: HostState | None, old: bytes | None,
+                         new: bytes | None) -> tuple[bool, bool]:
+    """(changed, noted): did the `.`/`source` lines of env file `env` change since the baseline?
+    By what the collector recorded on both sides (it finds them as bash would, `[ -r f ] && . f`
+    included), and then `sourced_notes` says so; for a baseline snapshot taken before envbisect
+    followed source lines, by the statements that start a line of the file's text (not noted)."""
+    then = base.sourced.get(env) if base is not None else None
+    now = cur.sourced.get(env)
+    if then is not None and now is not None:
+        return _words(now) != _words(then), True
+    if old is None or new is None:
+        return False, False
+    return _SOURCE_STATEMENT_RE.findall(old) != _SOURCE_STATEMENT_RE.findall(new), False
 
 
 def _words(entries: Iterable[SourcedFile]) -> list[str]:
@@ -124,4 +144,4 @@ def verdict_notes(diff_notes: Iterable[str]) -> list[str]:
             if CANNOT_SEE in n or NOT_LOOKED in n or LINES_CHANGED in n]
 
 
-__all__ = ["keep_sourced", "sourced_notes", "verdict_notes", "CANNOT_SEE"]
+__all__ = ["keep_sourced", "source_lines_changed", "sourced_notes", "verdict_notes", "CANNOT_SEE"]
