@@ -225,10 +225,9 @@ def snapshot_to_json(snap: Snapshot, put_blob) -> dict[str, Any]:  # noqa: ANN00
             "watched": {k: list(v) for k, v in h.watched.items()},
             "sourced": {env: [_fields(e) for e in entries] for env, entries in h.sourced.items()},
             "files": {p: _file_to_json(f, put_blob) for p, f in h.files.items()},
-            "repos": {p: {k: (list(v) if isinstance(v, tuple) else v) for k, v in _fields(r).items()}
-                      for p, r in h.repos.items()},
-            "processes": {s: {k: (list(v) if isinstance(v, tuple) else v) for k, v in _fields(p).items()}
-                          for s, p in h.processes.items()},
+            # tuples are written as JSON lists by json.dumps itself
+            "repos": {p: _fields(r) for p, r in h.repos.items()},
+            "processes": {s: _fields(p) for s, p in h.processes.items()},
         }
         hosts[name] = hd
     return {"format": 1, "id": snap.id, "label": snap.label, "taken_at": snap.taken_at, "playbook": snap.playbook,
