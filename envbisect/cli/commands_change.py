@@ -39,6 +39,9 @@ def bisect(ctx: typer.Context,
            dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; touch nothing."),
            resume: bool = typer.Option(False, "--resume", help="Continue the last interrupted run."),
            run_id: Optional[str] = typer.Option(None, "--run", help="With --resume: which run."),
+           retract: List[int] = typer.Option([], "--retract", metavar="N",
+                                             help="With --resume: drop trial N from the evidence (kept in the record, "
+                                                  "marked retracted) and go on from what the search then asks."),
            break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
@@ -51,6 +54,8 @@ def bisect(ctx: typer.Context,
         raise typer.BadParameter("must be 'original' or 'fixed'", param_hint="--leave")
     if policy not in ("confirm", "fast", "thorough"):
         raise typer.BadParameter("must be 'confirm', 'fast' or 'thorough'", param_hint="--policy")
+    if retract and not resume:
+        raise UsageError("--retract N corrects a recorded run: use it with --resume (see `envbisect log`)")
     o = opts_of(ctx)
     opts = BisectOptions(probe=probe, only=tuple(only), exclude=tuple(exclude), link=tuple(link), confidence=confidence,
                          max_trials=max_trials, leave=leave, policy=policy, auto_link=not no_auto_link,
@@ -66,7 +71,7 @@ def bisect(ctx: typer.Context,
         run = BisectRun(dep, opts, on_event=progress, break_lock=break_lock)
         if resume:
             try:
-                result = run.resume(run_id)
+                result = run.resume(run_id, retract=tuple(retract))
             except KeyboardInterrupt:
                 _print_resume(o, run.run_id)
                 raise

@@ -1,4 +1,4 @@
-"""Commands that read past runs: runs, show, bundle."""
+"""Commands that read past runs: runs, show, bundle; and correct a bisection's record: log, replay."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ from rich.text import Text
 
 from envbisect.cli.base import env_of, opts_of, app
 from envbisect.cli.render import bold, when
-from envbisect.errors import StoreError, UsageError
+from envbisect.errors import EnvbisectError, ExitStatus, StoreError, UsageError
 from envbisect.state.rundir import Runs
 from envbisect.state.store import Store
 
@@ -132,3 +132,73 @@ def bundle(ctx: typer.Context,
                                 f"{info.size} bytes, sha256 {info.sha256[:16]}…"))
         env.out.print("  open report.html inside it in any browser (no network needed); "
                   f"check it with `envbisect bundle --check {info.path}`")
+
+
+# --- correcting the record -----------------------------------------------------------------------
+
+def _playbook_of(o):  # noqa: ANN001, ANN202
+    """The playbook given with -p, when it can be read (log and replay need no hosts, nor a playbook)."""
+    if not o.playbook.exists():
+        return None
+    from envbisect.inputs.playbook import load_playbook
+
+    try:
+        return load_playbook(o.playbook)
+    except EnvbisectError:
+        return None
+
+
+@app.command("log")
+def log_(ctx: typer.Context,
+         run: Optional[str] = typer.Argument(None, help="Run id (default: the newest bisection of this deployment).")
+         ) -> int:
+    """Print a bisection's trials as an editable text, for `envbisect replay` (secrets masked)."""
+    env = env_of(ctx)
+    from envbisect.report import make_redactor
+    from envbisect.runs.replay import find_run, load_evidence, render_log
+
+    o = opts_of(ctx)
+    pb = _playbook_of(o)
+    rd = find_run(Store(o.store).runs_dir, run, pb.name if pb is not None else None)
+    red = make_redactor(rd.path, o.masker())
+    env.write_raw(render_log(load_evidence(rd), red.masker))
+    return ExitStatus.OK
+
+
+@app.command()
+def replay(ctx: typer.Context,
+           file: Path = typer.Argument(..., help="An edited `envbisect log` (- for stdin)."),
+           dry_run: bool = typer.Option(False, "--dry-run", help="Recompute and print; record nothing."),
+           as_json: bool = typer.Option(False, "--json")) -> int:
+    """Recompute a bisection's verdict from an edited log, without touching the hosts; say which
+    trials it still needs (`bisect --resume` runs them). The correction is recorded in the run."""
+    env = env_of(ctx)
+    from envbisect.cli.render import render_replay
+    from envbisect.report import make_redactor
+    from envbisect.runs.replay import load_evidence, parse_log, record_replay, replay_log
+
+    o = opts_of(ctx)
+    if str(file) == "-":
+        text, source = env.stdin.read(), "-"
+    else:
+        try:
+            text = file.read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            raise UsageError(f"{file}: cannot read: {e.strerror}") from None
+        source = str(file)
+    edited = parse_log(text, source)
+    rd = Runs(Store(o.store).runs_dir).get(edited.run_id)
+    ev = load_evidence(rd)
+    base_probes = None
+    pb = _playbook_of(o)
+    if pb is not None and pb.name == ev.deployment and ev.doc.get("probe") in pb.probes:
+        base_probes = pb.probes[ev.doc["probe"]].repeat  # a run recorded before run.json kept it
+    red = make_redactor(rd.path, o.masker())
+    rp = replay_log(ev, edited, base_probes=base_probes)
+    if not dry_run:
+        rp = record_replay(ev, rp, red.masker)
+    if as_json:
+        env.emit_json(rp.to_json())
+    else:
+        render_replay(env, rp)
+    return int(rp.exit_status)

@@ -132,7 +132,7 @@ class Progress:
 def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
     v = result.verdict
     colour = {"culprit": "red", "interaction": "red", "not-config": "magenta", "not-reproduced": "cyan",
-              "inconclusive": "yellow"}[v.kind]
+              "inconclusive": "yellow", "pending": "yellow"}[v.kind]
     env.out.print(Text.assemble("\nverdict: ", (v.kind.upper(), f"bold {colour}"), f"   confidence {v.confidence:.2f}",
                             f"   restarts {result.restarts}"))
     if result.culprit_deltas:
@@ -144,7 +144,7 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
         word, style = {True: ("safe to revert", "bold green"), False: ("NOT safe to revert", "bold red"),
                        None: ("revert cost unknown", "bold yellow")}[g.safe]
         env.out.print(Text.assemble("  guard ", bold(g.probe), ": ", (word, style), f" - {g.text}"))
-    if v.kind == "inconclusive" and v.suspects:
+    if v.kind in ("inconclusive", "pending") and v.suspects:
         env.out.print("  remaining suspects: " + ", ".join(f"{u} ({p:.0%})" for u, p in v.suspects[:8]))
     if result.path_report:
         t = Table("layer", "target", "result", title="request path, layer by layer")
@@ -158,17 +158,39 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
         env.out.print(f"  note: {n}")
     t = Table("#", "purpose", "configuration", "outcome", "restart", "probe", title="trials")
     total = len(result.units)
+    corrections = getattr(result, "corrections", None)
     for tr in result.trials + ((result.final_probe,) if result.final_probe else ()):
+        standing = corrections.state(tr.n) if corrections else None
         values = sorted(r.value for r in tr.probe_runs if r.value is not None)
         probed = (f"{len(values)} samples, median {values[len(values) // 2]:.4g}" if values
                   else f"{tr.passes} pass / {len(tr.probe_runs)}")
-        t.add_row(str(tr.n), tr.purpose, config_label(list(tr.units), total), tr.outcome, fmt_s(tr.restart_s),
-                  probed)
+        shown = (str(tr.outcome) if standing is None else f"{tr.outcome}, retracted" if standing == "retracted"
+                 else f"{standing} (corrected; ran {tr.outcome})")
+        t.add_row(str(tr.n), tr.purpose, config_label(list(tr.units), total), shown, fmt_s(tr.restart_s), probed)
     env.out.print(t)
     env.out.print(f"hosts left: {result.state_left}" + ("" if result.state_left != "fixed" else
                                                      " (current minus the culprits; every exonerated delta kept)"))
 
 
+
+
+def render_replay(env: Environment, rp) -> None:  # noqa: ANN001
+    """`envbisect replay`: what the edit corrects, the verdict the evidence then supports, the
+    trials it still needs, and what was recorded."""
+    for c in rp.changes:
+        env.out.print(f"correction: {c.describe()}")
+    if not rp.changes:
+        env.out.print("no correction: the log says what the record says")
+    render_verdict(env, rp.result)
+    for need in rp.needs:
+        env.out.print(Text.assemble("still needed: ", bold(need.purpose),
+                                    f" [{', '.join(need.deltas) or 'the baseline'}]"))
+    if rp.needs:
+        env.out.print(f"  `envbisect bisect --resume --run {rp.run_id}` runs it, and only what its outcome then calls for"
+                      + ("" if rp.recorded else " (once the correction is recorded: replay without --dry-run)"))
+    if rp.recorded:
+        kept = f"; the verdict it replaces is kept as {rp.superseded}" if rp.superseded else ""
+        env.out.print(f"recorded in run {rp.run_id} (corrections.jsonl; trials.jsonl is unchanged){kept}")
 
 
 def render_verify(env: Environment, report) -> None:  # noqa: ANN001

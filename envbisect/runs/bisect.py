@@ -36,6 +36,8 @@ from envbisect.search import POLICIES, Observation, Search, TrialKind, TrialRequ
 from envbisect.state import rundir
 from envbisect.errors import StoreError
 from envbisect.state.rundir import RunDir, Runs
+from envbisect.state.corrections import Correction, Corrections, append_corrections, read_corrections
+from envbisect.runs.corrections import check_correctable, feed, recorded_refine
 from envbisect.state.store import Store
 from envbisect.trials.runner import Trial, TrialRunner
 
@@ -74,6 +76,7 @@ class BisectResult:
     notes: tuple[str, ...] = ()
     refined: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # auto-linked unit -> guilty members
     guard: "GuardResult | None" = None  # --guard: what reverting the culprits costs in speed
+    corrections: Corrections = Corrections()  # the operator's (state/corrections.py): retracted trials stay listed
 
     @property
     def culprit_deltas(self) -> tuple[str, ...]:
@@ -95,14 +98,24 @@ class BisectResult:
             "culprit_units": list(v.culprits), "confidence": round(v.confidence, 4),
             "suspects": [{"unit": u, "p": round(p, 4)} for u, p in v.suspects], "explanation": v.explanation,
             "units": {u: list(ds) for u, ds in self.units.items()},
-            "trials": [t.to_json() for t in self.trials],
+            "trials": [self._trial_json(t) for t in self.trials],
             "restarts": self.restarts,
             "path": self.path_report.to_json() if self.path_report else None,
             "drift_hint": list(self.drift_hint),
             "final_probe": self.final_probe.to_json() if self.final_probe else None,
             "state_left": self.state_left, "notes": list(self.notes),
             "guard": self.guard.to_json() if self.guard else None,
+            "corrections": [c.to_json() for c in self.corrections.entries],
         }
+
+    def _trial_json(self, t: Trial) -> dict[str, Any]:
+        doc = t.to_json()
+        standing = self.corrections.state(t.n)
+        if standing == "retracted":
+            doc["retracted"] = True
+        elif standing is not None:
+            doc["corrected_outcome"] = standing
+        return doc
 
 
 @dataclass(frozen=True)
@@ -220,6 +233,8 @@ class BisectRun:
         self.run_id = ""
         self.run_dir = Path()
         self.trials: list[Trial] = []
+        self.corrections = Corrections()  # a resumed run's (state/corrections.py)
+        self._restarted_from = 0  # trials before this are another session's: restarting for them is not ours
 
     def on_event(self, kind: str, data: dict) -> None:
         """Tell the listener, and keep a timestamped line in the run's events.jsonl: the report's timeline."""
@@ -311,6 +326,8 @@ class BisectRun:
 
             doc["perf"] = {"probe": perf.name, "metric": perf.metric, "regression": perf.regression,
                            "higher_is_better": PERF_METRICS[perf.metric], "guard": perf is not probe}
+        # what `envbisect replay` needs to build the same search without the playbook
+        doc["search"] = {"base_probes": probe.repeat, "retries": PERF_RETRIES if probe.is_perf else 1}
         RunDir(self.run_dir).write(rundir.RUN, self.dep.masker.redact_json(doc))
 
     def _append_trial(self, trial: Trial) -> None:
@@ -333,20 +350,30 @@ class BisectRun:
         try:
             files, repos = touched(deltas)
             original = editor.begin(files, repos)  # refuses here when an owner could not be kept
-            self._check_original_is_current(original, diff, deltas)
+            self._check_original_is_current(original, diff.current, deltas)
         except BaseException:
             editor.abandon()  # nothing was edited: the journal is closed, the lock released
             raise
         return self._loop(diff, deltas, dict(diff.contents), units, probe, editor, original, [], notes)
 
-    def resume(self, run_id: str | None) -> BisectResult:
+    def resume(self, run_id: str | None, retract: Sequence[int] = ()) -> BisectResult:
+        """Continue a run from its record (as the operator corrected it). ``retract``: trials to drop
+        from the evidence first (recorded in the run folder; the search then asks again what it
+        decided on them). A finished run can be resumed only so."""
         store = self.dep.store
-        rd = _find_run_dir(store, run_id, self.playbook.name)
+        rd = _find_run_dir(store, run_id, self.playbook.name, finished=None if retract else False)
         doc = rd.doc
         self.run_id, self.run_dir = doc["run_id"], rd.path
         run_dir = rd.path
-        if rd.finished("bisect"):
+        finished = rd.finished("bisect")
+        if finished and not retract:
             raise UsageError(f"run {self.run_id} already finished (see `envbisect show {self.run_id}`)")
+        # a verdict it reached before a correction: the hosts were restored (or fixed) since
+        last = rd.read(rundir.VERDICT) if finished else (rd.superseded_verdicts() or [None])[-1]
+        if last is not None and last.get("state_left") == "fixed":
+            raise UsageError(f"run {self.run_id} left the hosts fixed (culprits reverted), not as its trials found "
+                             f"them: replay the correction without the hosts (`envbisect log {self.run_id}`, "
+                             "`envbisect replay FILE`), or bisect again")
         raw = store.run_deltas(doc, rd.file(rundir.RUN))
         deltas = [Delta(**{**d, "detail": tuple(d.get("detail", ()))}) for d in raw]
         self.dep.masker.learn_env((d.key, v) for d in deltas if d.kind == "env" and d.key for v in (d.old, d.new))
@@ -362,6 +389,15 @@ class BisectRun:
             done = [Trial.from_json(rec) for rec in rd.read_lines(rundir.TRIALS)]
         except (KeyError, TypeError, ValueError) as e:
             raise StoreError(f"{rd.file(rundir.TRIALS)}: damaged run file ({e})") from None
+        self.corrections = read_corrections(rd)
+        retracting = []
+        for n in dict.fromkeys(retract):
+            check_correctable(self.run_id, doc, done, n)
+            if self.corrections.retracted(n):
+                raise UsageError(f"trial {n} of run {self.run_id} is already retracted (see `envbisect log "
+                                 f"{self.run_id}`)")
+            was = next(t.outcome for t in done if t.n == n)
+            retracting.append(Correction(n, "retracted", str(was), "bisect --retract", time.time()))
         journal = find_journal(self.playbook, self.dep.transports, store.runs_dir, self.run_id)
         if journal is not None:
             # the run's own journal: its edits may be live, and are (only) this run's to go on from
@@ -373,18 +409,28 @@ class BisectRun:
         if journal is not None:
             original = journal.original
         else:
+            self._restarted_from = len(done)  # the hosts are as found: only this session's trials need a restore
             try:
                 files, repos = touched(deltas)
                 original = editor.begin(files, repos)
+                if last is not None:  # the deltas are still what the hosts hold, or the record no longer applies
+                    self._check_original_is_current(original, store.find(doc["current"]), deltas)
             except BaseException:
                 editor.abandon()
                 raise
+        if retracting:  # recorded once the hosts are ours: a refused resume leaves the record as it was
+            append_corrections(rd, retracting)
+            self.corrections = Corrections(self.corrections.entries + tuple(retracting))
+            kept = rd.supersede_verdict()
+            self.on_event("retracted", {"run": self.run_id, "trials": [c.trial for c in retracting],
+                                        "superseded": kept})
         diff_doc = doc.get("diff", {})
         self.on_event("resumed", {"run": self.run_id, "trials_done": len(done)})
         return self._loop(None, deltas, contents, units, probe, editor, original, done, [], diff_doc=diff_doc)
 
-    def _check_original_is_current(self, original, diff: Diff, deltas: Sequence[Delta]) -> None:  # noqa: ANN001
-        """The hosts must still be in the state the diff saw; otherwise the deltas are stale."""
+    def _check_original_is_current(self, original, current, deltas: Sequence[Delta]) -> None:  # noqa: ANN001
+        """The hosts must still be in the state the diff saw (``current``: its snapshot); otherwise the
+        deltas are stale."""
         for d in deltas:
             if d.kind == "git":
                 r = original.repos.get((d.host, d.path))
@@ -392,7 +438,7 @@ class BisectRun:
                     raise UsageError(f"{d.id}: HEAD is now {r.head[:10]}, the diff saw {str(d.new)[:10]}; re-run")
                 continue
             f = original.files.get((d.host, d.path))
-            cur = diff.current.hosts[d.host].files.get(d.path)
+            cur = current.hosts[d.host].files.get(d.path)
             if f is None or cur is None:
                 continue
             import hashlib
@@ -440,9 +486,7 @@ class BisectRun:
         search = make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
                              base_probes=probe.repeat, **extra)
         self.trials = list(done)
-        for t in done:
-            if t.kind is not TrialKind.GUARD:
-                search.observe(_observation(t))
+        feed(search, done, self.corrections, _observation)
         reference = self._perf_reference(probe, runner, done, notes, len(deltas), len(unit_ids))
         stop = _install_signal_handlers()
         state_left = "unknown"
@@ -512,7 +556,8 @@ class BisectRun:
                                  "restored the original state; re-run with --policy thorough to find them all")
             if state_left != "fixed":
                 # nothing restarted (the running stack was only probed): restoring files is all there is
-                state_left = self._restore(editor, notes, restart=any(not t.free for t in self.trials))
+                state_left = self._restore(editor, notes, restart=any(
+                    not t.free for t in self.trials[self._restarted_from:]))
         except BaseException as exc:
             # Ctrl-C, SIGTERM, lost connection, someone else's change, bug: the hosts go back to where
             # they were (what is provably envbisect's own), and the lock is kept until they are.
@@ -543,7 +588,7 @@ class BisectRun:
                          "it, co-restarted - which is itself the fix for a stack restarted piecemeal")
             drift_hint = tuple(_drift_hint(diff.to_json(self.dep.masker) if diff else diff_doc or {}))
         result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, units, path_report, drift_hint,
-                              final, tuple(notes), refined, guard)
+                              final, tuple(notes), refined, guard, self.corrections)
         RunDir(self.run_dir).write(rundir.VERDICT, self.dep.masker.redact_json(result.to_json()))
         return result
 
@@ -557,11 +602,13 @@ class BisectRun:
             tested: list[tuple[str, Trial]] | None = []
             for m in test.members:
                 runner.units = {**runner.units, **test.member_units}
-                trial = runner.run(len(self.trials) + 1, test.config(m), search.pass_runs(), test.purpose(m),
-                                   kind=TrialKind.REFINE)
-                self.trials.append(trial)
-                self._append_trial(trial)
-                self.on_event("trial-end", {"trial": trial})
+                trial = recorded_refine(self.trials, self.corrections, runner.delta_ids(test.config(m)))
+                if trial is None:
+                    trial = runner.run(len(self.trials) + 1, test.config(m), search.pass_runs(), test.purpose(m),
+                                       kind=TrialKind.REFINE)
+                    self.trials.append(trial)
+                    self._append_trial(trial)
+                    self.on_event("trial-end", {"trial": trial})
                 if trial.outcome is Outcome.UNRESOLVED:
                     tested = None
                     break
@@ -741,14 +788,17 @@ def _drift_hint(diff_doc: Mapping[str, Any]) -> list[str]:
     return hints
 
 
-def _find_run_dir(store: Store, run_id: str | None, deployment: str) -> RunDir:
+def _find_run_dir(store: Store, run_id: str | None, deployment: str, finished: bool | None = False) -> RunDir:
+    """The run to resume: by id, or this deployment's newest bisection (``finished`` None: finished
+    or not, as `--retract` corrects the newest run whatever its state)."""
     runs = Runs(store.runs_dir)
     if run_id:
         return runs.get(run_id)
     # only bisections can be resumed
-    rd = runs.newest(kind="bisect", deployment=deployment, finished=False)
+    rd = runs.newest(kind="bisect", deployment=deployment, finished=finished)
     if rd is None:
-        raise UsageError("no unfinished run to resume for this deployment")
+        raise UsageError("no unfinished run to resume for this deployment" if finished is False
+                         else "no bisection of this deployment to correct")
     return rd
 
 

@@ -2,7 +2,9 @@
 
 Every run (bisect, revert, apply) writes `run.json` (the question) first; a bisection appends
 `trials.jsonl` (one trial per line, after each trial) and `events.jsonl` (the timeline), and ends
-with `verdict.json`; revert/apply end with `result.json`. The local half of the host journal
+with `verdict.json`; revert/apply end with `result.json`. An operator's corrections of a bisection
+(state/corrections.py) append to `corrections.jsonl`; a verdict they superseded is kept as
+`verdict.superseded-K.json` (K = 1, 2, ... in the order they were superseded), never deleted. The local half of the host journal
 (`journal.json`, `made.json`) and per-trial `evidence/` live here too. Files are private (0600)
 and written atomically; a damaged one reads as one clear `StoreError` line, never a traceback.
 
@@ -29,6 +31,8 @@ ENVIRONMENT = "environment.json"
 JOURNAL = "journal.json"
 MADE = "made.json"
 EVIDENCE = "evidence"
+CORRECTIONS = "corrections.jsonl"
+SUPERSEDED = "verdict.superseded-{}.json"
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,27 @@ class RunDir:
     def finished(self, kind: str | None = None) -> bool:
         return self.has(self.result_name(kind))
 
+    def superseded_verdicts(self) -> list[dict[str, Any]]:
+        """The verdicts corrections superseded, oldest first."""
+        out, k = [], 1
+        while self.has(SUPERSEDED.format(k)):
+            out.append(self.read(SUPERSEDED.format(k)))
+            k += 1
+        return out
+
     # --- writing -------------------------------------------------------------------------------
+    def supersede_verdict(self) -> str | None:
+        """Keep verdict.json as the next `verdict.superseded-K.json` (the run is then unfinished until
+        a new verdict is written). Returns the name it was kept under, None when there was none."""
+        if not self.has(VERDICT):
+            return None
+        k = 1
+        while self.has(SUPERSEDED.format(k)):
+            k += 1
+        name = SUPERSEDED.format(k)
+        os.replace(self.path / VERDICT, self.path / name)
+        return name
+
     def write(self, name: str, data: bytes | str) -> None:
         write_private(self.path / name, data.encode() if isinstance(data, str) else data)
 
