@@ -132,7 +132,7 @@ def render_log(ev: RunEvidence, masker: SecretMasker | None = None) -> str:
         standing = ev.corrections.state(t.n)
         outcome = standing if standing not in (None, RETRACTED) else str(t.outcome)
         runs = f"{t.passes}/{len(t.probe_runs)} probe runs passed" + ("; the running stack, no restart" if t.free else "")
-        comment = f"{t.kind.value}: {t.purpose}; {runs}; {t.reason}"
+        comment = f"{t.purpose}; {runs}; {t.reason}"
         if standing not in (None, RETRACTED):
             comment = f"corrected (ran: {t.outcome}); " + comment
         if t.n == ref:
