@@ -163,6 +163,10 @@ def timeline(rec: RunRecord) -> list[tuple[Any, str, Text]]:
             what = text(f"INTERRUPTED: {e.get('error', '')} — the hosts were restored")
         elif k == "resumed":
             what = text(f"resumed after {e.get('trials_done', '?')} finished trial(s)")
+        elif k == "retracted":
+            trials = ", ".join(str(n) for n in e.get("trials") or [])
+            kept = f"; the verdict before it kept as {e['superseded']}" if e.get("superseded") else ""
+            what = text(f"the operator retracted trial(s) {trials} from the evidence (bisect --retract){kept}")
         else:
             rest = {a: b for a, b in e.items() if a not in ("ts", "kind")}
             what = text(str(rest.get("message") or rest.get("error") or json.dumps(rest, ensure_ascii=False)))

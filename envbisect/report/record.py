@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from envbisect.state import rundir
+from envbisect.state.corrections import Correction, Corrections
 from envbisect.inputs.masking import SecretMasker
 from envbisect.report.redaction import Redactor, _read_json, _store_root, load_snapshot_doc, make_redactor
 
@@ -31,6 +32,9 @@ class RunRecord:
     snapshots: Mapping[str, Mapping[str, Any] | None]  # "baseline"/"current" -> summary (no contents)
     finished_at: float | None = None  # when the run concluded (its last event), None if unfinished
     problems: tuple[str, ...] = field(default=())
+    # the operator's corrections (state/corrections.py) and the verdicts they superseded, oldest first
+    corrections: Corrections = field(default_factory=Corrections)
+    superseded: tuple[Mapping[str, Any], ...] = ()
     masker: SecretMasker = field(default_factory=SecretMasker, repr=False, compare=False)
 
     @property
@@ -161,6 +165,20 @@ def load_run(run_dir: Path, masker: SecretMasker | None = None, *, redactor: Red
                 except OSError as e:
                     problems.append(f"evidence/{tdir.name}/{f.name}: {e.strerror}")
             evidence[rd.text(tdir.name)] = files
+    corrections = []
+    for i, c in enumerate(_read_jsonl(run_dir / rundir.CORRECTIONS, problems), 1):
+        try:
+            corrections.append(Correction.from_json(c))
+        except (KeyError, TypeError, ValueError):
+            problems.append(f"{rundir.CORRECTIONS} line {i}: not a correction (skipped)")
+    superseded, k = [], 1
+    while (run_dir / rundir.SUPERSEDED.format(k)).exists():
+        old = _read_json(run_dir / rundir.SUPERSEDED.format(k))
+        if isinstance(old, dict):
+            superseded.append(rd.obj(old))
+        else:
+            problems.append(f"{rundir.SUPERSEDED.format(k)} is not readable JSON")
+        k += 1
     root = _store_root(run_dir)
     snaps = {"baseline": snapshot_summary(load_snapshot_doc(root, doc.get("baseline"))),
              "current": snapshot_summary(load_snapshot_doc(root, doc.get("current")))}
@@ -170,4 +188,5 @@ def load_run(run_dir: Path, masker: SecretMasker | None = None, *, redactor: Red
         verdict=rd.obj(verdict) if isinstance(verdict, dict) else None, events=tuple(rd.obj(events)),
         environment=rd.obj(environment), evidence=evidence,
         journal_summary=rd.obj(journal_summary(_read_json(run_dir / rundir.JOURNAL))),
-        snapshots=rd.obj(snaps), finished_at=finished, problems=tuple(problems), masker=rd.masker)
+        snapshots=rd.obj(snaps), finished_at=finished, problems=tuple(problems),
+        corrections=Corrections(tuple(corrections)), superseded=tuple(superseded), masker=rd.masker)

@@ -60,7 +60,7 @@ def build_story(rec: RunRecord) -> Story:
         blocks.append(_p(_b("No verdict: the run did not finish"), " (interrupted, crashed, or still running). "
                          "Resume with ", _code("envbisect bisect --resume"), " or undo it with ",
                          _code("envbisect restore"), ".", cls="lead v-unfinished"))
-    for part in (_question, _deltas, _premises, _timeline, _trials, _verdict, _path, _drift, _end_state,
+    for part in (_question, _deltas, _premises, _timeline, _trials, _verdict, _corrections, _path, _drift, _end_state,
                  _environment):
         blocks += part(rec)
     if rec.problems:
@@ -177,7 +177,8 @@ def _trials(rec: RunRecord) -> list[Block]:
         out.append(Figure(perf, _SAMPLES_CAPTION))
     out.append(Table(("#", "purpose", "deltas applied", "outcome", "reason", "restart", "probe", "max latency"),
                      tuple((text(Link(f"trial-{t.get('n')}", text(t.get("n")))), text(t.get("purpose")),
-                            text(len(t.get("config") or [])), text(_badge(t.get("outcome"))), text(t.get("reason")),
+                            text(len(t.get("config") or [])), text(_badge(t.get("outcome")), _standing(rec, t)),
+                            text(t.get("reason")),
                             text(secs(t.get("restart_s"), 1)), text(secs(t.get("probe_s"), 1)),
                             text(secs(max_latency(t)))) for t in rec.trials), numeric=(2, 5, 6, 7)))
     return out + [_trial(rec, t) for t in rec.trials]
@@ -188,7 +189,7 @@ def _trial(rec: RunRecord, t: Mapping[str, Any]) -> Group:
     cfg = t.get("config") or []
     rd = t.get("restart_durations") or {}
     out: list[Block] = [
-        Heading(3, text(f"Trial {t.get('n')} — ", _badge(o), " — ", s(t.get("purpose")))),
+        Heading(3, text(f"Trial {t.get('n')} — ", _badge(o), _standing(rec, t), " — ", s(t.get("purpose")))),
         BulletList((text(f"configuration: baseline + {len(cfg)} delta(s)",
                          *((": ", ", ".join(cfg)) if cfg else (" (the baseline)",))),
                     text(f"started {ts(t.get('started_at'))}; outcome ", _badge(o, _b(o)), " — ", s(t.get("reason"))),
@@ -223,6 +224,32 @@ def _trial(rec: RunRecord, t: Mapping[str, Any]) -> Group:
                                   tail(body), folded=True))
         out += folded
     return Group(tuple(out), anchor=f"trial-{t.get('n')}", cls="trial")
+
+
+def _standing(rec: RunRecord, t: Mapping[str, Any]) -> str:
+    """What the operator's corrections made of a trial, as words after its outcome ("" as recorded)."""
+    n = t.get("n")
+    now = rec.corrections.state(n) if isinstance(n, int) else None
+    if now is None:
+        return ""
+    return " (retracted: not evidence)" if now == "retracted" else f" (corrected to {now})"
+
+
+def _corrections(rec: RunRecord) -> list[Block]:
+    """The operator's corrections of the record: each with its command and time, and the verdicts they
+    superseded. Retracted trials stay in the trials above, marked."""
+    if not rec.corrections and not rec.superseded:
+        return []
+    items = [text(ts(c.at), " — ", c.describe(), " (", _code(c.by), ")") for c in rec.corrections.entries]
+    items += [text(f"superseded verdict {k}: ", _b(str(v.get("verdict"))), f" (confidence {v.get('confidence')}; "
+                   f"culprit(s): {', '.join(v.get('culprits') or []) or 'none'}), kept as ",
+                   _code(f"verdict.superseded-{k}.json"))
+              for k, v in enumerate(rec.superseded, 1)]
+    return [Heading(2, text("Corrections of the record")),
+            _p("The operator corrected the record (", _code("envbisect replay"), " or ",
+               _code("bisect --resume --retract"), "): the trials ran as listed above; the verdict rests on them as "
+               "corrected here. Nothing was deleted."),
+            BulletList(tuple(items))]
 
 
 def _verdict(rec: RunRecord) -> list[Block]:
