@@ -131,8 +131,8 @@ def render_log(ev: RunEvidence, masker: SecretMasker | None = None) -> str:
     for t in ev.trials:
         standing = ev.corrections.state(t.n)
         outcome = standing if standing not in (None, RETRACTED) else str(t.outcome)
-        runs = f"{t.passes}/{len(t.probe_runs)} probe runs passed" + ("; the running stack, no restart" if t.free else "")
-        comment = f"{t.purpose}; {runs}; {t.reason}"
+        runs = "" if "probe runs" in t.reason else f"; {t.passes}/{len(t.probe_runs)} probe runs passed"
+        comment = f"{t.purpose}; {t.reason}{runs}" + ("; the running stack, no restart" if t.free else "")
         if standing not in (None, RETRACTED):
             comment = f"corrected (ran: {t.outcome}); " + comment
         if t.n == ref:
