@@ -342,3 +342,51 @@ def test_the_record_of_a_finished_run_is_refused_when_the_hosts_moved_on(rec):
         rec.resume(oracle({GUILTY}), r.run_id, retract=[5])
     rd = Runs(Store(rec.stack.store).runs_dir).get(r.run_id)
     assert not rd.has("corrections.jsonl") and rd.has("verdict.json") and rec.host_files() == moved
+
+
+def test_an_auto_linked_culprit_keeps_its_members_trials_and_repeats_only_a_retracted_one(rec):
+    """The same change in prefill and decode is one unit for the search; tested apart after the
+    verdict (refine trials). Replay reuses those recorded trials (only decode's side is to blame);
+    retracting one of them repeats that one trial and nothing else."""
+    from hosttree import PREFILL
+
+    rec.stack.tree.edit("prefill", PREFILL + "export LINKED=1\n")
+    rec.stack.tree.edit("decode", DECODE + "export LINKED=1\nexport OTHER=2\n")
+    rec.files = rec.host_files()
+    r = rec.bisect(oracle({"decode:LINKED"}))
+    assert r.verdict.kind == "culprit" and r.culprit_deltas == ("decode:LINKED",), (r.verdict, r.notes)
+    refine = [t for t in r.trials if t.kind is TrialKind.REFINE]
+    assert len(refine) == 2
+    ev = rec.evidence(r.run_id)
+    rp = replay_log(ev, parse_log(render_log(ev), "same.log"))
+    assert rp.decided and rp.result.culprit_deltas == ("decode:LINKED",) and not rp.changes
+    rp = replay_log(ev, parse_log(without(render_log(ev), refine[0].n), "edited.log"))
+    assert not rp.decided and [n.kind for n in rp.needs] == [TrialKind.REFINE]
+    assert rp.needs[0].deltas == refine[0].config
+    asked: list = []
+    r2 = rec.resume(oracle({"decode:LINKED"}, asked=asked), r.run_id, retract=[refine[0].n])
+    assert [c for _n, c in asked] == [refine[0].config]  # that trial again, nothing else
+    assert r2.culprit_deltas == ("decode:LINKED",) and rec.host_files() == rec.files
+
+
+def test_what_cannot_be_corrected_is_refused_with_one_line():
+    """Guard and final trials are no evidence of the verdict; a perf bisection's reference is what
+    every later trial was judged against. A premise trial can be corrected (the search asks again)."""
+    from envbisect.runs.corrections import check_correctable
+
+    def trial(n, kind, config=()):
+        return Trial(n, "p", tuple(config), tuple(config), Outcome.PASS, "r", kind=kind)
+
+    trials = [trial(1, TrialKind.PREMISE_BASELINE), trial(2, TrialKind.PREMISE_CURRENT, ["a"]),
+              trial(3, TrialKind.GUARD, ["a"]), trial(4, TrialKind.FINAL)]
+    perf = {"perf": {"probe": "tps", "guard": False}}
+    with pytest.raises(UsageError, match="perf reference"):
+        check_correctable("R", perf, trials, 1)
+    assert check_correctable("R", {}, trials, 1).n == 1  # not a perf run: a premise like any
+    assert check_correctable("R", {"perf": {"guard": True}}, trials, 1).n == 1  # a guard's probe: no reference
+    assert check_correctable("R", perf, trials, 2).n == 2
+    for n, what in ((3, "guard"), (4, "final")):
+        with pytest.raises(UsageError, match=f"it is a {what} trial"):
+            check_correctable("R", perf, trials, n)
+    with pytest.raises(UsageError, match="has no trial 5"):
+        check_correctable("R", perf, trials, 5)
