@@ -222,7 +222,7 @@ def test_a_replay_is_recorded_beside_the_untouched_record_and_can_be_undone(rec)
 
 # --- --retract through the real lock, journal and records ------------------------------------------
 
-def test_retract_repeats_only_what_the_search_needs_without_the_trial(rec):
+def test_retract_repeats_only_what_the_search_needs_without_the_trial(rec, tmp_path):
     """`bisect --resume --retract 3` on a finished run whose trial 3 was contaminated: the trial
     stays in the record, marked retracted; the search, shown the rest, asks exactly the trials a
     fresh search would; the verdict names only the culprit; the hosts are as they were."""
@@ -244,6 +244,20 @@ def test_retract_repeats_only_what_the_search_needs_without_the_trial(rec):
     assert "#   3  pass" in log and "(retracted)" in log
     rc, c = rec.cli("show", r.run_id)
     assert rc == 0 and "verdict culprit" in c.out
+    # the postmortem bundle carries the corrections and the superseded verdict, and the report shows them
+    import tarfile
+
+    rc, c = rec.cli("bundle", "--run", r.run_id, "--out", str(tmp_path), "--json")
+    assert rc == 0, c.err
+    path = json.loads(c.out)["bundle"]
+    with tarfile.open(path) as tar:
+        names = tar.getnames()
+        md = tar.extractfile("report.md").read().decode()
+        blob = b"".join(tar.extractfile(m).read() for m in tar.getmembers() if m.isfile())
+    assert "corrections.jsonl" in names and "verdict.superseded-1.json" in names
+    assert "Corrections of the record" in md and "trial 3 (pass) retracted" in md and "(retracted: not evidence)" in md
+    assert TOKEN.encode() not in blob
+    assert rec.cli("bundle", "--check", path)[0] == 0
 
 
 def test_retracting_a_premise_asks_the_premise_again(rec):

@@ -9,6 +9,8 @@ Members (always in this order; evidence sorted by trial and file name; every fil
     verdict.json             the verdict (absent for an unfinished run)
     trials.jsonl             every trial: configuration, outcome, probe requests, restart durations
     events.jsonl             the timeline
+    corrections.jsonl        the operator's corrections of the record (only when there are any)
+    verdict.superseded-K.json  verdicts the corrections superseded (only when there are any)
     environment.json         envbisect/kernel/Python versions + each repo's HEAD and `git describe`
     journal-summary.json     what the journal recorded (paths, modes, owners, sizes, sha256; NO contents)
     snapshots/ID.json        baseline and current snapshot: metadata, env files inlined as redacted text,
@@ -48,6 +50,7 @@ __all__ = ["BundleInfo", "make_bundle", "check_bundle", "find_run"]
 MANIFEST = "manifest.json"
 FILE_MODE = 0o600
 _FIXED_ORDER = ("report.md", "report.html", "run.json", "diff.json", "verdict.json", "trials.jsonl", "events.jsonl",
+                "corrections.jsonl",
                 "environment.json", "journal-summary.json")
 
 
@@ -163,6 +166,12 @@ def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
         m["verdict.json"] = _utf8(rd.json_text(verdict))
     m["trials.jsonl"] = _utf8(_jsonl(run_dir / rundir.TRIALS, rd))
     m["events.jsonl"] = _utf8(_jsonl(run_dir / rundir.EVENTS, rd))
+    if (run_dir / rundir.CORRECTIONS).exists():
+        m["corrections.jsonl"] = _utf8(_jsonl(run_dir / rundir.CORRECTIONS, rd))
+    k = 1
+    while isinstance(old := _read_json(run_dir / rundir.SUPERSEDED.format(k)), dict):
+        m[rundir.SUPERSEDED.format(k)] = _utf8(rd.json_text(old))
+        k += 1
     base_doc = load_snapshot_doc(store_root, raw.get("baseline"))
     cur_doc = load_snapshot_doc(store_root, raw.get("current"))
     env = dict(_read_json(run_dir / rundir.ENVIRONMENT) or {})
