@@ -201,4 +201,4 @@ def replay(ctx: typer.Context,
         env.emit_json(rp.to_json())
     else:
         render_replay(env, rp)
-    return int(rp.exit_status)
+    return rp.exit_status

@@ -186,7 +186,8 @@ def render_replay(env: Environment, rp) -> None:  # noqa: ANN001
         env.out.print(Text.assemble("still needed: ", bold(need.purpose),
                                     f" [{', '.join(need.deltas) or 'the baseline'}]"))
     if rp.needs:
-        env.out.print(f"  `envbisect bisect --resume --run {rp.run_id}` runs it, and only what its outcome then calls for"
+        env.out.print(f"  `envbisect bisect --resume --run {rp.run_id}` runs it, and only what its outcome "
+                      "then calls for"
                       + ("" if rp.recorded else " (once the correction is recorded: replay without --dry-run)"))
     if rp.recorded:
         kept = f"; the verdict it replaces is kept as {rp.superseded}" if rp.superseded else ""

@@ -3,7 +3,8 @@
 State is persisted after every trial (runs/RUN/): `run.json` (the question), `trials.jsonl` (the
 answers so far), `journal.json` (the original state of the hosts), `verdict.json` (the end).
 Because the search is a pure function of its observations, `--resume` replays the finished
-trials into a fresh Search and continues exactly where the run stopped.
+trials into a fresh Search and continues exactly where the run stopped; as the operator corrected
+them (state/corrections.py: `--retract N`, `envbisect replay`), fed by runs/corrections.feed.
 
 Size (777 lines): the bisection run's orchestration (setup, the loop, refining auto-linked units, the guard, restore, resume); its collaborators (search, runner, editor) live elsewhere. Next to move out: the link refinement and the guard (runs/refine.py).
 """

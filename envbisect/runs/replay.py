@@ -281,7 +281,8 @@ def _changes(ev: RunEvidence, edited: EditedLog, by: str, now: float) -> tuple[C
         except UsageError as e:
             raise UsageError(f"{where}: {e}") from None
         if set(ln.units) != set(t.units):
-            raise UsageError(f"{where}: trial {t.n} ran {_config_text(t.units)}, the log says {_config_text(ln.units)}; "
+            raise UsageError(f"{where}: trial {t.n} ran {_config_text(t.units)}, the log says "
+                             f"{_config_text(ln.units)}; "
                              "a configuration is what ran and cannot be edited (delete the line to drop the trial)")
         if ln.outcome != t.outcome and ln.outcome not in CHANGEABLE:
             raise UsageError(f"{where}: trial {t.n} ran {t.outcome}; an outcome can only be corrected to pass or fail")
