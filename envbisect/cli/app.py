@@ -48,6 +48,13 @@ def run(args: list[str], env: Environment | None = None) -> int:
     env = env or Environment()
     env.traceback = env.traceback or "--traceback" in args
     try:
+        return _dispatch(args, env)
+    finally:
+        env.close_events()
+
+
+def _dispatch(args: list[str], env: Environment) -> int:
+    try:
         # standalone_mode=False: click's handlers would print "Aborted!" / multi-line usage errors,
         # and typer turns Ctrl-C into a silent exit 130; here each becomes one line. The command's
         # return value (an ExitStatus) comes back as rc.
@@ -81,7 +88,6 @@ def run(args: list[str], env: Environment | None = None) -> int:
     return rc
 
 
-_run = run  # the name older callers know
 
 
 def main() -> None:

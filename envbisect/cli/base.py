@@ -24,6 +24,10 @@ from envbisect.inputs.masking import SecretMasker
 from envbisect.inputs.playbook import load_playbook
 from envbisect.state.store import Store
 
+from typer.completion import completion_init
+
+completion_init()  # typer's completion classes answer _ENVBISECT_COMPLETE (see --show-completion)
+
 try:  # typer >= 0.20 vendors click; older ones use click itself
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
 except ImportError:  # pragma: no cover
@@ -94,6 +98,40 @@ def env_of(ctx: typer.Context) -> Environment:
     return obj.env if isinstance(obj, Options) else obj if isinstance(obj, Environment) else Environment()
 
 
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _check_shell(value: Optional[str]) -> Optional[str]:
+    if value is not None and value not in SHELLS:
+        raise typer.BadParameter(f"{value!r}: one of {', '.join(SHELLS)}")
+    return value
+
+
+def _show_completion(ctx: typer.Context, value: Optional[str]) -> None:
+    """typer's completion script for SHELL, on the Environment's stdout (eager: no command needed).
+    The script calls envbisect back with _ENVBISECT_COMPLETE set; click answers that in `app()`."""
+    if value is None or ctx.resilient_parsing:
+        return
+    from typer._completion_shared import get_completion_script
+
+    env_of(ctx).write_raw(get_completion_script(prog_name="envbisect", complete_var=COMPLETE_VAR,
+                                                shell=_check_shell(value) or "bash").rstrip("\n") + "\n")
+    raise typer.Exit(0)
+
+
+def _install_completion(ctx: typer.Context, value: Optional[str]) -> None:
+    if value is None or ctx.resilient_parsing:
+        return
+    from typer._completion_shared import install
+
+    shell, path = install(shell=_check_shell(value), prog_name="envbisect", complete_var=COMPLETE_VAR)
+    env_of(ctx).out.print(f"{shell} completion installed in {path}; it takes effect in a new shell")
+    raise typer.Exit(0)
+
+
+COMPLETE_VAR = "_ENVBISECT_COMPLETE"
+
+
 def _print_version(ctx: typer.Context, value: bool) -> None:
     if value:  # eager: works without a command
         env_of(ctx).out.print(f"envbisect {__version__}")
@@ -115,13 +153,33 @@ def _main(
                                              help="Trust and record an unknown host key (a changed key is still refused)."),
     connect_attempts: int = typer.Option(3, "--connect-attempts", min=1, help="SSH connection attempts per host."),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="-v info, -vv debug (shows SSH round trips)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the result line(s) and errors: no progress, tables "
+                                                            "or notes."),
+    no_color: bool = typer.Option(False, "--no-color", help="No colour or other terminal styling (also: the NO_COLOR "
+                                                            "environment variable, any non-empty value)."),
+    events: Optional[str] = typer.Option(None, "--events", metavar="FILE|-",
+                                         help="Write what happens (trial start and end, verdict, ...) as JSON lines, "
+                                              "one object each with `event` and `time`, to FILE (appended) or to "
+                                              "stdout with - (human output then goes to stderr)."),
     traceback: bool = typer.Option(False, "--traceback",
                                    help="On an internal error, print the traceback (secrets masked) instead of "
                                         "pointing to the crash log."),
     version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
                                  help="Print the version and exit."),
+    show_completion: Optional[str] = typer.Option(None, "--show-completion", metavar="SHELL", is_eager=True,
+                                                  callback=_show_completion, expose_value=False,
+                                                  help="Print the completion script for SHELL (bash, zsh, fish, "
+                                                       "powershell): eval \"$(envbisect --show-completion bash)\"."),
+    install_completion: Optional[str] = typer.Option(None, "--install-completion", metavar="SHELL", is_eager=True,
+                                                     callback=_install_completion, expose_value=False,
+                                                     help="Install the completion script for SHELL in its rc file."),
 ) -> None:
     env = env_of(ctx)
     env.store, env.traceback = store, traceback or env.traceback
+    env.quiet = quiet or env.quiet
+    if no_color:
+        env.set_color(False)
+    if events is not None:
+        env.open_events(events)
     env.configure_logging(verbose)
     ctx.obj = Options(playbook, store, ssh_config, accept_new_host_key, connect_attempts, inventory, env)

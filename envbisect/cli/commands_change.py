@@ -60,7 +60,7 @@ def bisect(ctx: typer.Context,
     opts = BisectOptions(probe=probe, only=tuple(only), exclude=tuple(exclude), link=tuple(link), confidence=confidence,
                          max_trials=max_trials, leave=leave, policy=policy, auto_link=not no_auto_link,
                          guard=guard)
-    progress = render.Progress(env, quiet=False)
+    progress = env.listener(render.Progress(env, quiet=env.quiet))
     if o.is_fleet():
         for flag, given in (("--resume", resume), ("--dry-run", dry_run), ("--guard", guard is not None),
                             ("--leave fixed", leave == "fixed")):
@@ -90,13 +90,25 @@ def bisect(ctx: typer.Context,
                     render.render_diff(env, diff, dep.masker)
                     render.render_plan(env, plan)
                 return ExitStatus.OK
+            if diff.last_good:  # which snapshot --since last-good picked (stdout stays the verdict)
+                env.event("baseline", {"last_good": diff.last_good})
+                if not env.quiet:
+                    env.err.print(diff.last_good["line"])
             try:
                 result = run.start(diff)
             except KeyboardInterrupt:
                 _print_resume(o, run.run_id)
                 raise
+    return _verdict_out(env, result, as_json, diff.last_good if not resume else None)
+
+
+def _verdict_out(env, result, as_json: bool, last_good=None) -> int:  # noqa: ANN001
+    """The verdict: an event, then --json or the rendering; its exit status."""
+    env.event("verdict", {"run": result.run_id, "verdict": result.verdict.kind, "culprits": list(result.culprit_deltas),
+                          "confidence": round(result.verdict.confidence, 4), "restarts": result.restarts,
+                          "state_left": result.state_left, "exit_status": int(result.exit_status)})
     if as_json:
-        env.emit_json(result.to_json())
+        env.emit_json({**result.to_json(), **({"last_good": last_good} if last_good else {})})
     else:
         render.render_verdict(env, result)
     return int(result.exit_status)
@@ -113,6 +125,8 @@ def _bisect_fleet(env, o: Options, opts, progress, since, against, as_json: bool
             stack.enter_context(dep)
         fleet = FleetRun(reps, Store(o.store), opts, on_event=progress, break_lock=break_lock).start(
             since=since, against=against)
+    env.event("verdict", {"verdict": fleet.result.verdict.kind, "culprits": list(fleet.result.culprit_deltas),
+                          "replicas": len(fleet.replicas), "exit_status": int(fleet.result.exit_status)})
     if as_json:
         env.emit_json(fleet.to_json())
     else:

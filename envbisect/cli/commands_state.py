@@ -96,30 +96,49 @@ def init(ctx: typer.Context,
 
 @app.command()
 def snapshot(ctx: typer.Context, label: Optional[str] = typer.Option(None, "--label", "-l", help="A name to find it by."),
+             probe: Optional[str] = typer.Option(None, "--probe",
+                                                 help="Also probe the running stack (no edit, no restart) and record "
+                                                      "pass or fail: an observed known-good for --since last-good. "
+                                                      "Exit 1 when it did not pass (the snapshot is saved)."),
              as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> int:
     """Record the state of every host: env files, watched files, repo HEADs, process environments."""
     env = env_of(ctx)
     o = opts_of(ctx)
     if o.is_fleet():
+        if probe is not None:
+            raise UsageError("--probe is not available for a [fleet] playbook yet: snapshot one replica's playbook")
         return _snapshot_fleet(env, o, label, as_json)
     with o.deployment() as dep:
-        snap = dep.snapshot(label)
+        pr = None
+        if probe is not None:
+            pr = dep.playbook.probes.get(probe)
+            if pr is None:  # before any host is contacted
+                raise UsageError(f"no probe {probe!r} in {dep.playbook.path} (known: "
+                                 f"{', '.join(dep.playbook.probes) or 'none'})")
+        snap = dep.snapshot(label, probe=pr)
         trips = dep.round_trips()
     summary = {
         "id": snap.id, "label": snap.label, "taken_at": snap.taken_at_iso, "store": str(o.store),
         "hosts": {h: {"files": len(s.files), "repos": {p: r.describe or r.head for p, r in s.repos.items()},
                       "processes": {n: p.status for n, p in s.processes.items()}, "round_trips": trips.get(h)}
                   for h, s in snap.hosts.items()},
+        "probe": snap.probe.to_json() if snap.probe else None,
     }
+    status = ExitStatus.OK if snap.probe is None or snap.probe.passed else ExitStatus.DELTAS
     if as_json:
         env.emit_json(summary)
-        return
+        return status
     env.out.print(Text.assemble("snapshot ", bold(snap.id), f" saved in {o.store}"))
+    if snap.probe is not None:
+        render.render_observed_probe(env, snap.probe)
+    if env.quiet:
+        return status
     t = Table("host", "files", "repos", "processes", "ssh round trips")
     for h, s in summary["hosts"].items():
         t.add_row(h, str(s["files"]), ", ".join(f"{Path(p).name}@{d}" for p, d in s["repos"].items()) or "-",
                   ", ".join(f"{n}: {st}" for n, st in s["processes"].items()) or "-", str(s["round_trips"]))
     env.out.print(t)
+    return status
 
 
 def _snapshot_fleet(env, o, label: Optional[str], as_json: bool) -> int:  # noqa: ANN001
@@ -143,16 +162,17 @@ def snapshots(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"))
     o = opts_of(ctx)
     snaps = Store(o.store).list()
     rows = [{"id": s.id, "label": s.label, "taken_at": s.taken_at_iso, "deployment": s.playbook,
-             "hosts": sorted(s.hosts)} for s in snaps]
+             "hosts": sorted(s.hosts), "probe": s.probe.to_json() if s.probe else None} for s in snaps]
     if as_json:
         env.emit_json(rows)
         return
     if not rows:
         env.out.print(f"no snapshots in {o.store} (take one with `envbisect snapshot`)")
         return
-    t = Table("id", "label", "taken at", "deployment", "hosts")
+    t = Table("id", "label", "taken at", "deployment", "hosts", "probe")
     for s, r in zip(snaps, rows):
-        t.add_row(r["id"], r["label"] or "", when(s.taken_at), r["deployment"], ", ".join(r["hosts"]))
+        cell = Text(s.probe.summary(), style="green" if s.probe.passed else "red") if s.probe else Text("-", style="dim")
+        t.add_row(r["id"], r["label"] or "", when(s.taken_at), r["deployment"], ", ".join(r["hosts"]), cell)
     env.out.print(t)
 
 
@@ -163,6 +183,8 @@ def schedule(ctx: typer.Context,
                                                               "'auto' as automatic)."),
              install: bool = typer.Option(False, "--install", help="Write the systemd user units (or add the "
                                                                    "crontab line) instead of printing them."),
+             probe: Optional[str] = typer.Option(None, "--probe", help="Each snapshot also probes the running stack "
+                                                 "(`snapshot --probe`): observed known-goods for --since last-good."),
              cron: bool = typer.Option(False, "--cron", help="A crontab line even where systemd runs."),
              systemd: bool = typer.Option(False, "--systemd", help="systemd user units even where systemd is "
                                                                   "not detected."),
@@ -176,7 +198,8 @@ def schedule(ctx: typer.Context,
     o = opts_of(ctx)
     o.masker()
     sch = make_schedule(every=every, label=label, playbook=o.playbook, store=o.store, ssh_config=o.ssh_config,
-                        inventory=o.inventory, kind="cron" if cron else ("systemd" if systemd else None))
+                        inventory=o.inventory, kind="cron" if cron else ("systemd" if systemd else None),
+                        probe=probe)
     done = do_install(sch) if install else None
     if as_json:
         env.emit_json({**sch.to_json(), "installed": done.to_json() if done else None})
@@ -184,8 +207,10 @@ def schedule(ctx: typer.Context,
     import shlex
 
     again = f"envbisect schedule --every {every}" + (f" --label {label}" if label != "auto" else "") \
+        + (f" --probe {shlex.quote(probe)}" if probe else "") \
         + (" --cron" if cron else "") + (" --systemd" if systemd else "") + " --install"
-    deploy_hook = ("after a deploy, from its hook: " + " ".join(shlex.quote(a) for a in sch.command[:-3])
+    head = sch.command[:len(sch.command) - sch.command[::-1].index("snapshot") - 1]  # up to the subcommand
+    deploy_hook = ("after a deploy, from its hook: " + " ".join(shlex.quote(a) for a in head)
                    + " snapshot --label deploy-$(git rev-parse --short HEAD)")
     if sch.kind == "systemd":
         if done is None:
@@ -263,7 +288,9 @@ def prune(ctx: typer.Context,
 @app.command()
 def diff(ctx: typer.Context,
          since: Optional[str] = typer.Option(None, "--since", "-s",
-                                             help="Known-good TIME: noon, midnight, 'today 12:00', 'yesterday 18:00', '2h ago', ISO 8601, epoch."),
+                                             help="Known-good TIME: noon, midnight, 'today 12:00', 'yesterday 18:00', "
+                                                  "'2h ago', ISO 8601, epoch; or last-good: the newest snapshot whose "
+                                                  "probe passed (`snapshot --probe`)."),
          against: Optional[str] = typer.Option(None, "--against", "-a", help="A snapshot label, id or file."),
          as_json: bool = typer.Option(False, "--json")) -> int:
     """What changed since the last known-good state? Exit 0: nothing, 1: deltas found."""

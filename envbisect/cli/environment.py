@@ -14,7 +14,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Mapping, TextIO
 
 from rich.console import Console
 from rich.text import Text
@@ -62,10 +62,64 @@ class Environment:
     store: Path | None = None  # where the crash log goes
     traceback: bool = False  # --traceback
     width: int | None = None  # the consoles' width (None: the terminal's); tests pin it
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)  # NO_COLOR is read from it
+    force_terminal: bool | None = None  # style as on a terminal even when the streams are not one (tests)
+    quiet: bool = False  # -q: only the result line(s) and errors
 
     def __post_init__(self) -> None:
-        self.out = SafeConsole(self, file=self.stdout, width=self.width)
-        self.err = SafeConsole(self, file=self.stderr, width=self.width)
+        # NO_COLOR (no-color.org): any non-empty value turns colour off; here every style, since
+        # bold and dim are ANSI escapes too
+        self.color = not self.environ.get("NO_COLOR")
+        self.events: "EventStream | None" = None
+        self._consoles(human=self.stdout)
+
+    def _consoles(self, human: TextIO) -> None:
+        kw: dict[str, Any] = {"width": self.width, "force_terminal": self.force_terminal}
+        if not self.color:
+            kw["color_system"] = None
+        self.out = SafeConsole(self, file=human, **kw)
+        self.err = SafeConsole(self, file=self.stderr, **kw)
+
+    def set_color(self, on: bool) -> None:
+        """--no-color (after the consoles exist: they are made again without styles)."""
+        self.color = on
+        self._consoles(human=self.out.file)
+
+    def open_events(self, where: str) -> None:
+        """--events FILE|-: a JSON-lines stream of what happens. With -, it owns stdout, and what
+        people read moves to stderr, so the stream stays one JSON object a line."""
+        if where == "-":
+            self.events = EventStream(self.stdout, self)
+            self._consoles(human=self.stderr)
+        else:
+            try:
+                f = open(where, "a", encoding="utf-8")  # noqa: SIM115 - closed by close_events()
+            except OSError as e:
+                from envbisect.errors import UsageError
+
+                raise UsageError(f"--events {where}: {e.strerror}") from None
+            self.events = EventStream(f, self, owned=True)
+
+    def event(self, kind: str, data: Mapping[str, Any] | None = None) -> None:
+        if self.events is not None:
+            self.events.write(kind, data or {})
+
+    def listener(self, progress: Any) -> Any:
+        """An `on_event` callback for the library: the human progress lines, and the event stream."""
+        def on_event(kind: str, data: dict) -> None:
+            if progress is not None:
+                progress(kind, data)
+            self.event(kind, data)
+        return on_event
+
+    def close_events(self) -> None:
+        if self.events is not None:
+            self.events.close()
+            self.events = None
+
+    @property
+    def events_on_stdout(self) -> bool:
+        return self.events is not None and self.events.stream is self.stdout
 
     @property
     def stdin_isatty(self) -> bool:
@@ -100,17 +154,22 @@ class Environment:
     def emit_json(self, doc: Any) -> None:
         """`--json` output: the document through the same masker as everything else (ASCII JSON, so
         no control character reaches the terminal raw)."""
+        if self.events_on_stdout:
+            from envbisect.errors import UsageError
+
+            raise UsageError("--events - and --json both write to stdout: give --events FILE")
         plain = json.loads(json.dumps(doc, default=str))  # dataclasses, paths, ... as the strings they print as
         self.stdout.write(json.dumps(self.masker.redact_obj(plain), indent=2, sort_keys=False) + "\n")
 
     def write_raw(self, text: str) -> None:
         """Text that is the output itself (a playbook draft for `--out -`), already redacted."""
-        self.stdout.write(text)
+        (self.stderr if self.events_on_stdout else self.stdout).write(text)
 
     def configure_logging(self, verbose: int) -> None:
         handler = logging.StreamHandler(self.stderr)
         handler.setFormatter(RedactingFormatter(self, "%(levelname)s %(name)s: %(message)s"))
-        logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2), handlers=[handler], force=True)
+        level = logging.ERROR if self.quiet and not verbose else logging.WARNING - 10 * min(verbose, 2)
+        logging.basicConfig(level=level, handlers=[handler], force=True)
         if verbose < 2:
             logging.getLogger("paramiko").setLevel(logging.WARNING)
 
@@ -138,3 +197,27 @@ class Environment:
         import traceback
 
         return self.masker.redact_text("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+class EventStream:
+    """`--events`: one JSON object a line, each with `event` (the library's event kind: trial-start,
+    trial-end, step, warning, verdict, ...) and `time` (UTC, ISO 8601), then the event's data (a
+    Trial as its record). Through the same masker as every other output; flushed per line, so a
+    reader sees each event as it happens."""
+
+    def __init__(self, stream: TextIO, env: Environment, owned: bool = False):
+        self.stream, self.env, self.owned = stream, env, owned
+
+    def write(self, kind: str, data: Mapping[str, Any]) -> None:
+        from datetime import datetime, timezone
+
+        rec: dict[str, Any] = {"event": kind, "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds")}
+        for k, v in data.items():
+            rec[k] = v.to_json() if hasattr(v, "to_json") else v
+        plain = json.loads(json.dumps(rec, default=str))
+        self.stream.write(json.dumps(self.env.masker.redact_obj(plain), separators=(",", ":")) + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.owned:
+            self.stream.close()

@@ -35,6 +35,12 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
         "baseline: no snapshot old enough; fallback sources: " + (", ".join(fallback_sources(result)) or "none")
     if result.since:
         head += f"   since: {when(result.since)}"
+    if result.last_good:  # which snapshot --since last-good picked, and why
+        env.out.print(result.last_good["line"])
+    if env.quiet:  # -q: one line per delta (its id), or nothing
+        for d in result.deltas:
+            env.out.print(d.id)
+        return
     env.out.print(head)
     if not result.deltas:
         env.out.print(Text("no deltas", style="green"))
@@ -82,6 +88,17 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
     for n in result.notes:
         env.out.print(Text(f"note: {env.shown(masker.redact_text(n))}", style="dim"))
 
+
+
+def render_observed_probe(env: Environment, p) -> None:  # noqa: ANN001 - state.snapshot.ObservedProbe
+    """`snapshot --probe`: what the probe said of the running stack (one line, and a note when the
+    processes may not run the files the snapshot recorded)."""
+    style = "green" if p.passed else ("red" if p.outcome == "fail" else "yellow")
+    env.out.print(Text.assemble(f"probe {p.name} on the running stack: ", (p.outcome.upper(), f"bold {style}"),
+                                f" - {p.reason}"))
+    if p.unverified:
+        env.out.print(Text(f"note: the probe saw what runs, which may not be what the files say: {p.unverified}",
+                           style="yellow"))
 
 
 def fmt_s(s: float | None) -> str:
@@ -138,6 +155,8 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
     if result.culprit_deltas:
         word = "must all go" if v.kind == "culprit" else "fail only together"
         env.out.print(f"  culprit(s), which {word}: " + ", ".join(result.culprit_deltas))
+    if env.quiet:  # -q: the verdict and its culprits are the result
+        return
     env.out.print(f"  {v.explanation}")
     g = getattr(result, "guard", None)
     if g is not None:
@@ -200,7 +219,8 @@ def render_verify(env: Environment, report) -> None:  # noqa: ANN001
         res = Text("-", style="dim") if l.ok is None else Text("ok" if l.ok else "FAIL", style="green" if l.ok else "red")
         name = l.name + (" (info)" if l.informational else "")
         t.add_row(name, l.target, res, f"{l.seconds:.2f}s", l.reason)
-    env.out.print(t)
+    if not env.quiet:
+        env.out.print(t)
     env.out.print(Text(report.summary, style="bold green" if report.ok else "bold red"))
 
 

@@ -23,10 +23,14 @@ import re
 from datetime import date, datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["TimeSpecError", "ACCEPTED_FORMS", "parse_time", "host_now"]
+__all__ = ["TimeSpecError", "ACCEPTED_FORMS", "LAST_GOOD", "is_last_good", "parse_time", "host_now"]
+
+# `--since last-good` names no time but a snapshot: the newest whose probe passed on the running
+# stack (state/store.Store.last_good picks it). Parsed here, with every other --since form.
+LAST_GOOD = "last-good"
 
 ACCEPTED_FORMS = (
-    "now, noon, midnight, today, yesterday, today HH:MM, yesterday HH:MM, HH:MM, "
+    "last-good (the newest snapshot whose probe passed), now, noon, midnight, today, yesterday, today HH:MM, yesterday HH:MM, HH:MM, "
     "N{s,m,h,d,w} ago (2h ago, 90m ago, 30 min ago, 1 hour ago, 2 days ago), "
     "ISO 8601 (2026-12-02T12:00, 2026-12-02T12:00Z, 2026-12-02T12:00+01:00, 2026-12-02), "
     "epoch seconds (1764676800, 1764676800.5)"
@@ -159,6 +163,11 @@ def _parse_utc(text: str, norm: str, now: datetime, now_utc: datetime) -> dateti
     return parsed.astimezone(_UTC)
 
 
+def is_last_good(text: str | None) -> bool:
+    """`--since last-good` (any case, `last_good` too): a snapshot, not a time."""
+    return isinstance(text, str) and " ".join(text.split()).lower().replace("_", "-") == LAST_GOOD
+
+
 def parse_time(text: str, now: datetime) -> datetime:
     """Parse ``text`` relative to the host's aware ``now``; result is aware in ``now``'s tz.
 
@@ -171,6 +180,8 @@ def parse_time(text: str, now: datetime) -> datetime:
     norm = " ".join(text.split()).lower()
     if not norm:
         raise _bad(text, "empty time")
+    if is_last_good(text):
+        raise TimeSpecError(f"{text!r} names a snapshot, not a time: the caller picks it (Store.last_good)")
     now_utc = now.astimezone(_UTC)
     try:
         inst = _parse_utc(text, norm, now, now_utc)

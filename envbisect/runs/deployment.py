@@ -24,7 +24,8 @@ from envbisect.inputs.playbook import Playbook, load_playbook
 from envbisect.hosts.collector import collect_host, for_each_host, take_snapshot
 from envbisect.state.snapshot import Snapshot, without_fallback
 from envbisect.state.store import Store
-from envbisect.inputs.timespec import TimeSpecError, host_now, parse_time
+from envbisect.inputs.playbook import Probe
+from envbisect.inputs.timespec import TimeSpecError, host_now, is_last_good, parse_time
 from envbisect.hosts.transport import Transport, connect
 
 
@@ -113,9 +114,15 @@ class Deployment:
                     self.masker.learn_env((p.environ or {}).items())
                     self.masker.learn_env((p.file_eval or {}).items())
 
-    def snapshot(self, label: str | None = None, *, save: bool = True) -> Snapshot:
+    def snapshot(self, label: str | None = None, *, save: bool = True, probe: Probe | None = None) -> Snapshot:
+        """Record every host; with `probe`, also probe the stack as it runs (no edit, no restart) and
+        keep the result in the snapshot (runs/observe.py): an observed known-good, or not."""
         snap = take_snapshot(self.playbook, self.transports, label=label)
         self.learn_secrets(snap)
+        if probe is not None:
+            from envbisect.runs.observe import observe_running
+
+            snap = dataclasses.replace(snap, probe=observe_running(self.playbook, self.transports, snap, probe))
         if save:
             snap = self.store.save(snap)
         return snap
@@ -137,6 +144,13 @@ class Deployment:
     def diff(self, since: str | None = None, against: str | None = None, *, save: bool = True) -> Diff:
         if bool(since) == bool(against):
             raise UsageError("give exactly one of --since TIME or --against LABEL|SNAPSHOT")
+        last_good = None
+        if since is not None and is_last_good(since):
+            choice = self.store.last_good(self.playbook.name)
+            if choice.snapshot is None:
+                raise UsageError(choice.describe())
+            last_good = choice.to_json()
+            since, against = None, choice.snapshot.id
         if against:
             baseline = self.store.find(against, deployment=self.playbook.name)
             if baseline.playbook != self.playbook.name:
@@ -157,6 +171,8 @@ class Deployment:
         if save:  # first, so the diff names the id it was stored under (unique in the store)
             current = dataclasses.replace(current, id=self.store.save(without_fallback(current)).id)
         result = compute_diff(current, baseline, since=min(since_by_host.values()))
+        if last_good is not None:
+            result = dataclasses.replace(result, last_good=last_good)
         # what the env files source and envbisect could not see (or the baseline did not look at)
         result = dataclasses.replace(result, notes=result.notes + tuple(sourced_notes(current, baseline)))
         if baseline is None:  # say which sources stood in, and how to have a snapshot next time

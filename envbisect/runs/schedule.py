@@ -122,7 +122,9 @@ class Schedule:
 
 
 def make_schedule(*, every: str, label: str, playbook: Path, store: Path, ssh_config: str | None,
-                  inventory: str | None, kind: str | None = None) -> Schedule:
+                  inventory: str | None, kind: str | None = None, probe: str | None = None) -> Schedule:
+    """`probe`: each snapshot also probes the running stack (`snapshot --probe`), so the timer
+    records observed known-goods for `--since last-good`."""
     every_s = parse_duration(every, "--every")
     if every_s < 60:
         raise UsageError(f"--every {every}: at least 1m (a snapshot is one SSH round trip per host, not free)")
@@ -130,6 +132,8 @@ def make_schedule(*, every: str, label: str, playbook: Path, store: Path, ssh_co
         raise UsageError(f"--label {label!r}: letters, digits, '_', '.', '-' (at most 40)")
     pb_path = _abs(playbook)
     pb = load_playbook(pb_path)  # a scheduled run of a broken playbook would fail every hour, silently
+    if probe is not None and probe not in pb.probes:
+        raise UsageError(f"--probe {probe}: no such probe in {pb_path} (known: {', '.join(pb.probes) or 'none'})")
     args = ["-p", str(pb_path), "--store", str(_abs(store))]
     if ssh_config:
         p = _abs(ssh_config)
@@ -143,7 +147,7 @@ def make_schedule(*, every: str, label: str, playbook: Path, store: Path, ssh_co
         if not p.exists():
             raise UsageError(f"--inventory {inventory}: no such file")
         args += ["--inventory", str(p)]
-    command = envbisect_command() + args + ["snapshot", "--label", label]
+    command = envbisect_command() + args + ["snapshot", "--label", label] + (["--probe", probe] if probe else [])
     if kind is None:
         kind = "systemd" if systemd_present() else "cron"
     unit = f"envbisect-snapshot-{_slug(pb.name)}"

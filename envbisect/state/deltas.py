@@ -191,6 +191,8 @@ class Diff:
     unknown_processes: tuple[str, ...] = ()  # services whose start environment could not be read
     notes: tuple[str, ...] = ()
     contents: Mapping[str, bytes] = field(default_factory=dict)  # sha256 -> bytes for file deltas (old and new)
+    # `--since last-good`: how the baseline was picked (state/store.LastGood.to_json; its "line" says it)
+    last_good: Mapping[str, Any] | None = None
 
     def links(self) -> list[list[str]]:
         """Env deltas of the same key in several services: these often must change together."""
@@ -212,6 +214,7 @@ class Diff:
             "links": self.links(),
             "unknown_processes": list(self.unknown_processes),
             "notes": [masker.redact_text(n) for n in self.notes],
+            **({"last_good": masker.redact_obj(dict(self.last_good))} if self.last_good else {}),
         }
 
 

@@ -119,12 +119,63 @@ class HostState:
 
 
 @dataclass(frozen=True)
+class ObservedProbe:
+    """A probe run on the stack as it was running when the snapshot was taken (`snapshot --probe`):
+    no edit, no restart. It makes a snapshot an observed known-good (or not); `--since last-good`
+    picks the newest that passed. `outcome` is pass, fail or unresolved (the probe could not tell:
+    exit 125, an abort, a lost connection): only pass makes a known-good. A perf probe has no
+    reference here (nothing else was measured in the same run), so it passes when every sample was
+    served, and its figures (`metric`, `values`) are kept for the record, never judged."""
+
+    name: str
+    kind: str
+    outcome: str  # pass | fail | unresolved
+    reason: str
+    at: float  # epoch seconds when the probe finished
+    runs: int = 0
+    passes: int = 0
+    metric: str | None = None  # perf: what `values` measure (output_tokens_per_s, latency_p50_s, ...)
+    values: tuple[float, ...] = ()  # perf: one per sample
+    # why the running processes may not be running this snapshot's files (drift, a process started
+    # before its env file was written): the probe saw what ran, not necessarily what the files say
+    unverified: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "pass"
+
+    @property
+    def median(self) -> float | None:
+        v = sorted(self.values)
+        return v[len(v) // 2] if v else None
+
+    def summary(self) -> str:
+        """One short cell: `e2e pass`, `throughput pass (median 812.3)`, `e2e FAIL`."""
+        word = self.outcome if self.passed else self.outcome.upper()
+        med = f" (median {self.median:.4g})" if self.median is not None else ""
+        return f"{self.name} {word}{med}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "outcome": self.outcome, "reason": self.reason,
+                "at": self.at, "runs": self.runs, "passes": self.passes, "metric": self.metric,
+                "values": list(self.values), "median": self.median, "unverified": self.unverified}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ObservedProbe":
+        return cls(name=str(d["name"]), kind=str(d.get("kind", "")), outcome=str(d["outcome"]),
+                   reason=str(d.get("reason", "")), at=float(d.get("at", 0.0)), runs=int(d.get("runs", 0)),
+                   passes=int(d.get("passes", 0)), metric=d.get("metric"),
+                   values=tuple(float(v) for v in d.get("values") or ()), unverified=d.get("unverified"))
+
+
+@dataclass(frozen=True)
 class Snapshot:
     id: str
     label: str | None
     taken_at: float  # epoch seconds (the local clock of envbisect)
     playbook: str
     hosts: Mapping[str, HostState]
+    probe: ObservedProbe | None = None  # `snapshot --probe`: what the probe said of the running stack
 
     @property
     def taken_at_iso(self) -> str:

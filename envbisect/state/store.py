@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from envbisect.errors import StoreError
-from envbisect.state.snapshot import (FileState, HostState, ProcessState, RepoState, Snapshot,
+from envbisect.state.snapshot import (FileState, HostState, ObservedProbe, ProcessState, RepoState, Snapshot,
                                       sourced_from_raw)
 
 PRUNE_LOCK = ".prune.lock"  # see Store.writing
@@ -183,9 +183,53 @@ class Store:
         except (KeyError, TypeError, ValueError) as e:
             raise StoreError(f"{path}: damaged run file (deltas: {e})") from None
 
+    def last_good(self, playbook: str) -> "LastGood":
+        """`--since last-good`: the newest snapshot of `playbook` whose probe passed on the running
+        stack (`snapshot --probe`), and what was passed over to get to it."""
+        mine = [s for s in self.list() if s.playbook == playbook]
+        failed = 0
+        for s in reversed(mine):
+            if s.probe is not None and s.probe.passed:
+                return LastGood(s, failed, sum(1 for m in mine if m.probe is not None), len(mine))
+            if s.probe is not None:
+                failed += 1
+        return LastGood(None, failed, probed=failed, total=len(mine))
+
     def newest_at_or_before(self, playbook: str, when: float) -> Snapshot | None:
         cands = [s for s in self.list() if s.playbook == playbook and s.taken_at <= when]
         return cands[-1] if cands else None
+
+
+@dataclasses.dataclass(frozen=True)
+class LastGood:
+    """The choice `--since last-good` makes: `snapshot` (None: no snapshot's probe passed), the
+    newer snapshots skipped because their probe did not pass, and how many were probed at all."""
+
+    snapshot: Snapshot | None
+    skipped_failed: int
+    probed: int
+    total: int = 0
+
+    def describe(self) -> str:
+        """The one line saying which snapshot was picked, and why (or why none could be)."""
+        s = self.snapshot
+        if s is None:
+            how = (f"{self.probed} probed, none passed" if self.probed else
+                   "none was probed: take them with `envbisect snapshot --probe P` (or `schedule --probe P`)")
+            return f"last-good: no snapshot whose probe passed ({self.total} snapshot(s) of this deployment; {how})"
+        assert s.probe is not None
+        p = s.probe
+        line = f"last-good: snapshot {s.id}, the newest whose probe passed ({p.name}: {p.reason}"
+        line += f"; {self.skipped_failed} newer snapshot(s) whose probe did not pass skipped)" if self.skipped_failed \
+            else ")"
+        if p.unverified:
+            line += f"; note: its processes may not have run its files ({p.unverified})"
+        return line
+
+    def to_json(self) -> dict[str, Any]:
+        return {"snapshot": self.snapshot.id if self.snapshot else None,
+                "probe": self.snapshot.probe.to_json() if self.snapshot and self.snapshot.probe else None,
+                "skipped_failed": self.skipped_failed, "probed": self.probed, "line": self.describe()}
 
 
 # --- JSON mapping ------------------------------------------------------------------------------
@@ -230,8 +274,11 @@ def snapshot_to_json(snap: Snapshot, put_blob) -> dict[str, Any]:  # noqa: ANN00
             "processes": {s: _fields(p) for s, p in h.processes.items()},
         }
         hosts[name] = hd
-    return {"format": 1, "id": snap.id, "label": snap.label, "taken_at": snap.taken_at, "playbook": snap.playbook,
-            "hosts": hosts}
+    doc = {"format": 1, "id": snap.id, "label": snap.label, "taken_at": snap.taken_at, "playbook": snap.playbook,
+           "hosts": hosts}
+    if snap.probe is not None:  # only then: a snapshot without a probe is written as before
+        doc["probe"] = snap.probe.to_json()
+    return doc
 
 
 def snapshot_from_json(doc: dict[str, Any], get_blob) -> Snapshot:  # noqa: ANN001
@@ -253,4 +300,6 @@ def snapshot_from_json(doc: dict[str, Any], get_blob) -> Snapshot:  # noqa: ANN0
             env_files=hd.get("env_files", {}), watched={k: tuple(v) for k, v in hd.get("watched", {}).items()},
             fallback=None, sourced=sourced_from_raw(hd.get("sourced") or {}),
         )
-    return Snapshot(id=doc["id"], label=doc.get("label"), taken_at=doc["taken_at"], playbook=doc["playbook"], hosts=hosts)
+    probe = ObservedProbe.from_json(doc["probe"]) if doc.get("probe") else None
+    return Snapshot(id=doc["id"], label=doc.get("label"), taken_at=doc["taken_at"], playbook=doc["playbook"], hosts=hosts,
+                    probe=probe)
