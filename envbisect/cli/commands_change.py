@@ -154,6 +154,7 @@ def restore(ctx: typer.Context,
             break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
+            dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change on which host; touch nothing, take no lock."),
             as_json: bool = typer.Option(False, "--json")) -> int:
     """Undo an interrupted or crashed run from its journal (exact bytes, mode, owner, mtime, HEAD), then co-restart.
     Files someone else changed meanwhile are left as found and listed."""
@@ -162,11 +163,17 @@ def restore(ctx: typer.Context,
 
     o = opts_of(ctx)
     if o.is_fleet():
+        if dry_run:
+            raise UsageError("--dry-run is not available for a [fleet] playbook yet: restore one replica's playbook")
         return _restore_fleet(env, o, run_id, break_lock, as_json)
     with o.deployment() as dep:
-        res = restore_deployment(dep, run_id=run_id, break_lock=break_lock, on_event=render.Progress(env, quiet=as_json))
+        res = restore_deployment(dep, run_id=run_id, break_lock=break_lock, dry_run=dry_run,
+                                 on_event=env.listener(render.Progress(env, quiet=as_json or env.quiet)))
+    env.event("restore", res)
     if as_json:
         env.emit_json(res)
+    elif dry_run and res.get("run"):
+        render.render_restore_plan(env, res)
     elif res["restored"]:
         env.out.print(f"restored {res['files']} file(s) and {res['repos']} repo(s) from run {res['run']}; "
                   f"co-restart: {res['co_restart']}")
@@ -188,8 +195,9 @@ def _restore_fleet(env, o: Options, run_id: Optional[str], break_lock: bool, as_
     for name, dep in o.fleet():
         try:
             with dep:
+                progress = render.Progress(env, quiet=as_json or env.quiet)
                 results[name] = restore_deployment(dep, run_id=run_id, break_lock=break_lock,
-                                                   on_event=render.Progress(env, quiet=as_json))
+                                                   on_event=env.listener(progress))
         except EnvbisectError as e:  # the others are still restored; this one is reported
             results[name] = {"restored": False, "reason": str(e), "error": True}
             status = status or e.exit_status
@@ -248,7 +256,8 @@ def demo(ctx: typer.Context,
                 render.render_diff(env, diff, dep.masker)
             say(f"\n4. envbisect bisect --against noon --probe {probe}"
                 + ("   (tokens/s sampled per start, judged against the baseline measured first)" if perf else ""))
-            result = BisectRun(dep, BisectOptions(probe=probe), on_event=render.Progress(env, quiet=as_json)).start(diff)
+            progress = env.listener(render.Progress(env, quiet=as_json or env.quiet))
+            result = BisectRun(dep, BisectOptions(probe=probe), on_event=progress).start(diff)
         if as_json:
             env.emit_json({"diff": diff.to_json(dep.masker), "bisect": result.to_json(),
                            "planted": {"bad": planted}, "seconds": round(_time.monotonic() - t0, 1)})
@@ -294,9 +303,10 @@ def verify_cmd(ctx: typer.Context,
 
 def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_id: Optional[str],
             probe: Optional[str], run_verify: bool, keep_on_fail: bool, as_json: bool,
-            break_lock: bool = False, guard: Optional[str] = None, accept_cost: bool = False) -> int:
+            break_lock: bool = False, guard: Optional[str] = None, accept_cost: bool = False,
+            dry_run: bool = False) -> int:
     env = env_of(ctx)
-    from envbisect.runs.revert import change, load_run_deltas
+    from envbisect.runs.revert import change, load_run_deltas, plan_change
 
     o = opts_of(ctx)
     with o.deployment() as dep:
@@ -331,10 +341,24 @@ def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_
                                      "put it back?", default=True)
             return True
 
+        if dry_run:
+            plan = plan_change(dep, action, ids, src, probe=pr)
+            env.event("plan", plan.to_json())
+            if as_json:
+                env.emit_json(plan.to_json())
+            else:
+                render.render_change_plan(env, plan)
+            return ExitStatus.OK
         res = change(dep, action, ids, src, probe=pr, run_verify=run_verify, put_back_on_fail=decide,
-                     on_event=render.Progress(env, quiet=as_json), break_lock=break_lock, perf_guard=gp)
+                     on_event=env.listener(render.Progress(env, quiet=as_json or env.quiet)), break_lock=break_lock,
+                     perf_guard=gp)
+    env.event("result", res.to_json())
     if as_json:
         env.emit_json(res.to_json())
+    elif env.quiet:
+        word = "reverted" if action == "revert" else "applied"
+        env.out.print(f"{word}: {', '.join(res.deltas)}: " + ("ok" if res.ok else "put back" if res.put_back
+                                                               else "NOT ok"))
     else:
         word = "reverted" if action == "revert" else "applied"
         env.out.print(f"{word}: {', '.join(res.deltas)} (co-restart {'ok' if res.restart.ok else 'FAILED: ' + res.restart.message})")
@@ -351,7 +375,7 @@ def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_
                            "They did not fix it: do not blame them.", style="bold yellow"))
         for n in res.notes:
             env.out.print(f"note: {n}")
-    return 0 if res.ok else 1
+    return ExitStatus.OK if res.ok else ExitStatus.DELTAS
 
 
 @app.command()
@@ -369,10 +393,11 @@ def revert(ctx: typer.Context, ids: List[str] = typer.Argument(None, help="Delta
            break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
+           dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change on which host; touch nothing, take no lock."),
            as_json: bool = typer.Option(False, "--json")) -> int:
     """Take deltas out of the live configuration (journaled, co-restart), then prove the symptom is gone."""
     return _change(ctx, "revert", ids or [], verdict, run_id, probe, run_verify, keep_on_fail, as_json, break_lock,
-                   guard, accept_cost)
+                   guard, accept_cost, dry_run)
 
 
 @app.command("apply")
@@ -384,6 +409,8 @@ def apply_cmd(ctx: typer.Context, ids: List[str] = typer.Argument(..., help="Del
               break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
+              dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change on which host; touch nothing, take no lock."),
               as_json: bool = typer.Option(False, "--json")) -> int:
     """Put deltas back into the live configuration (journaled, co-restart), then probe."""
-    return _change(ctx, "apply", ids, False, run_id, probe, run_verify, True, as_json, break_lock, guard)
+    return _change(ctx, "apply", ids, False, run_id, probe, run_verify, True, as_json, break_lock, guard,
+                   dry_run=dry_run)

@@ -96,7 +96,7 @@ def render_observed_probe(env: Environment, p) -> None:  # noqa: ANN001 - state.
     style = "green" if p.passed else ("red" if p.outcome == "fail" else "yellow")
     env.out.print(Text.assemble(f"probe {p.name} on the running stack: ", (p.outcome.upper(), f"bold {style}"),
                                 f" - {p.reason}"))
-    if p.unverified:
+    if p.unverified and not env.quiet:
         env.out.print(Text(f"note: the probe saw what runs, which may not be what the files say: {p.unverified}",
                            style="yellow"))
 
@@ -240,4 +240,31 @@ def render_plan(env: Environment, plan: dict) -> None:
               "for two independent culprits); each restart stops "
               + " → ".join(reversed(plan["restart_order"])) + " and starts "
               + " → ".join(plan["restart_order"]))
+    env.out.print("dry run: no host was touched")
+
+
+def render_change_plan(env: Environment, plan) -> None:  # noqa: ANN001 - runs.revert.ChangePlan
+    """`revert`/`apply --dry-run`: each host and file the change would write, what in it, the
+    co-restart and the probe that would follow."""
+    word = {"revert": "would revert", "apply": "would apply"}[plan.action]
+    for c in plan.changes:
+        env.out.print(Text.assemble(f"{word} ", bold(", ".join(c["deltas"]) or c["path"]),
+                                    f" on {c['host']}: {c['path']} ({'; '.join(c['what'])})"))
+    for d in plan.already:
+        env.out.print(f"{d}: already {'reverted' if plan.action == 'revert' else 'applied'} on the hosts (no change)")
+    if plan.changes:
+        env.out.print("then co-restart: stop " + " → ".join(reversed(plan.restart_order)) + ", start "
+                      + " → ".join(plan.restart_order) + (f"; then probe {plan.probe}" if plan.probe else ""))
+    env.out.print("dry run: no host was touched")
+
+
+def render_restore_plan(env: Environment, res: dict) -> None:
+    """`restore --dry-run`: what the journal of run RUN would put back, on which host."""
+    for f in res["files"]:
+        what = "its journaled bytes, mode, owner and times" if f["existed"] else "removed (it did not exist)"
+        env.out.print(f"would restore {f['host']}:{f['path']} from run {res['run']}: {what}")
+    for r in res["repos"]:
+        env.out.print(f"would restore {r['host']}:{r['path']} from run {res['run']}: HEAD {str(r['head'])[:10]}")
+    env.out.print("then co-restart: stop " + " → ".join(reversed(res["restart_order"])) + ", start "
+                  + " → ".join(res["restart_order"]))
     env.out.print("dry run: no host was touched")

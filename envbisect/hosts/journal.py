@@ -303,28 +303,7 @@ class HostEditor:
 
     # --- journal -------------------------------------------------------------------------------
     def begin(self, files: Iterable[Key], repos: Iterable[Key]) -> OriginalState:
-        files, repos = sorted(set(files)), sorted(set(repos))
-
-        def read(h: str, t: Transport) -> dict[str, Any]:
-            paths = [p for hh, p in files if hh == h]
-            rps = [p for hh, p in repos if hh == h]
-            return run_ops(t, [{"op": "read_state", "paths": paths, "repos": rps}])[0]
-
-        states = for_each_host(self.playbook, self.transports, read)
-        # Premise: every owner and group can be put back by this ssh user. Refused before any edit.
-        for h, st in states.items():
-            if st.get("problems"):
-                more = f" (and {len(st['problems']) - 1} more)" if len(st["problems"]) > 1 else ""
-                raise UsageError(f"{h}:{st['problems'][0]}{more}; refusing before any edit")
-        fo: dict[Key, FileOriginal] = {}
-        ro: dict[Key, RepoOriginal] = {}
-        for h, st in states.items():
-            for p, f in st["files"].items():
-                fo[(h, p)] = FileOriginal(f["exists"], unb64(f.get("content_b64")), f.get("mode"), f.get("uid"),
-                                          f.get("gid"), f.get("mtime_ns"), f.get("atime_ns"))
-            for p, r in st["repos"].items():
-                ro[(h, p)] = RepoOriginal(r["head"], r["ref"])
-        original = OriginalState(fo, ro)
+        original = read_original(self.playbook, self.transports, files, repos)
         self.journal = Journal(self.run_id, self.playbook.name, time.time(), original)
         data = json.dumps(self.journal.to_json()).encode()
         # Local copy first (fsync'd), then the host copy, and only then any edit.
@@ -333,8 +312,8 @@ class HostEditor:
         for h, t in self.transports.items():
             _send(t, self._guarded([{"op": "put", "path": self.remote_journal, "content_b64": b64(data),
                                      "run_id": self.run_id}]))
-        self.live = {k: (v.content if v.exists else None) for k, v in fo.items()}
-        self.live_repos = {k: (v.head, v.ref) for k, v in ro.items()}
+        self.live = {k: (v.content if v.exists else None) for k, v in original.files.items()}
+        self.live_repos = {k: (v.head, v.ref) for k, v in original.repos.items()}
         self.expect = {k: {sha(v)} for k, v in self.live.items()}
         self.expect_repos = {k: {v} for k, v in self.live_repos.items()}
         return original
@@ -615,6 +594,35 @@ class HostEditor:
         ed.made_repos = {k: set(v) for k, v in journal.made_repos.items()}
         ed.edited = True
         return ed
+
+
+def read_original(playbook: Playbook, transports: Mapping[str, Transport], files: Iterable[Key],
+                  repos: Iterable[Key]) -> OriginalState:
+    """The files' and repos' state now (bytes, mode, owner, times; HEAD and branch), read without
+    changing anything: what `begin` journals, and what a --dry-run compares against. Refused when
+    an owner or group could not be put back by this ssh user."""
+    files, repos = sorted(set(files)), sorted(set(repos))
+
+    def read(h: str, t: Transport) -> dict[str, Any]:
+        paths = [p for hh, p in files if hh == h]
+        rps = [p for hh, p in repos if hh == h]
+        return run_ops(t, [{"op": "read_state", "paths": paths, "repos": rps}])[0]
+
+    states = for_each_host(playbook, transports, read)
+    # Premise: every owner and group can be put back by this ssh user. Refused before any edit.
+    for h, st in states.items():
+        if st.get("problems"):
+            more = f" (and {len(st['problems']) - 1} more)" if len(st["problems"]) > 1 else ""
+            raise UsageError(f"{h}:{st['problems'][0]}{more}; refusing before any edit")
+    fo: dict[Key, FileOriginal] = {}
+    ro: dict[Key, RepoOriginal] = {}
+    for h, st in states.items():
+        for p, f in st["files"].items():
+            fo[(h, p)] = FileOriginal(f["exists"], unb64(f.get("content_b64")), f.get("mode"), f.get("uid"),
+                                      f.get("gid"), f.get("mtime_ns"), f.get("atime_ns"))
+        for p, r in st["repos"].items():
+            ro[(h, p)] = RepoOriginal(r["head"], r["ref"])
+    return OriginalState(fo, ro)
 
 
 def local_journal_paths(runs_dir: Path, run_id: str | None = None) -> list[Path]:

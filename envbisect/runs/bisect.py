@@ -839,15 +839,23 @@ def shield_signals(say: Callable[[str], None]) -> Iterator[None]:
 
 
 def restore_deployment(dep: Deployment, *, run_id: str | None = None, break_lock: bool = False,
-                       on_event: Callable[[str, dict], None] | None = None) -> dict[str, Any]:
+                       on_event: Callable[[str, dict], None] | None = None, dry_run: bool = False) -> dict[str, Any]:
     """`envbisect restore [--run ID]`: undo an interrupted or crashed run from its journal, then
     co-restart. The lock is taken first; refused while the run that owns the journal is alive.
-    Resources someone else changed meanwhile are left as found and listed under "conflicts"."""
+    Resources someone else changed meanwhile are left as found and listed under "conflicts".
+    `dry_run`: say what would be put back, and whether the lock could be taken; write nothing."""
     ev = on_event or (lambda _k, _d: None)
     journal = find_journal(dep.playbook, dep.transports, dep.store.runs_dir, run_id)
     if journal is None:
         why = f"run {run_id} has no active journal" if run_id else "no active journal for this deployment"
-        return {"restored": False, "reason": f"{why}: nothing to undo"}
+        return {"restored": False, "reason": f"{why}: nothing to undo", **({"dry_run": True} if dry_run else {})}
+    if dry_run:
+        HostEditor(dep.playbook, dep.transports, dep.store.runs_dir / "-", "", heartbeat_s=0).lock(
+            restoring=journal.run_id, break_lock=break_lock, dry=True)
+        return {"restored": False, "dry_run": True, "run": journal.run_id,
+                "files": [{"host": h, "path": p, "existed": f.exists} for (h, p), f in sorted(journal.original.files.items())],
+                "repos": [{"host": h, "path": p, "head": r.head} for (h, p), r in sorted(journal.original.repos.items())],
+                "restart_order": list(dep.playbook.restart.order)}
     run_dir = journal_dir(dep.store.runs_dir, journal.run_id, dep.playbook.name)
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     editor = HostEditor.resume_from(dep.playbook, dep.transports, run_dir, journal, runs_root=dep.store.runs_dir)

@@ -140,12 +140,7 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
     if probe is not None and probe.is_perf:
         perf_guard = probe
     ev = on_event or (lambda _k, _d: None)
-    by_id = {d.id: d for d in source.deltas}
-    missing = [i for i in ids if i not in by_id]
-    if missing:
-        raise UsageError(f"no delta {missing[0]!r} in run {source.run_id} (known: {', '.join(sorted(by_id)[:6])}...)")
-    if not ids:
-        raise UsageError(f"name the deltas to {action} (or use --verdict)")
+    by_id = _chosen(source, ids, action)
     run_id = time.strftime("%Y%m%dT%H%M%S") + f"-{action}-" + uuid.uuid4().hex[:4]
     rd = Runs(dep.store.runs_dir).new(run_id)
     run_dir = rd.path
@@ -244,6 +239,92 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
     return result
 
 
+def _chosen(source: RunDeltas, ids: Sequence[str], action: str) -> dict[str, Delta]:
+    """The run's deltas by id, once the chosen `ids` are known to be among them."""
+    by_id = {d.id: d for d in source.deltas}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise UsageError(f"no delta {missing[0]!r} in run {source.run_id} (known: {', '.join(sorted(by_id)[:6])}...)")
+    if not ids:
+        raise UsageError(f"name the deltas to {action} (or use --verdict)")
+    return by_id
+
+
+@dataclass(frozen=True)
+class ChangePlan:
+    """`revert`/`apply --dry-run`: what the change would write on which host, read from the hosts as
+    they are now (nothing written, no lock taken, no run recorded)."""
+
+    action: str
+    run_id: str  # the bisect run the deltas come from
+    deltas: tuple[str, ...]
+    changes: tuple[dict[str, Any], ...]  # {host, path, kind, deltas: [...], what: [...]}
+    already: tuple[str, ...]  # chosen deltas already in the state the action would put them in
+    restart_order: tuple[str, ...]
+    probe: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dry_run": True, "action": self.action, "run": self.run_id, "deltas": list(self.deltas),
+                "changes": list(self.changes), "already": list(self.already),
+                "restart_order": list(self.restart_order), "probe": self.probe}
+
+
+def plan_change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, *,
+                probe: Probe | None) -> ChangePlan:
+    """What `change` would do, from the hosts' state now, touching nothing: the files and repos it
+    would write (each with the chosen deltas in it and their values, masked), then the co-restart and
+    the probe. Raises as `change` would before its first edit (a delta whose live value moved on, a
+    lock it could not take)."""
+    from envbisect.hosts.journal import read_original
+
+    if action not in ("revert", "apply"):
+        raise ValueError(action)
+    by_id = _chosen(source, ids, action)
+    # would the lock be refused? (asked without taking it: nothing is written)
+    HostEditor(dep.playbook, dep.transports, dep.store.runs_dir / "-", "", heartbeat_s=0).lock(dry=True)
+    deltas = [by_id[i] for i in ids]
+    paths = {(d.host, d.path) for d in deltas}
+    related = [d for d in source.deltas if (d.host, d.path) in paths]
+    files, repos = touched(related)
+    original = read_original(dep.playbook, dep.transports, files, repos)
+    state = applied_now(original, related)
+    moved = [d.id for d in deltas if state[d.id] is None]
+    if moved:
+        raise UsageError(f"{moved[0]}: the live value is neither the baseline's nor the run's; "
+                         "the deployment changed since that run - run diff/bisect again")
+    want = {i for i, on in state.items() if on}
+    want = want - set(ids) if action == "revert" else want | set(ids)
+    target = target_state(original, related, want, source.contents)
+    already = tuple(d.id for d in deltas if state[d.id] is (action == "apply"))
+    changes = []
+    for key, data in sorted(target.files.items()):
+        now = original.files[key]
+        if (now.content if now.exists else None) == data:
+            continue
+        mine = [d for d in deltas if (d.host, d.path) == key and d.id not in already]
+        changes.append({"host": key[0], "path": key[1], "kind": "file", "deltas": [d.id for d in mine],
+                        "what": [_what(d, action, dep) for d in mine] or ["rewritten"]})
+    for key, rt in sorted(target.repos.items()):
+        if original.repos[key].head == rt.commit:
+            continue
+        mine = [d for d in deltas if (d.host, d.path) == key]
+        changes.append({"host": key[0], "path": key[1], "kind": "repo", "deltas": [d.id for d in mine],
+                        "what": [f"HEAD {original.repos[key].head[:10]} → {rt.commit[:10]}"]})
+    return ChangePlan(action, source.run_id, tuple(ids), tuple(changes), already, tuple(dep.playbook.restart.order),
+                      probe.name if probe else None)
+
+
+def _what(d: Delta, action: str, dep: Deployment) -> str:
+    """One delta's change as the action would make it: KEY old → new (masked), or the file's."""
+    j = d.to_json(dep.masker)
+    old, new = j.get("old_shown", j.get("old")), j.get("new_shown", j.get("new"))
+    if action == "revert":
+        old, new = new, old
+    name = d.key if d.kind == "env" and d.key else d.path
+    show = lambda v: "unset" if v is None else str(v)[:12] if d.kind != "env" else str(v)  # noqa: E731
+    return f"{name}: {show(old)} → {show(new)}"
+
+
 def perf_samples(probe: Probe, transports) -> tuple[float, ...]:  # noqa: ANN001
     from envbisect.trials.perf import reference_count, sample
 
@@ -286,4 +367,4 @@ def _probe(dep: Deployment, probe: Probe | None, rs: RestartResult) -> tuple[str
     return outcome, reason
 
 
-__all__ = ["change", "load_run_deltas", "applied_now", "ActionResult", "RunDeltas", "Path"]
+__all__ = ["change", "plan_change", "load_run_deltas", "applied_now", "ActionResult", "ChangePlan", "RunDeltas", "Path"]
