@@ -21,6 +21,44 @@ class ExitStatus(IntEnum):
     INTERRUPTED = 130      # Ctrl-C or SIGTERM (the hosts were restored, or `envbisect restore` is printed)
 
 
+# The one exit-status table every command follows: status -> (meaning, the commands that return it;
+# "every" for all). README.md and docs/guide.md hold `exit_status_table()` word for word, and the man
+# page's EXIT STATUS section is made from it (tests/test_cli_conventions.py checks both).
+EVERY = ("every",)
+EXIT_STATUS_DOC: dict[ExitStatus, tuple[str, tuple[str, ...]]] = {
+    ExitStatus.OK: ("success; `diff`: no deltas; `bisect`: a culprit or interaction was found; a --dry-run that "
+                    "could be done", EVERY),
+    ExitStatus.DELTAS: ("`diff`: deltas found; `verify`, `revert`, `apply`: the check failed (not fixed); "
+                        "`snapshot --probe`: the probe did not pass (the snapshot is saved); `demo`: the planted "
+                        "change was not found; `bundle --check`: the archive has a problem",
+                        ("diff", "verify", "revert", "apply", "snapshot", "demo", "bundle")),
+    ExitStatus.USAGE: ("bad input: the playbook, an argument, a time, a damaged store or run file; a lock held by "
+                       "another run; `--since last-good` with no snapshot whose probe passed", EVERY),
+    ExitStatus.CONNECTION: ("a host is unreachable, authentication failed, or its host key is unknown, changed "
+                            "or @revoked; `restore`: the co-restart failed",
+                            ("init", "snapshot", "diff", "bisect", "restore", "verify", "revert", "apply")),
+    ExitStatus.NOT_CONFIG: ("verdict not-config: the baseline fails too", ("bisect", "replay")),
+    ExitStatus.NOT_REPRODUCED: ("verdict not-reproduced: the current configuration passes after a co-restart",
+                                ("bisect", "replay")),
+    ExitStatus.INCONCLUSIVE: ("verdict inconclusive: the budget was spent before the confidence; `replay`: the "
+                              "corrected record needs more trials", ("bisect", "replay")),
+    ExitStatus.CONFLICT: ("someone else changed a host during the run (their change was kept)",
+                          ("bisect", "revert", "apply", "restore")),
+    ExitStatus.INTERNAL: ("a bug in envbisect: one line naming a private crash log (secrets masked)", EVERY),
+    ExitStatus.INTERRUPTED: ("Ctrl-C or SIGTERM; the hosts were put back, or the `restore` command is printed",
+                             EVERY),
+}
+
+
+def exit_status_table() -> str:
+    """EXIT_STATUS_DOC as the markdown table README.md and docs/guide.md show."""
+    rows = ["| status | name | meaning | commands |", "| --- | --- | --- | --- |"]
+    for st, (meaning, cmds) in EXIT_STATUS_DOC.items():
+        who = "every" if cmds == EVERY else ", ".join(f"`{c}`" for c in cmds)
+        rows.append(f"| {int(st)} | `{st.name}` | {meaning} | {who} |")
+    return "\n".join(rows) + "\n"
+
+
 class EnvbisectError(Exception):
     """A problem the user can act on; `str(err)` is the whole one-line message."""
 

@@ -150,8 +150,8 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
     v = result.verdict
     colour = {"culprit": "red", "interaction": "red", "not-config": "magenta", "not-reproduced": "cyan",
               "inconclusive": "yellow", "pending": "yellow"}[v.kind]
-    env.out.print(Text.assemble("\nverdict: ", (v.kind.upper(), f"bold {colour}"), f"   confidence {v.confidence:.2f}",
-                            f"   restarts {result.restarts}"))
+    env.out.print(Text.assemble("verdict: " if env.quiet else "\nverdict: ", (v.kind.upper(), f"bold {colour}"),
+                                f"   confidence {v.confidence:.2f}", f"   restarts {result.restarts}"))
     if result.culprit_deltas:
         word = "must all go" if v.kind == "culprit" else "fail only together"
         env.out.print(f"  culprit(s), which {word}: " + ", ".join(result.culprit_deltas))
