@@ -112,6 +112,12 @@ def test_sim_snapshot_probe_pass_and_fail_and_bisect_since_last_good(sshd, tmp_p
 
     s = Scenario(tmp_path / "s", ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
     try:
+        # a perf probe on the running stack: its figures are kept (no reference here to judge them by)
+        r = s.cli("snapshot", "--label", "auto", "--probe", "throughput", "--json", timeout=300)
+        assert r.returncode == 0, r.stderr
+        perf = json.loads(r.stdout)["probe"]
+        assert perf["outcome"] == "pass" and perf["metric"] == "output_tokens_per_s", perf
+        assert len(perf["values"]) >= 3 and perf["median"] > 0 and perf["runs"] == len(perf["values"])
         r = s.cli("snapshot", "--label", "auto", "--probe", "e2e", "--json", timeout=120)
         assert r.returncode == 0, r.stderr
         good = json.loads(r.stdout)
@@ -121,7 +127,7 @@ def test_sim_snapshot_probe_pass_and_fail_and_bisect_since_last_good(sshd, tmp_p
         assert r.returncode == 1 and "probe e2e on the running stack: FAIL" in r.stdout, r.stdout + r.stderr
         r = s.cli("snapshots", "--json")
         outcomes = [x["probe"]["outcome"] for x in json.loads(r.stdout)]
-        assert outcomes == ["pass", "fail"]
+        assert outcomes == ["pass", "pass", "fail"]
         r = s.cli("bisect", "--since", "last-good", "--probe", "e2e", "--json", timeout=300)
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)
