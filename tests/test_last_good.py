@@ -137,3 +137,28 @@ def test_sim_snapshot_probe_pass_and_fail_and_bisect_since_last_good(sshd, tmp_p
         assert any(t["kind"] == "premise-baseline" and t["outcome"] == "pass" for t in doc["trials"]), doc["trials"]
     finally:
         s.sim.stop_all()
+
+
+def test_prune_keeps_the_newest_snapshot_whose_probe_passed(stack):
+    """A stack failing for longer than --keep must not lose its last-good to `prune`."""
+    import os
+
+    b = base(stack)
+    assert cli(*b, "snapshot", "--label", "auto", "--probe", "p")[0] == ExitStatus.OK
+    stack.tree.edit("decode", DECODE + "export BAD=1\n")
+    assert cli(*b, "snapshot", "--label", "auto", "--probe", "p")[0] == ExitStatus.DELTAS
+    assert cli(*b, "snapshot", "--label", "auto", "--probe", "p")[0] == ExitStatus.DELTAS
+    good = next(s for s in Store(stack.store).list() if s.probe and s.probe.passed)
+    # all three are older than --keep (their taken_at moved 30 days back)
+    for p in (stack.store / "snapshots").glob("*.json"):
+        doc = json.loads(p.read_text())
+        doc["taken_at"] -= 30 * 86400
+        p.write_text(json.dumps(doc))
+    rc, c = cli(*b, "prune", "--keep", "14d", "--json")
+    assert rc == ExitStatus.OK, c.err
+    kept = {e["id"]: e["kept_because"] for e in json.loads(c.out)["snapshots"]["kept"]}
+    assert good.id in kept and kept[good.id] == ["newest whose probe passed (--since last-good)"], kept
+    assert len(json.loads(c.out)["snapshots"]["deleted"]) == 1  # the older failing one
+    rc, c = cli(*b, "diff", "--since", "last-good", "--json")
+    assert rc == ExitStatus.DELTAS and json.loads(c.out)["last_good"]["snapshot"] == good.id
+    assert os.path.exists(stack.store / "snapshots" / f"{good.id}.json")

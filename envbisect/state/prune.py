@@ -8,7 +8,9 @@ What is kept, whatever its age:
   ``auto`` from `envbisect schedule`, ``diff`` from every `diff`/`bisect`, or none);
 * every snapshot a run names (run.json ``baseline``/``current``): a run must stay resumable,
   revertable and bundlable;
-* the newest snapshot of each deployment.
+* the newest snapshot of each deployment;
+* the newest snapshot of each deployment whose probe passed (`snapshot --probe`): what
+  `--since last-good` picks, however long the stack has been failing since.
 
 Blobs (``STORE/blobs/ab/abcd...``, content-addressed) are then kept when a remaining snapshot file
 names them (``files.*.blob``) or a run.json does (``deltas_blob``, the values of ``contents``).
@@ -84,6 +86,7 @@ class SnapshotEntry:
     deployment: str
     blobs: set[str]
     keep: list[str] = field(default_factory=list)  # why it stays; empty: it goes
+    passed: bool = False  # its probe passed on the running stack (a last-good candidate)
 
     def to_json(self) -> dict[str, Any]:
         from datetime import datetime, timezone
@@ -181,7 +184,8 @@ class _Refs:
                     raise StoreError(f"{p}: not a snapshot document")
                 self.snapshots.append(SnapshotEntry(
                     str(doc.get("id") or p.stem), p, doc.get("label") if isinstance(doc.get("label"), str) else None,
-                    float(doc["taken_at"]), str(doc.get("playbook", "")), snapshot_blobs(doc)))
+                    float(doc["taken_at"]), str(doc.get("playbook", "")), snapshot_blobs(doc),
+                    passed=isinstance(doc.get("probe"), dict) and doc["probe"].get("outcome") == "pass"))
             except FileNotFoundError:
                 continue  # removed meanwhile
             except (StoreError, KeyError, TypeError, ValueError, AttributeError) as e:
@@ -216,10 +220,13 @@ def decide(entries: list[SnapshotEntry], run_snapshots: dict[str, list[str]], *,
            keep_labelled: bool, now: float) -> None:
     """Fill each entry's `keep` reasons (an entry without one is to be removed)."""
     newest: dict[str, SnapshotEntry] = {}
+    newest_good: dict[str, SnapshotEntry] = {}
     for e in entries:
         e.keep = []
-        if e.deployment not in newest or (e.taken_at, e.id) > (newest[e.deployment].taken_at, newest[e.deployment].id):
-            newest[e.deployment] = e
+        for best, counts in ((newest, True), (newest_good, e.passed)):
+            if counts and (e.deployment not in best
+                           or (e.taken_at, e.id) > (best[e.deployment].taken_at, best[e.deployment].id)):
+                best[e.deployment] = e
     for e in entries:
         if e.taken_at >= now - keep_s:
             e.keep.append("newer than --keep")
@@ -230,6 +237,8 @@ def decide(entries: list[SnapshotEntry], run_snapshots: dict[str, list[str]], *,
             e.keep.append("used by run " + ", ".join(sorted(runs)[:3]) + (f" (+{len(runs) - 3})" if len(runs) > 3 else ""))
         if newest.get(e.deployment) is e:
             e.keep.append("newest of its deployment")
+        if newest_good.get(e.deployment) is e:
+            e.keep.append("newest whose probe passed (--since last-good)")
 
 
 def _blob_files(store: Store) -> Iterator[Path]:
