@@ -93,6 +93,17 @@ def test_show_completion_bash_completes_commands_and_options_in_a_real_bash(tmp_
     assert rc == ExitStatus.USAGE and c.err.count("\n") == 1 and "one of bash" in c.err
 
 
+def test_install_completion_writes_the_script_under_home(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    r = subprocess.run([*ENVBISECT, "--install-completion", "bash"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "HOME": str(home)})
+    assert r.returncode == 0 and "bash completion installed in" in r.stdout, r.stderr
+    script = home / ".bash_completions" / "envbisect.sh"
+    assert "_ENVBISECT_COMPLETE=complete_bash" in script.read_text()
+    assert str(script) in (home / ".bashrc").read_text()
+
+
 def test_show_completion_writes_to_the_injected_stdout():
     rc, c = cli("--show-completion", "fish")
     assert rc == 0 and "complete --command envbisect" in c.out and c.err == ""
