@@ -15,6 +15,9 @@ from envbisect.inputs.playbook import load_playbook
 from envbisect.state.store import Store
 
 
+DRY_RUN_HELP = "Say what would change on which host; touch nothing, take no lock."
+
+
 # --- bisect ------------------------------------------------------------------------------------
 
 @app.command()
@@ -154,7 +157,7 @@ def restore(ctx: typer.Context,
             break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
-            dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change on which host; touch nothing, take no lock."),
+            dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
             as_json: bool = typer.Option(False, "--json")) -> int:
     """Undo an interrupted or crashed run from its journal (exact bytes, mode, owner, mtime, HEAD), then co-restart.
     Files someone else changed meanwhile are left as found and listed."""
@@ -393,7 +396,7 @@ def revert(ctx: typer.Context, ids: List[str] = typer.Argument(None, help="Delta
            break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
-           dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change on which host; touch nothing, take no lock."),
+           dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
            as_json: bool = typer.Option(False, "--json")) -> int:
     """Take deltas out of the live configuration (journaled, co-restart), then prove the symptom is gone."""
     return _change(ctx, "revert", ids or [], verdict, run_id, probe, run_verify, keep_on_fail, as_json, break_lock,
@@ -409,7 +412,7 @@ def apply_cmd(ctx: typer.Context, ids: List[str] = typer.Argument(..., help="Del
               break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
-              dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change on which host; touch nothing, take no lock."),
+              dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
               as_json: bool = typer.Option(False, "--json")) -> int:
     """Put deltas back into the live configuration (journaled, co-restart), then probe."""
     return _change(ctx, "apply", ids, False, run_id, probe, run_verify, True, as_json, break_lock, guard,

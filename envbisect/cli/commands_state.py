@@ -171,7 +171,8 @@ def snapshots(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"))
         return
     t = Table("id", "label", "taken at", "deployment", "hosts", "probe")
     for s, r in zip(snaps, rows):
-        cell = Text(s.probe.summary(), style="green" if s.probe.passed else "red") if s.probe else Text("-", style="dim")
+        cell = (Text(s.probe.summary(), style="green" if s.probe.passed else "red") if s.probe
+                else Text("-", style="dim"))
         t.add_row(r["id"], r["label"] or "", when(s.taken_at), r["deployment"], ", ".join(r["hosts"]), cell)
     env.out.print(t)
 

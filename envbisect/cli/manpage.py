@@ -79,7 +79,8 @@ def man_page() -> str:
     group = get_command(app)
     out = [f'.TH ENVBISECT 1 "" "envbisect {esc(__version__)}" "User Commands"',
            ".SH NAME", "envbisect \\- " + esc(group.help or ""),
-           ".SH SYNOPSIS", "\\fBenvbisect\\fR [\\fIGLOBAL OPTIONS\\fR] \\fICOMMAND\\fR [\\fIOPTIONS\\fR] [\\fIARGS\\fR]",
+           ".SH SYNOPSIS",
+           "\\fBenvbisect\\fR [\\fIGLOBAL OPTIONS\\fR] \\fICOMMAND\\fR [\\fIOPTIONS\\fR] [\\fIARGS\\fR]",
            ".SH DESCRIPTION",
            esc("envbisect snapshots a serving stack's hosts over SSH, diffs them against a known-good baseline, "
                "and bisects the deltas on the live hosts with full ordered co-restarts and a probe, after checking "
@@ -95,7 +96,8 @@ def man_page() -> str:
         out += [f'.SS "envbisect {esc(name)}"', _usage(name, cmd), ".PP", esc(" ".join((cmd.help or "").split()))]
         c_opts, args = _params(cmd)
         for a in args:
-            out += [".TP", f"\\fI{esc((a.metavar or a.name).upper())}\\fR", esc(" ".join((getattr(a, 'help', '') or '').split()))]
+            text = " ".join((getattr(a, "help", "") or "").split())
+            out += [".TP", f"\\fI{esc((a.metavar or a.name).upper())}\\fR", esc(text)]
         for p in c_opts:
             out += _option(p)
     out.append(".SH ENVIRONMENT")

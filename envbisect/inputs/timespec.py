@@ -30,7 +30,8 @@ __all__ = ["TimeSpecError", "ACCEPTED_FORMS", "LAST_GOOD", "is_last_good", "pars
 LAST_GOOD = "last-good"
 
 ACCEPTED_FORMS = (
-    "last-good (the newest snapshot whose probe passed), now, noon, midnight, today, yesterday, today HH:MM, yesterday HH:MM, HH:MM, "
+    "last-good (the newest snapshot whose probe passed), "
+    "now, noon, midnight, today, yesterday, today HH:MM, yesterday HH:MM, HH:MM, "
     "N{s,m,h,d,w} ago (2h ago, 90m ago, 30 min ago, 1 hour ago, 2 days ago), "
     "ISO 8601 (2026-12-02T12:00, 2026-12-02T12:00Z, 2026-12-02T12:00+01:00, 2026-12-02), "
     "epoch seconds (1764676800, 1764676800.5)"

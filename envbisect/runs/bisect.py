@@ -853,8 +853,10 @@ def restore_deployment(dep: Deployment, *, run_id: str | None = None, break_lock
         HostEditor(dep.playbook, dep.transports, dep.store.runs_dir / "-", "", heartbeat_s=0).lock(
             restoring=journal.run_id, break_lock=break_lock, dry=True)
         return {"restored": False, "dry_run": True, "run": journal.run_id,
-                "files": [{"host": h, "path": p, "existed": f.exists} for (h, p), f in sorted(journal.original.files.items())],
-                "repos": [{"host": h, "path": p, "head": r.head} for (h, p), r in sorted(journal.original.repos.items())],
+                "files": [{"host": h, "path": p, "existed": f.exists}
+                          for (h, p), f in sorted(journal.original.files.items())],
+                "repos": [{"host": h, "path": p, "head": r.head}
+                          for (h, p), r in sorted(journal.original.repos.items())],
                 "restart_order": list(dep.playbook.restart.order)}
     run_dir = journal_dir(dep.store.runs_dir, journal.run_id, dep.playbook.name)
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -301,5 +301,5 @@ def snapshot_from_json(doc: dict[str, Any], get_blob) -> Snapshot:  # noqa: ANN0
             fallback=None, sourced=sourced_from_raw(hd.get("sourced") or {}),
         )
     probe = ObservedProbe.from_json(doc["probe"]) if doc.get("probe") else None
-    return Snapshot(id=doc["id"], label=doc.get("label"), taken_at=doc["taken_at"], playbook=doc["playbook"], hosts=hosts,
-                    probe=probe)
+    return Snapshot(id=doc["id"], label=doc.get("label"), taken_at=doc["taken_at"], playbook=doc["playbook"],
+                    hosts=hosts, probe=probe)
