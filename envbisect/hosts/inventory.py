@@ -52,7 +52,7 @@ from typing import Any, Mapping
 
 from envbisect.errors import ConnectionFailed, PlaybookError, UsageError
 from envbisect.inputs.playbook import LOCAL, Playbook
-from envbisect.hosts.sshconfig import parse_ssh_args, quote_value
+from envbisect.hosts.sshconfig import check_names, parse_ssh_args, quote_value
 
 log = logging.getLogger("envbisect.hosts.inventory")
 
@@ -186,10 +186,11 @@ class Inventory:
                              "connects over SSH: ssh, smart, paramiko or local)")
         if get(("ansible_password", "ansible_ssh_pass", "ansible_ssh_password"))[1] is not None:
             log.warning("%s: a password is set; envbisect authenticates with keys and ssh-agent only", where)
-        _, address = get(("ansible_ssh_host", "ansible_host"))
+        address_name, address = get(("ansible_ssh_host", "ansible_host"))
         address = str(address) if address is not None else host
-        if not address or any(c.isspace() for c in address):
+        if not address:
             raise UsageError(f"{where}: ansible_host {address!r} is not a host name or address")
+        check_names(address, None, where, what_host=address_name or "inventory host name")
         opts: list[tuple[str, str]] = []
         args_name, args = get(("ansible_ssh_args",), "ANSIBLE_SSH_ARGS", ("ssh_connection", "ssh_args"))
         opts += _ssh_args(args, f"{where}: {args_name}")
@@ -206,6 +207,7 @@ class Inventory:
         if user is not None:
             if not str(user) or any(c.isspace() for c in str(user)):
                 raise UsageError(f"{where}: {user_name} = {user!r} is not a user name")
+            check_names(None, str(user), where, what_user=user_name)
             opts.append(("User", quote_value(str(user))))
         for names, env, ini in ((("ansible_ssh_common_args",), "ANSIBLE_SSH_COMMON_ARGS", ("ssh_connection", "ssh_common_args")),
                                 (("ansible_ssh_extra_args",), "ANSIBLE_SSH_EXTRA_ARGS", ("ssh_connection", "ssh_extra_args"))):
