@@ -157,3 +157,57 @@ def test_inventory_connection_names_the_variable():
                                 "all": {"hosts": ["gpu-a"]}}, "inv.json")
     with pytest.raises(UsageError, match=r"host gpu-a: ansible_host 'gpu1`id`' contains invalid characters"):
         inv.connection("gpu-a", ansible_cfg=read_ansible_cfg())
+
+
+# --- F3: ./ansible.cfg in a world-writable working directory ---------------------------------------
+
+def proxy_cfg_dir(tmp_path: Path, mode: int) -> tuple[Path, Path, Path, Path]:
+    """A working directory with an ansible.cfg whose ssh_args run a ProxyCommand that creates MARK, an
+    inventory host on a closed port, and the playbook."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    mark = tmp_path / "MARK"
+    (cwd / "ansible.cfg").write_text(f"[ssh_connection]\nssh_args = -o 'ProxyCommand=touch {mark}' "
+                                     "-o ConnectTimeout=2\n")
+    cwd.chmod(mode)
+    inv = tmp_path / "inventory.json"
+    inv.write_text(json.dumps({"_meta": {"hostvars": {"gpu-a": {"ansible_host": "127.0.0.1", "ansible_port": 9}}},
+                               "all": {"hosts": ["gpu-a"]}}))
+    tree = make_tree(tmp_path / "host")
+    return cwd, mark, inventory_playbook(tree, "gpu-a"), inv
+
+
+def test_ansible_cfg_in_a_world_writable_cwd_is_skipped_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
+    empty = tmp_path / "ssh_config"
+    empty.write_text("# nothing\n")
+    cwd, mark, pb, inv = proxy_cfg_dir(tmp_path, 0o777)
+    r = run_cli("-p", str(pb), "--store", str(tmp_path / "s"), "--inventory", str(inv), "--ssh-config", str(empty),
+                "snapshot", cwd=cwd)
+    assert not mark.exists(), r.stderr
+    assert f"world writable directory ({cwd}), ignoring it as an ansible.cfg source" in r.stderr
+    assert "Traceback" not in r.stderr
+    # the same directory, writable by its owner only: read as Ansible reads it (the ProxyCommand runs)
+    cwd.chmod(0o755)
+    r = run_cli("-p", str(pb), "--store", str(tmp_path / "s"), "--inventory", str(inv), "--ssh-config", str(empty),
+                "snapshot", cwd=cwd)
+    assert mark.exists(), r.stderr
+    assert "world writable" not in r.stderr
+
+
+def test_read_ansible_cfg_follows_ansibles_order(tmp_path, monkeypatch):
+    monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "ansible.cfg").write_text("[defaults]\nremote_user = fromcwd\n")
+    monkeypatch.chdir(cwd)
+    assert read_ansible_cfg().get("defaults", "remote_user") == "fromcwd"
+    cwd.chmod(0o1777)  # sticky or not, world-writable is enough (as in Ansible)
+    assert not read_ansible_cfg().has_option("defaults", "remote_user")
+    home_cfg = Path(os.environ["HOME"]) / ".ansible.cfg"
+    home_cfg.write_text("[defaults]\nremote_user = fromhome\n")
+    assert read_ansible_cfg().get("defaults", "remote_user") == "fromhome"
+    # ANSIBLE_CONFIG names a file on purpose: it is read wherever it is
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(cwd / "ansible.cfg"))
+    assert read_ansible_cfg().get("defaults", "remote_user") == "fromcwd"
+    cwd.chmod(0o755)

@@ -44,6 +44,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -232,13 +233,22 @@ def _ssh_args(value: Any, where: str) -> list[tuple[str, str]]:
 
 
 def read_ansible_cfg() -> configparser.ConfigParser:
-    """ansible.cfg as Ansible finds it: $ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, /etc/ansible/ansible.cfg."""
+    """ansible.cfg as Ansible finds it: $ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, /etc/ansible/ansible.cfg.
+
+    Its ssh_args may hold a ProxyCommand, a command run on this machine: like Ansible, ./ansible.cfg is
+    skipped (with a warning) when the working directory is world-writable, where anyone could have put it."""
     cfg = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",), strict=False)
     env = os.environ.get("ANSIBLE_CONFIG")
     candidates = [env] if env else []
     if env and os.path.isdir(env):
         candidates = [os.path.join(env, "ansible.cfg")]
-    candidates += ["ansible.cfg", os.path.expanduser("~/.ansible.cfg"), "/etc/ansible/ansible.cfg"]
+    if _cwd_world_writable():
+        if os.path.isfile("ansible.cfg") and not any(os.path.isfile(c) for c in candidates):
+            log.warning("envbisect is being run in a world writable directory (%s), ignoring it as an ansible.cfg "
+                        "source (as Ansible does)", os.getcwd())
+    else:
+        candidates.append("ansible.cfg")
+    candidates += [os.path.expanduser("~/.ansible.cfg"), "/etc/ansible/ansible.cfg"]
     for c in candidates:
         if c and os.path.isfile(c):
             try:
@@ -248,6 +258,13 @@ def read_ansible_cfg() -> configparser.ConfigParser:
             log.debug("ansible.cfg: %s", c)
             break
     return cfg
+
+
+def _cwd_world_writable() -> bool:
+    try:
+        return bool(os.stat(".").st_mode & stat.S_IWOTH)
+    except OSError:
+        return True  # a working directory that cannot be looked at is not one to read commands from
 
 
 # --- loading ----------------------------------------------------------------------------------
