@@ -198,3 +198,32 @@ def test_a_root_only_file_is_evaluated_as_root_and_a_service_owned_unreadable_on
         proc = dep.snapshot("b").hosts["node1"].processes["decode"]
         assert proc.file_eval is None and "65534" in (proc.file_eval_error or "")
     assert not mark.exists()
+
+
+@needs_root
+def test_post_write_check_evaluates_as_the_files_owner(tree, traps, via, tmp_path):
+    """The check after a write compares what bash makes of the file with what the snapshot recorded
+    (evaluated as the service user): run as root, a value built from $(id -u) would not match."""
+    mark, start_env = traps
+    env = tree.env("decode")
+    env.write_text(ENV_FILE + "export STAMP=1-$(id -u)\n")
+    os.chown(env, 65534, 65534)
+    start_service(tree, start_env, as_user="65534")
+    with open_dep(tree, via, tmp_path / "store") as dep:
+        proc = dep.snapshot("noon").hosts["node1"].processes["decode"]
+        assert proc.file_eval["STAMP"] == "1-65534"
+        env.write_text(ENV_FILE + "export STAMP=2-$(id -u)\n")
+        diff = dep.diff(against="noon")
+        assert {d.id for d in diff.deltas} == {"decode:STAMP"}
+        ed = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-1")
+        ed.lock()
+        try:
+            orig = ed.begin({("node1", str(env))}, set())
+            base = target_state(orig, diff.deltas, set(), diff.contents)
+            assert {e.key: e.value for e in base.checks[("node1", str(env))].expect}["STAMP"] == "1-65534"
+            ed.apply(base)  # EnvCheckFailed if bash ran as root (1-0)
+            ed.restore()
+            ed.finish()
+        finally:
+            ed.unlock()
+    assert not mark.exists()
