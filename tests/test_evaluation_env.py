@@ -185,7 +185,8 @@ def test_as_root_the_file_is_evaluated_as_the_service_user(tree, traps, via, tmp
 def test_a_root_only_file_is_evaluated_as_root_and_a_service_owned_unreadable_one_not_at_all(tree, traps, via,
                                                                                             tmp_path):
     """The service user cannot read a root-owned 0600 file: it cannot have written it either, so root
-    evaluates it (scrubbed). A file the service user owns is never evaluated by root, readable or not."""
+    evaluates it (scrubbed). A file the service user owns and made unreadable is not evaluated by root;
+    one that folders only root can enter keep the user from is."""
     mark, start_env = traps
     start_service(tree, start_env, as_user="65534")
     env = tree.env("decode")
@@ -197,6 +198,14 @@ def test_a_root_only_file_is_evaluated_as_root_and_a_service_owned_unreadable_on
         env.chmod(0o000)
         proc = dep.snapshot("b").hosts["node1"].processes["decode"]
         assert proc.file_eval is None and "65534" in (proc.file_eval_error or "")
+        # readable by its owner, but in a folder only root can enter and write: root evaluates it
+        env.chmod(0o644)
+        env.parent.chmod(0o700)
+        try:
+            proc = dep.snapshot("c").hosts["node1"].processes["decode"]
+        finally:
+            env.parent.chmod(0o755)
+        assert proc.file_eval_error is None and proc.file_eval["WHO"] == "0"
     assert not mark.exists()
 
 

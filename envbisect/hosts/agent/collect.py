@@ -258,6 +258,7 @@ def process_state(service, pid_file):
 ASSIGN_RE = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)\+?=", re.M)
 EVAL_DONE = b"\0ENVBISECT_EVAL_DONE=1\0"
 EVAL_UNREADABLE = b"\0ENVBISECT_EVAL_UNREADABLE\0"
+EVAL_UNREACHABLE = b"\0ENVBISECT_EVAL_UNREACHABLE\0"  # a folder on the way keeps the user out
 EVAL_TIMEOUT_S = 10
 BASH = "/bin/bash"
 # The start environment is the service user's to choose. What would run code in bash or in a program it
@@ -277,7 +278,8 @@ DROPPED_ENV = frozenset(("SHELLOPTS", "BASHOPTS", "IFS"))
 EVAL_SCRIPT = r"""__envbisect_f=$1; shift; __envbisect_held=()
 while [ "$#" -gt 0 ]; do builtin printf -v "$1" %s "$2"; __envbisect_held+=("$1"); shift 2; done
 set -- "$__envbisect_f"; unset __envbisect_f
-[ -r "$1" ] || { builtin printf '\0ENVBISECT_EVAL_UNREADABLE\0'; exit 0; }
+[ -r "$1" ] || { [ -x "${1%/*}/" ] && builtin printf '\0ENVBISECT_EVAL_UNREADABLE\0' ||
+  builtin printf '\0ENVBISECT_EVAL_UNREACHABLE\0'; exit 0; }
 set -a; . "$1" >&2 </dev/null
 IFS=$' \t\n'
 for __envbisect_k in $(builtin compgen -e) "${__envbisect_held[@]}"; do
@@ -339,6 +341,22 @@ def dropper(uid, gid):
     return drop
 
 
+def root_guarded(path):
+    """Whether the folders on the way to path are root's alone: each is root's, the file's own folder is
+    writable by root alone, and one above it that others can write is sticky with a root-owned entry
+    next on the path (/tmp/x). A user these folders keep out cannot have written what is there now."""
+    real = os.path.realpath(path)
+    folder = os.path.dirname(real)
+    d = "/"
+    for name in [p for p in folder.split("/") if p]:
+        st, nxt = os.stat(d), os.path.join(d, name)
+        if st.st_uid != 0 or (st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and os.stat(nxt).st_uid == 0)):
+            return False
+        d = nxt
+    st = os.stat(folder)
+    return st.st_uid == 0 and not st.st_mode & 0o022
+
+
 def run_bash(path, env, as_ids):
     """Source path in env (scrubbed), as as_ids (uid, gid) or as this process: (stdout, exit status) or
     a string saying why it did not finish."""
@@ -367,7 +385,7 @@ def eval_env_file(path, environ, pid=None):
     """What bash makes of the env file, the way the start script sources it (set -a; . FILE), in the
     environment the process inherited: its start environment minus the keys the file assigns.
     As root, with the privileges of the user the service runs as (that user chose the environment);
-    as root after all only for a file that user cannot read and only root can write."""
+    as root after all only for a file that user cannot read and only root can have written."""
     out = {}
     try:
         with open(path, "rb") as f:
@@ -384,23 +402,24 @@ def eval_env_file(path, environ, pid=None):
     as_ids = ids if me == 0 and ids is not None and ids[0] != 0 else None
     out["file_eval_as"] = user_name(as_ids[0] if as_ids else me)
     got = run_bash(path, env, as_ids)
-    if not isinstance(got, str) and got[0] == EVAL_UNREADABLE and as_ids is not None:
+    if not isinstance(got, str) and got[0] in (EVAL_UNREADABLE, EVAL_UNREACHABLE) and as_ids is not None:
         try:
             st = os.stat(path)
+            guarded = got[0] == EVAL_UNREACHABLE and root_guarded(path)
         except OSError as e:
             got = "cannot read %s: %s" % (path, e.strerror or e)
         else:
-            if st.st_uid == 0 and not st.st_mode & 0o022:
+            if (st.st_uid == 0 and not st.st_mode & 0o022) or guarded:
                 out["file_eval_as"] = "root (%s cannot read it)" % user_name(as_ids[0])
                 got = run_bash(path, env, None)
             else:
                 got = ("not evaluated: the service's user %s (uid %d) cannot read %s, and it is not a file only "
-                       "root can write" % (user_name(as_ids[0]), as_ids[0], path))
+                       "root can have written" % (user_name(as_ids[0]), as_ids[0], path))
     if isinstance(got, str):
         out["file_eval_error"] = got
         return out
     stdout, status = got
-    if stdout == EVAL_UNREADABLE:
+    if stdout in (EVAL_UNREADABLE, EVAL_UNREACHABLE):
         out["file_eval_error"] = "%s cannot read %s" % (out["file_eval_as"], path)
         return out
     if not stdout.endswith(EVAL_DONE):

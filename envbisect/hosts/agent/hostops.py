@@ -412,6 +412,7 @@ def tail(op):
 ASSIGN_RE = None  # compiled on first use (re is only needed by this op)
 EVAL_DONE = b"\0ENVBISECT_EVAL_DONE=1\0"
 EVAL_UNREADABLE = b"\0ENVBISECT_EVAL_UNREADABLE\0"
+EVAL_UNREACHABLE = b"\0ENVBISECT_EVAL_UNREACHABLE\0"  # a folder on the way keeps the user out
 BASH = "/bin/bash"
 MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SHELL")
 # The same scrub as the collector's eval_env_file (collect.py; each agent script is sent alone): what would
@@ -428,7 +429,8 @@ DROPPED_ENV = frozenset(("SHELLOPTS", "BASHOPTS", "IFS"))
 EVAL_SCRIPT = r"""__envbisect_f=$1; shift; __envbisect_held=()
 while [ "$#" -gt 0 ]; do builtin printf -v "$1" %s "$2"; __envbisect_held+=("$1"); shift 2; done
 set -- "$__envbisect_f"; unset __envbisect_f
-[ -r "$1" ] || { builtin printf '\0ENVBISECT_EVAL_UNREADABLE\0'; exit 0; }
+[ -r "$1" ] || { [ -x "${1%/*}/" ] && builtin printf '\0ENVBISECT_EVAL_UNREADABLE\0' ||
+  builtin printf '\0ENVBISECT_EVAL_UNREACHABLE\0'; exit 0; }
 set -a; . "$1" >&2 </dev/null
 IFS=$' \t\n'
 for __envbisect_k in $(builtin compgen -e) "${__envbisect_held[@]}"; do
@@ -438,6 +440,10 @@ builtin printf '\0ENVBISECT_EVAL_DONE=1\0'"""
 
 
 class EvalError(Exception):
+    pass
+
+
+class Unreachable(EvalError):
     pass
 
 
@@ -453,6 +459,22 @@ def scrub(env):
         else:
             keep[k] = v
     return keep, back
+
+
+def root_guarded(path):
+    """Whether the folders on the way to path are root's alone: each is root's, the file's own folder is
+    writable by root alone, and one above it that others can write is sticky with a root-owned entry
+    next on the path (/tmp/x). A user these folders keep out cannot have written what is there now."""
+    real = os.path.realpath(path)
+    folder = os.path.dirname(real)
+    d = "/"
+    for name in [p for p in folder.split("/") if p]:
+        st, nxt = os.stat(d), os.path.join(d, name)
+        if st.st_uid != 0 or (st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and os.stat(nxt).st_uid == 0)):
+            return False
+        d = nxt
+    st = os.stat(folder)
+    return st.st_uid == 0 and not st.st_mode & 0o022
 
 
 def eval_identity(path):
@@ -504,6 +526,8 @@ def bash_eval(path, env, cwd, timeout, ident=None):
             pass
         p.communicate()
         raise EvalError("sourcing it with bash took more than %d s" % timeout)
+    if out == EVAL_UNREACHABLE:
+        raise Unreachable("uid %d cannot reach it" % (ident[0] if ident is not None else os.geteuid()))
     if out == EVAL_UNREADABLE:
         raise EvalError("uid %d cannot read it" % (ident[0] if ident is not None else os.geteuid()))
     if not out.endswith(EVAL_DONE):
@@ -533,7 +557,15 @@ def env_check(op):
     out = {"path": path, "checked": [], "skipped": dict(op.get("skipped") or {}), "mismatches": [], "error": None}
     try:
         ident = eval_identity(path)
-        first = bash_eval(path, env, cwd, timeout, ident)
+        try:
+            first = bash_eval(path, env, cwd, timeout, ident)
+        except Unreachable:
+            # folders only root can write keep its owner out: root's evaluation (scrubbed) runs only what
+            # root alone can have put there
+            if ident is None or not root_guarded(path):
+                raise
+            ident = None
+            first = bash_eval(path, env, cwd, timeout, ident)
         second = bash_eval(path, env, cwd, timeout, ident)
         refs = {}
         for side, text in sorted((op.get("refs") or {}).items()):
