@@ -101,3 +101,11 @@ def test_learned_secrets_are_found_again_literally():
     out = m.redact_text(f"s3cr/t+pw ... {SLACK_HOOK} Hunter2pw {AWS_SECRET} abc123-not-shaped")
     for s in ("s3cr/t+pw", "q1w2e3r4t5y6u7i8o9p0AbCd", "Hunter2pw", AWS_SECRET, "abc123-not-shaped"):
         assert s not in out, s
+
+
+def test_a_process_environment_in_a_json_document_is_masked_by_the_same_rules():
+    env = {"DD_APP": HEX32, "BACKUP_S3": AWS_SECRET, "GIT_COMMIT": SHA, "NOTIFY": SLACK_HOOK, "AUTH_MODE": "none"}
+    out = M.redact_obj({"environ": env, "old": SHA, "new": SHA, "sha256": HEX32})
+    assert HEX32 not in str(out["environ"]) and AWS_SECRET not in str(out) and "q1w2e3r4" not in str(out)
+    assert out["environ"]["GIT_COMMIT"] == SHA and out["environ"]["AUTH_MODE"] == "none"
+    assert (out["old"], out["new"], out["sha256"]) == (SHA, SHA, HEX32)  # git HEADs and digests stay visible

@@ -547,7 +547,8 @@ class SecretMasker:
         keys shaped like a variable name count: ``"decode:HF_TOKEN"`` is a delta id.  Numbers and
         literals are kept (a secret-named number is masked: ``"PIN_PASSWORD": 1234``)."""
         if isinstance(o, str):
-            if key is not None and self.is_secret_name(key):
+            if key is not None and (self.is_secret_name(key)
+                                    or (_ENV_NAME_RE.fullmatch(key) and self._hex_token(key, o.strip()))):
                 return self.mask_value(key, self.redact_text(o))
             return self.redact_text(o)
         if isinstance(o, Mapping):
