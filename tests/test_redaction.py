@@ -36,6 +36,10 @@ PLANTED = {
     "AWS_KEY_ID": (AWS, [AWS, AWS[4:]]),
     "SESSION": (JWT, [JWT, JWT.split(".")[1], JWT.split(".")[2]]),
     "WEBHOOK": (HEX40, [HEX40]),
+    # issue 22, F8: a password with "/" and a Slack webhook under names that say nothing
+    "DATABASE_URL": ("postgres://app:s3cr/t+pw@db:5432/x", ["s3cr/t+pw", "s3cr/t"]),
+    "NOTIFY_URL": ("https://hooks.slack.com/services/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",
+                   ["T0AB12CDE/B0FG34HIJ", "q1w2e3r4t5y6u7i8o9p0AbCd"]),
 }
 SECRETS = sorted({p for _v, pieces in PLANTED.values() for p in pieces})
 

@@ -44,6 +44,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ from typing import Any, Mapping
 
 from envbisect.errors import ConnectionFailed, PlaybookError, UsageError
 from envbisect.inputs.playbook import LOCAL, Playbook
-from envbisect.hosts.sshconfig import parse_ssh_args, quote_value
+from envbisect.hosts.sshconfig import check_names, parse_ssh_args, quote_value
 
 log = logging.getLogger("envbisect.hosts.inventory")
 
@@ -186,10 +187,11 @@ class Inventory:
                              "connects over SSH: ssh, smart, paramiko or local)")
         if get(("ansible_password", "ansible_ssh_pass", "ansible_ssh_password"))[1] is not None:
             log.warning("%s: a password is set; envbisect authenticates with keys and ssh-agent only", where)
-        _, address = get(("ansible_ssh_host", "ansible_host"))
+        address_name, address = get(("ansible_ssh_host", "ansible_host"))
         address = str(address) if address is not None else host
-        if not address or any(c.isspace() for c in address):
+        if not address:
             raise UsageError(f"{where}: ansible_host {address!r} is not a host name or address")
+        check_names(address, None, where, what_host=address_name or "inventory host name")
         opts: list[tuple[str, str]] = []
         args_name, args = get(("ansible_ssh_args",), "ANSIBLE_SSH_ARGS", ("ssh_connection", "ssh_args"))
         opts += _ssh_args(args, f"{where}: {args_name}")
@@ -206,6 +208,7 @@ class Inventory:
         if user is not None:
             if not str(user) or any(c.isspace() for c in str(user)):
                 raise UsageError(f"{where}: {user_name} = {user!r} is not a user name")
+            check_names(None, str(user), where, what_user=user_name)
             opts.append(("User", quote_value(str(user))))
         for names, env, ini in ((("ansible_ssh_common_args",), "ANSIBLE_SSH_COMMON_ARGS", ("ssh_connection", "ssh_common_args")),
                                 (("ansible_ssh_extra_args",), "ANSIBLE_SSH_EXTRA_ARGS", ("ssh_connection", "ssh_extra_args"))):
@@ -230,13 +233,22 @@ def _ssh_args(value: Any, where: str) -> list[tuple[str, str]]:
 
 
 def read_ansible_cfg() -> configparser.ConfigParser:
-    """ansible.cfg as Ansible finds it: $ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, /etc/ansible/ansible.cfg."""
+    """ansible.cfg as Ansible finds it: $ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, /etc/ansible/ansible.cfg.
+
+    Its ssh_args may hold a ProxyCommand, a command run on this machine: like Ansible, ./ansible.cfg is
+    skipped (with a warning) when the working directory is world-writable, where anyone could have put it."""
     cfg = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",), strict=False)
     env = os.environ.get("ANSIBLE_CONFIG")
     candidates = [env] if env else []
     if env and os.path.isdir(env):
         candidates = [os.path.join(env, "ansible.cfg")]
-    candidates += ["ansible.cfg", os.path.expanduser("~/.ansible.cfg"), "/etc/ansible/ansible.cfg"]
+    if _cwd_world_writable():
+        if os.path.isfile("ansible.cfg") and not any(os.path.isfile(c) for c in candidates):
+            log.warning("envbisect is being run in a world writable directory (%s), ignoring it as an ansible.cfg "
+                        "source (as Ansible does)", os.getcwd())
+    else:
+        candidates.append("ansible.cfg")
+    candidates += [os.path.expanduser("~/.ansible.cfg"), "/etc/ansible/ansible.cfg"]
     for c in candidates:
         if c and os.path.isfile(c):
             try:
@@ -246,6 +258,13 @@ def read_ansible_cfg() -> configparser.ConfigParser:
             log.debug("ansible.cfg: %s", c)
             break
     return cfg
+
+
+def _cwd_world_writable() -> bool:
+    try:
+        return bool(os.stat(".").st_mode & stat.S_IWOTH)
+    except OSError:
+        return True  # a working directory that cannot be looked at is not one to read commands from
 
 
 # --- loading ----------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from envbisect.errors import ConnectionFailed
+from envbisect.errors import ConnectionFailed, UsageError
 
 log = logging.getLogger("envbisect.hosts.sshconfig")
 
@@ -241,6 +241,37 @@ def local_user() -> str:
         import getpass
 
         return getpass.getuser()
+
+
+# --- names that reach a shell (ssh.c valid_hostname / valid_ruser) ------------------------------
+
+# %h, %r and %n are put unquoted into the shell command of a ProxyCommand or a Match exec, as ssh puts
+# them. OpenSSH 9.6 (CVE-2023-51385) refuses these characters in a host or user name given on the command
+# line; a name from a playbook or an inventory is such a name. The ssh config itself is trusted, as by ssh.
+_HOST_REFUSED = frozenset("'`\"$\\;&<>|(){},")
+_USER_REFUSED = frozenset("'`\";&<>|(){}")
+
+
+def valid_hostname(s: str) -> bool:
+    return not s.startswith("-") and not any(c in _HOST_REFUSED or c.isspace() or not c.isprintable() for c in s)
+
+
+def valid_user(s: str) -> bool:
+    """A space is allowed in a user name (not before a '-'); a control character, a trailing backslash are not."""
+    if s.startswith("-") or s.endswith("\\"):
+        return False
+    return not any(c in _USER_REFUSED or not c.isprintable() or (c == " " and s[i + 1:i + 2] == "-")
+                   for i, c in enumerate(s))
+
+
+def check_names(host: str | None, user: str | None, where: str = "", *, what_host: str = "ssh host name",
+                what_user: str = "ssh user name") -> None:
+    """Refuse a host or user name that would carry shell syntax into %h/%r, before any config is read."""
+    prefix = f"{where}: " if where else ""
+    for what, name, ok in ((what_host, host, valid_hostname), (what_user, user, valid_user)):
+        if name is not None and not ok(name):
+            raise UsageError(f"{prefix}{what} {name!r} contains invalid characters (shell syntax, whitespace or a "
+                             "leading '-'): refused as OpenSSH refuses it (CVE-2023-51385)")
 
 
 # --- ProxyJump --------------------------------------------------------------------------------
@@ -651,6 +682,7 @@ def resolve(host: str, *, config: str | os.PathLike | None = None, options: Iter
             reader.read_file(path, active=[True], depth=0, never_match=False,
                              check_perm=user_conf and config is None)
 
+    check_names(host, user)
     opts = _Options()
     cmd = _Reader(opts, _Ctx(host, host, False, True), local)
     if user:
@@ -659,6 +691,7 @@ def resolve(host: str, *, config: str | os.PathLike | None = None, options: Iter
         opts.values["port"], opts.where["port"] = [str(port)], "command line"
     for k, v in options:
         cmd.line(f"{k} {v}", "command line", active=None)
+    check_names(None, opts.first("user"), "-o User")
     read(False, opts, host)
 
     hostname = host

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
+from collections import Counter
 from fnmatch import fnmatchcase
 from typing import Any, Iterable, Mapping
 
@@ -59,9 +61,28 @@ _TOKEN_QUANTITY = frozenset(
         "TOTAL", "RATIO", "RATE", "CAPACITY", "PER", "THRESHOLD",
     }
 )
+# PASS and AUTH are credentials only as the last word (DB_PASS, PROXY_AUTH): SGLANG_NUM_PASS_LAYERS and
+# AUTH_MODE are knobs.
+_LAST_WORD_ONLY = frozenset({"PASS", "AUTH"})
+# A secret word followed by one of these names something about the secret, not the secret itself:
+# HF_TOKEN_CACHE, POSTGRES_PASSWORD_FILE, SECRET_NAME, TOKEN_URL.
+_ABOUT_A_SECRET = frozenset(
+    {
+        "CACHE", "DIR", "PATH", "FILE", "URL", "URI", "ENDPOINT", "TYPE", "MODE", "ENABLED", "ENABLE",
+        "DISABLED", "REQUIRED", "TTL", "EXPIRY", "EXPIRES", "LIFETIME", "TIMEOUT", "NAME", "HEADER", "KIND",
+        "PROVIDER", "METHOD", "LOCATION",
+    }
+)
 # ... or contains one of these adjacent pairs (KEY alone is not secret).
 _KEY_QUALIFIERS = frozenset({"API", "ACCESS", "PRIVATE", "SECRET", "ENCRYPTION", "SIGNING", "HMAC", "MASTER"})
 _KEY_WORDS = frozenset({"KEY", "KEYS"})
+# ... or ends in KEY after any other word (OPENAI_KEY, SSH_KEY), unless that word makes it a lookup key.
+_LOOKUP_KEY = frozenset(
+    {
+        "PUBLIC", "PUB", "CACHE", "SORT", "PARTITION", "ROUTING", "PRIMARY", "FOREIGN", "SHARD", "LOOKUP",
+        "GROUP", "INDEX", "DICT", "MAP", "QUEUE", "METRIC", "LABEL", "HASH", "RANDOM", "SEED",
+    }
+)
 # PWD is a password only as part of a longer name (MYSQL_PWD, DB_PWD); PWD and
 # OLDPWD are working directories.  SSH_AUTH_SOCK is a socket path.
 _NEVER_SECRET = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK"})
@@ -104,6 +125,11 @@ _SHAPES: tuple[re.Pattern[str], ...] = tuple(
         ),
         (r"(?<![A-Za-z0-9])(?P<hint>xox[abposr]-)[A-Za-z0-9-]{10,}", 0),
         (r"(?<![A-Za-z0-9_])(?P<hint>glpat-)[A-Za-z0-9_-]{20,}", 0),
+        # Stripe secret and restricted keys
+        (r"(?<![A-Za-z0-9])(?P<hint>[sr]k_(?:live|test)_)[A-Za-z0-9]{10,}", 0),
+        # webhook URLs: the path is the credential
+        (r"(?P<hint>https?://hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9_/-]{8,}", 0),
+        (r"(?P<hint>https?://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/)[0-9]+/[A-Za-z0-9_-]{20,}", 0),
         # "Bearer <token>" anywhere (the token only; "Bearer" is the hint-less context)
         (r"(?<![A-Za-z0-9])(?i:bearer)[ \t]+(?P<value>[A-Za-z0-9._~+/-]{8,}=*)", 0),
     )
@@ -165,7 +191,8 @@ def _mask(value: str) -> str:
 # built from mask_value() output can safely go through redact_text().
 _ALREADY_MASKED_RE = re.compile(
     r"(?:-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----|hf_|sk-|gh[pousr]_|github_pat_|AKIA|ASIA"
-    r"|eyJ|xox[abposr]-|glpat-)?" + re.escape(MASK) + r"\(masked, sha256:[0-9a-f]{8}\)"
+    r"|eyJ|xox[abposr]-|glpat-|[sr]k_(?:live|test)_|https?://hooks\.slack\.com/(?:services|workflows|triggers)/"
+    r"|https?://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/)?" + re.escape(MASK) + r"\(masked, sha256:[0-9a-f]{8}\)"
 )
 
 
@@ -242,30 +269,76 @@ _COLON_IN_QUOTES = {
     ),
 }
 
-# scheme://user:PASSWORD@host -- the password runs to the *last* "@" before the host, so a
-# password that contains "@" (user:p@ss@host) is masked whole.
+# scheme://user:PASSWORD@host -- the password runs to the first "@" after which a host follows (no
+# further "@" before the path), so a password that contains "@" (user:p@ss@host) or "/" (app:a/b@db) is
+# masked whole, and a user may contain "@" (ops@corp:pw@db). A port followed by a path is no password.
 _URL_CRED_RE = re.compile(
-    r"://[^/\s:@\"'<>]*:(?P<pw>[^/\s\"'<>]+)@(?=[^/\s@\"'<>]*(?:[/\s?#\"'<>]|\Z))"
+    r"://[^/\s:\"'<>]*:(?!\d+(?:[/?#\s\"'<>]|\Z))(?P<pw>[^\s\"'<>]+?)@(?=[^/\s@\"'<>]*(?:[/\s?#\"'<>]|\Z))"
+)
+# scheme://TOKEN@host: a long, random-looking user is a token (https://<token>@github.com/o/r)
+_URL_TOKEN_USER_RE = re.compile(r"://(?P<tok>[A-Za-z0-9._~+-]{20,})@(?=[^/\s@\"'<>]*(?:[/\s?#:\"'<>]|\Z))")
+# curl -u user:PASSWORD, --user=user:PASSWORD, --proxy-user, -U (a numeric one is a uid:gid, docker -u)
+_USER_PW_FLAG_RE = re.compile(
+    r"(?<![A-Za-z0-9_-])(?:-u|-U|--user|--proxy-user)(?:[ \t]+|=|(?=[^\s-]))[\"']?[^\s:\"']*:"
+    r"(?!\d+(?:[\s\"']|\Z))(?P<pw>[^\s\"']+)"
+)
+# .netrc: machine HOST [login U] [account A] password PASSWORD (on one line or several)
+_NETRC_RE = re.compile(
+    r"(?:^|(?<=\s))(?:machine\s+\S+|default)(?:\s+(?:login|account|port)\s+\S+)*\s+password\s+(?P<pw>\S+)"
 )
 
 # A bare run of 40+ hex digits as the whole value of a variable is an API token or HMAC key
 # (40-hex GitHub classic tokens, Sentry/Datadog keys) -- unless the name says it is a commit or
 # a digest, which envbisect must keep showing (git deltas are HEADs).
-_HEX_TOKEN_RE = re.compile(r"[0-9a-fA-F]{40,}")
+# Exactly 32 hex digits (with letters and digits) is an API key (Datadog, New Relic...); a commit is 40
+# and stays visible anywhere a name does not call it a token. 40 characters of base64 with upper case,
+# lower case and digits is an AWS secret access key.
+_HEX_TOKEN_RE = re.compile(r"[0-9a-fA-F]{40,}|(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*[0-9])[0-9a-fA-F]{32}")
+_AWS_SECRET_RE = re.compile(r"(?=.*[A-Z])(?=.*[a-z])(?=.*[0-9])(?![0-9a-fA-F]{40})[A-Za-z0-9/+]{40}")
 _DIGEST_WORDS = frozenset(
     {"COMMIT", "SHA", "SHA1", "SHA256", "SHA512", "REV", "REVISION", "HASH", "DIGEST", "HEAD",
-     "CHECKSUM", "REF", "VERSION", "BUILD", "ID"}
+     "CHECKSUM", "REF", "VERSION", "BUILD", "ID", "MD5", "UUID", "GUID"}
 )
 _ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
 
 # Learned raw values shorter than this, plain numbers and these literals are not replaced
-# literally (they would match everywhere); they are still masked as NAME=VALUE.
-_MIN_RAW_SECRET = 4
+# literally (they would match everywhere); they are still masked as NAME=VALUE. Neither is a value
+# that reads like a word or a name (a lower-case slug without a piece mixing 2+ letters and 2+ digits,
+# shorter than 16), a path, or one with little entropy: "decode" learned as a secret was masked in
+# every path and service name.
+_MIN_RAW_SECRET = 8
+_MIN_SLUG_SECRET = 16
+_MIN_ENTROPY_BITS = 2.5
+_SLUG_RE = re.compile(r"[a-z0-9._-]+")
+_MIXED_PIECE_RE = re.compile(r"(?=(?:[^0-9._-]*[0-9]){2})(?=(?:[^a-z._-]*[a-z]){2})[a-z0-9]+")
+_PATH_RE = re.compile(r"~?/\S*")
 _TRIVIAL_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off", "unset", "empty"})
 _NUMBER_RE = re.compile(r"[+-]?\d+(?:\.\d+)?")
 _VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _JSON_LITERALS = frozenset({"null", "true", "false"})
+
+
+def _entropy(s: str) -> float:
+    """Shannon entropy in bits per character."""
+    n = len(s)
+    return -sum(c / n * math.log2(c / n) for c in Counter(s).values()) if n else 0.0
+
+
+def _worth_learning(v: str) -> bool:
+    """Whether a raw secret value is distinctive enough to be replaced literally in any text."""
+    v = v.strip()
+    if len(v) < _MIN_RAW_SECRET or v.lower() in _TRIVIAL_VALUES or _NUMBER_RE.fullmatch(v):
+        return False
+    if _ALREADY_MASKED_RE.fullmatch(v) or _PATH_RE.fullmatch(v) or _entropy(v) < _MIN_ENTROPY_BITS:
+        return False
+    if _SLUG_RE.fullmatch(v) and len(v) < _MIN_SLUG_SECRET:
+        return any(_MIXED_PIECE_RE.fullmatch(p) for p in re.split(r"[._-]", v))
+    return True
+
+
+def _random_user(tok: str) -> bool:
+    return bool(re.search(r"[0-9]", tok)) and bool(re.search(r"[A-Za-z]", tok)) and _entropy(tok) >= 3.5
 
 
 class SecretMasker:
@@ -286,12 +359,11 @@ class SecretMasker:
     # ------------------------------------------------------------- learning
 
     def learn_values(self, values: Iterable[str | None]) -> None:
-        """Raw secret values to replace literally wherever they appear from now on.  Values
-        shorter than 4 characters, plain numbers and words such as ``true`` are skipped (they
-        would match everywhere); they are still masked as ``NAME=VALUE``."""
-        new = {v for v in values if isinstance(v, str) and len(v.strip()) >= _MIN_RAW_SECRET
-               and v.strip().lower() not in _TRIVIAL_VALUES and not _NUMBER_RE.fullmatch(v.strip())
-               and not _ALREADY_MASKED_RE.fullmatch(v)}
+        """Raw secret values to replace literally wherever they appear from now on.  Values shorter
+        than 8 characters, plain numbers, paths, words and names (``decode``, ``sglang-decode``) and
+        values of low entropy are skipped (they would match everywhere); they are still masked as
+        ``NAME=VALUE``."""
+        new = {v for v in values if isinstance(v, str) and _worth_learning(v)}
         if new - self._learned:
             self._learned |= new
             self._extra_values = tuple(sorted(set(self._extra_values) | new, key=len, reverse=True))
@@ -307,9 +379,8 @@ class SecretMasker:
                 continue
             if self.is_secret_name(k) or self._hex_token(k, v.strip()):
                 vals.append(v)
-            else:
-                vals.extend(v[s:e] for s, e in _shape_spans(v))
-                vals.extend(m.group("pw") for m in _URL_CRED_RE.finditer(v))
+            else:  # the parts redact_text would mask: tokens, URL passwords, --api-key X, curl -u u:pw
+                vals.extend(v[s:e] for s, e, _ in self._spans(v, known=False))
         self.learn_values(vals)
 
     @property
@@ -340,10 +411,15 @@ class SecretMasker:
         for i, w in enumerate(words):
             if w not in _SECRET_WORDS:
                 continue
-            if w == "TOKEN" and _TOKEN_QUANTITY.intersection(words[max(0, i - 1):i] + words[i + 1:i + 2]):
+            nxt = words[i + 1:i + 2]
+            if w == "TOKEN" and _TOKEN_QUANTITY.intersection(words[max(0, i - 1):i] + nxt):
                 continue  # MAX_TOKEN_LEN: a count of tokens
+            if (w in _LAST_WORD_ONLY and nxt) or _ABOUT_A_SECRET.intersection(nxt):
+                continue
             return True
         if "PWD" in words and len(words) > 1:
+            return True
+        if len(words) > 1 and words[-1] == "KEY" and words[-2] not in _LOOKUP_KEY:
             return True
         return any(
             a in _KEY_QUALIFIERS and b in _KEY_WORDS for a, b in zip(words, words[1:])
@@ -357,8 +433,11 @@ class SecretMasker:
         return any(pat.search(value) for pat in _SHAPES)
 
     def _hex_token(self, name: str, value: str) -> bool:
-        """A whole value of 40+ hex digits under a name that does not say commit/digest."""
-        return bool(_HEX_TOKEN_RE.fullmatch(value)) and not _DIGEST_WORDS.intersection(_words(name))
+        """A whole value of 40+ or exactly 32 hex digits, or an AWS-secret-like 40 characters of
+        base64, under a name that does not say commit/digest/id."""
+        if not (_HEX_TOKEN_RE.fullmatch(value) or _AWS_SECRET_RE.fullmatch(value)):
+            return False
+        return not _DIGEST_WORDS.intersection(_words(name))
 
     # --------------------------------------------------------------- masking
 
@@ -382,18 +461,51 @@ class SecretMasker:
         ``NAME: VALUE`` / ``--name VALUE`` where NAME is a secret name."""
         if not text:
             return text
-        spans: list[tuple[int, int, bool]] = []  # (start, end, needs JSON quotes)
+        spans = self._spans(text)
+        if not spans:
+            return text
+        holes = [m.span() for m in _ALREADY_MASKED_RE.finditer(text)]
+        if holes:
+            spans = _subtract(spans, holes, text)
+        spans.sort()
+        merged: list[list] = []
+        for s, e, q in spans:
+            if s >= e:
+                continue
+            if merged and s < merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+                merged[-1][2] = merged[-1][2] or q
+            else:
+                merged.append([s, e, q])
 
+        out: list[str] = []
+        last = 0
+        for s, e, q in merged:
+            out.append(text[last:s])
+            masked = _mask(text[s:e])
+            out.append(f'"{masked}"' if q else masked)
+            last = e
+        out.append(text[last:])
+        return "".join(out)
+
+    def _spans(self, text: str, *, known: bool = True) -> list[tuple[int, int, bool]]:
+        """(start, end, needs JSON quotes) of every secret in ``text``; ``known``: the literal known
+        values too."""
+        spans: list[tuple[int, int, bool]] = []
         for s, e in _shape_spans(text):
             spans.append((s, e, False))
-        for v in self._extra_values:
+        for v in self._extra_values if known else ():
             i = text.find(v)
             while i != -1:
                 spans.append((i, i + len(v), False))
                 i = text.find(v, i + len(v))
             spans.extend((s, e, False) for s, e in _cut_at_the_edges(text, v))
-        for m in _URL_CRED_RE.finditer(text):
-            spans.append((*m.span("pw"), False))
+        for rx in (_URL_CRED_RE, _USER_PW_FLAG_RE, _NETRC_RE):
+            for m in rx.finditer(text):
+                spans.append((*m.span("pw"), False))
+        for m in _URL_TOKEN_USER_RE.finditer(text):
+            if _random_user(m.group("tok")):
+                spans.append((*m.span("tok"), False))
         for name_re, value_re, kind in _KV_FORMS:
             pos = 0
             while True:
@@ -427,32 +539,7 @@ class SecretMasker:
                     spans.append((s, e, True))
                 else:
                     spans.append((s, e, False))
-
-        if not spans:
-            return text
-        holes = [m.span() for m in _ALREADY_MASKED_RE.finditer(text)]
-        if holes:
-            spans = _subtract(spans, holes, text)
-        spans.sort()
-        merged: list[list] = []
-        for s, e, q in spans:
-            if s >= e:
-                continue
-            if merged and s < merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], e)
-                merged[-1][2] = merged[-1][2] or q
-            else:
-                merged.append([s, e, q])
-
-        out: list[str] = []
-        last = 0
-        for s, e, q in merged:
-            out.append(text[last:s])
-            masked = _mask(text[s:e])
-            out.append(f'"{masked}"' if q else masked)
-            last = e
-        out.append(text[last:])
-        return "".join(out)
+        return spans
 
     def redact_obj(self, o: Any, key: str | None = None) -> Any:
         """A JSON-like value with every string (dict keys too) redacted; a string under a
@@ -460,7 +547,8 @@ class SecretMasker:
         keys shaped like a variable name count: ``"decode:HF_TOKEN"`` is a delta id.  Numbers and
         literals are kept (a secret-named number is masked: ``"PIN_PASSWORD": 1234``)."""
         if isinstance(o, str):
-            if key is not None and self.is_secret_name(key):
+            if key is not None and (self.is_secret_name(key)
+                                    or (_ENV_NAME_RE.fullmatch(key) and self._hex_token(key, o.strip()))):
                 return self.mask_value(key, self.redact_text(o))
             return self.redact_text(o)
         if isinstance(o, Mapping):

@@ -2,7 +2,8 @@
 # snapshot needs in one round trip. Input is JSON on stdin, output is JSON on stdout.
 # Never follows symlinks when walking, never descends into .git. The one thing it executes is
 # what the start script executes anyway: each running service's env file, sourced by bash in the
-# environment that service was started with (eval_env_file), to learn what bash makes of it.
+# environment that service was started with (eval_env_file), to learn what bash makes of it --
+# scrubbed of what would run code, and as root with the privileges of the user the service runs as.
 import base64
 import grp
 import hashlib
@@ -256,13 +257,135 @@ def process_state(service, pid_file):
 
 ASSIGN_RE = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)\+?=", re.M)
 EVAL_DONE = b"\0ENVBISECT_EVAL_DONE=1\0"
-EVAL_SCRIPT = 'set -a; . "$1" >&2 </dev/null; env -0; printf "\\0ENVBISECT_EVAL_DONE=1\\0"'
+EVAL_UNREADABLE = b"\0ENVBISECT_EVAL_UNREADABLE\0"
+EVAL_UNREACHABLE = b"\0ENVBISECT_EVAL_UNREACHABLE\0"  # a folder on the way keeps the user out
 EVAL_TIMEOUT_S = 10
+BASH = "/bin/bash"
+# The start environment is the service user's to choose. What would run code in bash or in a program it
+# starts is kept out of bash's environment (sudo's env_reset list, glibc's loader and tunables, the
+# interpreters' start-up hooks): bash gets it back as plain, unexported shell variables before it sources
+# the file, so the file reads the same values, and the dump counts them as exported, as `env` would have.
+# SHELLOPTS and BASHOPTS switch on bash options at start-up (xtrace runs PS4) and IFS is ignored by bash:
+# those three are dropped. The dump uses builtins only: no `env` looked up on the service's PATH.
+HELD_ENV = frozenset((
+    "BASH_ENV", "ENV", "PS4", "GLOBIGNORE", "CDPATH", "FPATH", "NULLCMD", "READNULLCMD", "ZDOTDIR", "TMPPREFIX",
+    "LOCALDOMAIN", "RES_OPTIONS", "HOSTALIASES", "NLSPATH", "PATH_LOCALE", "LOCPATH", "GCONV_PATH",
+    "GLIBC_TUNABLES", "MALLOC_TRACE", "TERMINFO", "TERMINFO_DIRS", "TERMPATH", "TERMCAP", "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS", "PERLIO_DEBUG", "PERLLIB", "PERL5LIB", "PERL5OPT", "PERL5DB", "PYTHONHOME", "PYTHONPATH",
+    "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONUSERBASE", "PYTHONBREAKPOINT", "RUBYLIB", "RUBYOPT", "NODE_OPTIONS",
+    "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_CONFIG_GLOBAL", "PROMPT_COMMAND"))
+DROPPED_ENV = frozenset(("SHELLOPTS", "BASHOPTS", "IFS"))
+EVAL_SCRIPT = r"""__envbisect_f=$1; shift; __envbisect_held=()
+while [ "$#" -gt 0 ]; do builtin printf -v "$1" %s "$2"; __envbisect_held+=("$1"); shift 2; done
+set -- "$__envbisect_f"; unset __envbisect_f
+[ -r "$1" ] || { [ -x "${1%/*}/" ] && builtin printf '\0ENVBISECT_EVAL_UNREADABLE\0' ||
+  builtin printf '\0ENVBISECT_EVAL_UNREACHABLE\0'; exit 0; }
+set -a; . "$1" >&2 </dev/null
+IFS=$' \t\n'
+for __envbisect_k in $(builtin compgen -e) "${__envbisect_held[@]}"; do
+  [[ -n ${!__envbisect_k+x} ]] && builtin printf '%s=%s\0' "$__envbisect_k" "${!__envbisect_k}"
+done
+builtin printf '\0ENVBISECT_EVAL_DONE=1\0'"""
 
 
-def eval_env_file(path, environ):
+def held(key):
+    return key in HELD_ENV or key.startswith(("LD_", "_RLD", "DYLD_"))
+
+
+def scrub(env):
+    """(bash's environment, [name, value, ...] given back to it as plain shell variables)."""
+    keep, back = {}, []
+    for k, v in sorted(env.items()):
+        if k in DROPPED_ENV or not re.match(r"[A-Za-z_][A-Za-z0-9_]*\Z", k):
+            continue
+        if held(k):
+            back += [k, v]
+        else:
+            keep[k] = v
+    return keep, back
+
+
+def proc_ids(pid):
+    """(real uid, real gid) of a process: the user who chose its start environment."""
+    uid = gid = None
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    uid = int(line.split()[1])
+                elif line.startswith("Gid:"):
+                    gid = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if uid is None or gid is None else (uid, gid)
+
+
+def user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "uid %d" % uid
+
+
+def dropper(uid, gid):
+    """A preexec_fn that gives the child the privileges of uid (its groups, else gid alone)."""
+    try:
+        groups = os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
+    except (KeyError, OSError):
+        groups = [gid]
+
+    def drop():
+        os.setgroups(groups)
+        os.setgid(gid)
+        os.setuid(uid)
+    return drop
+
+
+def root_guarded(path):
+    """Whether the folders on the way to path are root's alone: each is root's, the file's own folder is
+    writable by root alone, and one above it that others can write is sticky with a root-owned entry
+    next on the path (/tmp/x). A user these folders keep out cannot have written what is there now."""
+    real = os.path.realpath(path)
+    folder = os.path.dirname(real)
+    d = "/"
+    for name in [p for p in folder.split("/") if p]:
+        st, nxt = os.stat(d), os.path.join(d, name)
+        if st.st_uid != 0 or (st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and os.stat(nxt).st_uid == 0)):
+            return False
+        d = nxt
+    st = os.stat(folder)
+    return st.st_uid == 0 and not st.st_mode & 0o022
+
+
+def run_bash(path, env, as_ids):
+    """Source path in env (scrubbed), as as_ids (uid, gid) or as this process: (stdout, exit status) or
+    a string saying why it did not finish."""
+    keep, back = scrub(env)
+    preexec = dropper(*as_ids) if as_ids is not None else None
+    try:
+        p = subprocess.Popen([BASH, "--noprofile", "--norc", "-c", EVAL_SCRIPT, "envbisect-eval", path] + back,
+                             env=keep, cwd=os.path.dirname(path) or "/", stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+                             preexec_fn=preexec)
+    except (OSError, subprocess.SubprocessError) as e:
+        return "cannot run bash: %s" % (getattr(e, "strerror", None) or e)
+    try:
+        stdout, _ = p.communicate(timeout=EVAL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        p.communicate()
+        return "sourcing %s with bash took more than %d s" % (path, EVAL_TIMEOUT_S)
+    return stdout, p.returncode
+
+
+def eval_env_file(path, environ, pid=None):
     """What bash makes of the env file, the way the start script sources it (set -a; . FILE), in the
-    environment the process inherited: its start environment minus the keys the file assigns."""
+    environment the process inherited: its start environment minus the keys the file assigns.
+    As root, with the privileges of the user the service runs as (that user chose the environment);
+    as root after all only for a file that user cannot read and only root can have written."""
     out = {}
     try:
         with open(path, "rb") as f:
@@ -274,25 +397,33 @@ def eval_env_file(path, environ):
     env = dict((k, v) for k, v in environ.items() if k not in keys)
     out["file_eval_keys"] = keys
     out["file_eval_sha256"] = hashlib.sha256(data).hexdigest()
-    try:
-        p = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", EVAL_SCRIPT, "envbisect-eval", path], env=env,
-                             cwd=os.path.dirname(path) or "/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
-    except OSError as e:
-        out["file_eval_error"] = "cannot run bash: %s" % (e.strerror or e)
-        return out
-    try:
-        stdout, _ = p.communicate(timeout=EVAL_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    me = os.geteuid()
+    ids = proc_ids(pid) if pid is not None else None
+    as_ids = ids if me == 0 and ids is not None and ids[0] != 0 else None
+    out["file_eval_as"] = user_name(as_ids[0] if as_ids else me)
+    got = run_bash(path, env, as_ids)
+    if not isinstance(got, str) and got[0] in (EVAL_UNREADABLE, EVAL_UNREACHABLE) and as_ids is not None:
         try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        p.communicate()
-        out["file_eval_error"] = "sourcing %s with bash took more than %d s" % (path, EVAL_TIMEOUT_S)
+            st = os.stat(path)
+            guarded = got[0] == EVAL_UNREACHABLE and root_guarded(path)
+        except OSError as e:
+            got = "cannot read %s: %s" % (path, e.strerror or e)
+        else:
+            if (st.st_uid == 0 and not st.st_mode & 0o022) or guarded:
+                out["file_eval_as"] = "root (%s cannot read it)" % user_name(as_ids[0])
+                got = run_bash(path, env, None)
+            else:
+                got = ("not evaluated: the service's user %s (uid %d) cannot read %s, and it is not a file only "
+                       "root can have written" % (user_name(as_ids[0]), as_ids[0], path))
+    if isinstance(got, str):
+        out["file_eval_error"] = got
+        return out
+    stdout, status = got
+    if stdout in (EVAL_UNREADABLE, EVAL_UNREACHABLE):
+        out["file_eval_error"] = "%s cannot read %s" % (out["file_eval_as"], path)
         return out
     if not stdout.endswith(EVAL_DONE):
-        out["file_eval_error"] = "sourcing %s with bash did not finish (exit status %s)" % (path, p.returncode)
+        out["file_eval_error"] = "sourcing %s with bash did not finish (exit status %s)" % (path, status)
         return out
     values = {}
     for entry in stdout[: -len(EVAL_DONE)].split(b"\0"):
@@ -621,7 +752,7 @@ for item in req.get("repos", []):
 for item in req.get("processes", []):
     ps = process_state(item["service"], item.get("pid_file"))
     if ps.get("status") == "ok" and item.get("env_file"):
-        ps.update(eval_env_file(item["env_file"], ps["environ"]))
+        ps.update(eval_env_file(item["env_file"], ps["environ"], ps.get("pid")))
     result["processes"][item["service"]] = ps
 result["sourced"] = {}
 covered = set(result["files"])  # env files and the members of [watch] roots

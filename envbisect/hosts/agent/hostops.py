@@ -411,17 +411,92 @@ def tail(op):
 # --- env_check: what bash makes of an env file (the post-apply check) --------------------------
 ASSIGN_RE = None  # compiled on first use (re is only needed by this op)
 EVAL_DONE = b"\0ENVBISECT_EVAL_DONE=1\0"
-EVAL_SCRIPT = 'set -a; . "$1" >&2 </dev/null; env -0; printf "\\0ENVBISECT_EVAL_DONE=1\\0"'
+EVAL_UNREADABLE = b"\0ENVBISECT_EVAL_UNREADABLE\0"
+EVAL_UNREACHABLE = b"\0ENVBISECT_EVAL_UNREACHABLE\0"  # a folder on the way keeps the user out
+BASH = "/bin/bash"
 MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SHELL")
+# The same scrub as the collector's eval_env_file (collect.py; each agent script is sent alone): what would
+# run code in bash or in a program it starts stays out of bash's environment and comes back as plain,
+# unexported shell variables; SHELLOPTS, BASHOPTS and IFS are dropped; the dump uses builtins only.
+HELD_ENV = frozenset((
+    "BASH_ENV", "ENV", "PS4", "GLOBIGNORE", "CDPATH", "FPATH", "NULLCMD", "READNULLCMD", "ZDOTDIR", "TMPPREFIX",
+    "LOCALDOMAIN", "RES_OPTIONS", "HOSTALIASES", "NLSPATH", "PATH_LOCALE", "LOCPATH", "GCONV_PATH",
+    "GLIBC_TUNABLES", "MALLOC_TRACE", "TERMINFO", "TERMINFO_DIRS", "TERMPATH", "TERMCAP", "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS", "PERLIO_DEBUG", "PERLLIB", "PERL5LIB", "PERL5OPT", "PERL5DB", "PYTHONHOME", "PYTHONPATH",
+    "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONUSERBASE", "PYTHONBREAKPOINT", "RUBYLIB", "RUBYOPT", "NODE_OPTIONS",
+    "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_CONFIG_GLOBAL", "PROMPT_COMMAND"))
+DROPPED_ENV = frozenset(("SHELLOPTS", "BASHOPTS", "IFS"))
+EVAL_SCRIPT = r"""__envbisect_f=$1; shift; __envbisect_held=()
+while [ "$#" -gt 0 ]; do builtin printf -v "$1" %s "$2"; __envbisect_held+=("$1"); shift 2; done
+set -- "$__envbisect_f"; unset __envbisect_f
+[ -r "$1" ] || { [ -x "${1%/*}/" ] && builtin printf '\0ENVBISECT_EVAL_UNREADABLE\0' ||
+  builtin printf '\0ENVBISECT_EVAL_UNREACHABLE\0'; exit 0; }
+set -a; . "$1" >&2 </dev/null
+IFS=$' \t\n'
+for __envbisect_k in $(builtin compgen -e) "${__envbisect_held[@]}"; do
+  [[ -n ${!__envbisect_k+x} ]] && builtin printf '%s=%s\0' "$__envbisect_k" "${!__envbisect_k}"
+done
+builtin printf '\0ENVBISECT_EVAL_DONE=1\0'"""
 
 
 class EvalError(Exception):
     pass
 
 
-def bash_eval(path, env, cwd, timeout):
+class Unreachable(EvalError):
+    pass
+
+
+def scrub(env):
+    """(bash's environment, [name, value, ...] given back to it as plain shell variables)."""
+    import re
+    keep, back = {}, []
+    for k, v in sorted(env.items()):
+        if k in DROPPED_ENV or not re.match(r"[A-Za-z_][A-Za-z0-9_]*\Z", k):
+            continue
+        if k in HELD_ENV or k.startswith(("LD_", "_RLD", "DYLD_")):
+            back += [k, v]
+        else:
+            keep[k] = v
+    return keep, back
+
+
+def root_guarded(path):
+    """Whether the folders on the way to path are root's alone: each is root's, the file's own folder is
+    writable by root alone, and one above it that others can write is sticky with a root-owned entry
+    next on the path (/tmp/x). A user these folders keep out cannot have written what is there now."""
+    real = os.path.realpath(path)
+    folder = os.path.dirname(real)
+    d = "/"
+    for name in [p for p in folder.split("/") if p]:
+        st, nxt = os.stat(d), os.path.join(d, name)
+        if st.st_uid != 0 or (st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and os.stat(nxt).st_uid == 0)):
+            return False
+        d = nxt
+    st = os.stat(folder)
+    return st.st_uid == 0 and not st.st_mode & 0o022
+
+
+def eval_identity(path):
+    """(uid, gid, groups) to evaluate path as: as root, its owner when that is not root (the start
+    environment and the file are that user's to choose); else None (as this process)."""
+    import pwd
+    if os.geteuid() != 0:
+        return None
+    st = os.stat(path)
+    if st.st_uid == 0:
+        return None
+    try:
+        pw = pwd.getpwuid(st.st_uid)
+        return st.st_uid, pw.pw_gid, os.getgrouplist(pw.pw_name, pw.pw_gid)
+    except (KeyError, OSError):
+        return st.st_uid, st.st_gid, [st.st_gid]
+
+
+def bash_eval(path, env, cwd, timeout, ident=None):
     """Source `path` with bash the way the start script does (set -a; . FILE) in `env` minus the keys
-    the file assigns; returns the resulting environment."""
+    the file assigns (scrubbed), as `ident` (uid, gid, groups) or this process; returns the resulting
+    environment."""
     import re
     import signal
     global ASSIGN_RE
@@ -429,13 +504,19 @@ def bash_eval(path, env, cwd, timeout):
         ASSIGN_RE = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)\+?=", re.M)
     with open(path, "rb") as f:
         keys = set(ASSIGN_RE.findall(f.read().decode("utf-8", "surrogateescape")))
-    env = dict((k, v) for k, v in env.items() if k not in keys)
+    keep, back = scrub(dict((k, v) for k, v in env.items() if k not in keys))
+
+    def drop():
+        os.setgroups(ident[2])
+        os.setgid(ident[1])
+        os.setuid(ident[0])
     try:
-        p = subprocess.Popen(["bash", "--noprofile", "--norc", "-c", EVAL_SCRIPT, "envbisect-eval", path], env=env,
-                             cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
-    except OSError as e:
-        raise EvalError("cannot run bash: %s" % (e.strerror or e))
+        p = subprocess.Popen([BASH, "--noprofile", "--norc", "-c", EVAL_SCRIPT, "envbisect-eval", path] + back,
+                             env=keep, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, start_new_session=True,
+                             preexec_fn=drop if ident is not None else None)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise EvalError("cannot run bash: %s" % (getattr(e, "strerror", None) or e))
     try:
         out, _ = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -445,6 +526,10 @@ def bash_eval(path, env, cwd, timeout):
             pass
         p.communicate()
         raise EvalError("sourcing it with bash took more than %d s" % timeout)
+    if out == EVAL_UNREACHABLE:
+        raise Unreachable("uid %d cannot reach it" % (ident[0] if ident is not None else os.geteuid()))
+    if out == EVAL_UNREADABLE:
+        raise EvalError("uid %d cannot read it" % (ident[0] if ident is not None else os.geteuid()))
     if not out.endswith(EVAL_DONE):
         raise EvalError("sourcing it with bash did not finish (exit status %s)" % p.returncode)
     got = {}
@@ -471,15 +556,26 @@ def env_check(op):
     cwd = os.path.dirname(path) or "/"
     out = {"path": path, "checked": [], "skipped": dict(op.get("skipped") or {}), "mismatches": [], "error": None}
     try:
-        first = bash_eval(path, env, cwd, timeout)
-        second = bash_eval(path, env, cwd, timeout)
+        ident = eval_identity(path)
+        try:
+            first = bash_eval(path, env, cwd, timeout, ident)
+        except Unreachable:
+            # folders only root can write keep its owner out: root's evaluation (scrubbed) runs only what
+            # root alone can have put there
+            if ident is None or not root_guarded(path):
+                raise
+            ident = None
+            first = bash_eval(path, env, cwd, timeout, ident)
+        second = bash_eval(path, env, cwd, timeout, ident)
         refs = {}
         for side, text in sorted((op.get("refs") or {}).items()):
             fd, tmp = tempfile.mkstemp(prefix=".envbisect-ref-")
             try:
+                if ident is not None:  # the reference text is read by the same user as the file
+                    os.fchown(fd, ident[0], ident[1])
                 with os.fdopen(fd, "wb") as f:
                     f.write(base64.b64decode(text))
-                refs[side] = bash_eval(tmp, env, cwd, timeout)
+                refs[side] = bash_eval(tmp, env, cwd, timeout, ident)
             finally:
                 os.unlink(tmp)
     except (EvalError, OSError) as e:
