@@ -1,6 +1,7 @@
 """The report as Markdown (GitHub flavour: tables, fenced logs): a walk over the story's blocks."""
 from __future__ import annotations
 
+import re
 import statistics
 
 from envbisect.report.blocks import (Badge, Block, BulletList, Code, Figure, Footer, Group, Heading, Link, Log,
@@ -25,14 +26,45 @@ def _inline(t: Text, cell: bool = False) -> str:
     out = []
     for p in t:
         if isinstance(p, str):
-            out.append(_cell(p) if cell else p)
+            out.append(_cell(p) if cell else _one_line(p))
         elif isinstance(p, Strong):
             out.append("**" + _inline(p.text, cell) + "**")
         elif isinstance(p, Code):
-            out.append("`" + _inline(p.text, cell) + "`")
+            # in a table a pipe ends the cell even inside a code span (GFM): escaped, and literal there
+            out.append(_code_span(_plain(p.text).replace("|", "\\|") if cell else _plain(p.text)))
         elif isinstance(p, (Badge, Link)):  # no badges, no anchors: their plain text
             out.append(_inline(p.plain if isinstance(p, Badge) else p.text, cell))
     return "".join(out)
+
+
+def _one_line(s: str) -> str:
+    """A line break inside a value would end the block it is in (and could start a heading or a fence)."""
+    return s.replace("\r", " ").replace("\n", " ")
+
+
+def _plain(t: Text) -> str:
+    """The text of inline pieces without their markup (inside a code span everything is literal)."""
+    out = []
+    for p in t:
+        if isinstance(p, str):
+            out.append(p)
+        elif isinstance(p, Badge):
+            out.append(_plain(p.plain))
+        else:
+            out.append(_plain(p.text))
+    return "".join(out)
+
+
+def _code_span(body: str) -> str:
+    """A CommonMark code span holding `body` literally: its backtick string is longer than any run of
+    backticks in the body, and a body that starts or ends with a backtick or a space is padded with
+    one space on each side (CommonMark strips exactly one from each side of such a span)."""
+    body = _one_line(body)
+    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
+    ticks = "`" * (longest + 1)
+    if body.strip(" ") and (body[0] in "` " or body[-1] in "` "):
+        body = f" {body} "
+    return f"{ticks}{body}{ticks}"
 
 
 def _fence(body: str) -> str:
