@@ -2,6 +2,11 @@
 the inventory are trusted; each host is trusted for itself only, and values from the hosts are data."""
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 
 from envbisect.report.blocks import Code, Heading, Paragraph, Story, Table, text
@@ -32,3 +37,68 @@ def test_markdown_code_span_holds_a_backtick_value_intact(value):
     assert _code_spans(md) == [shown, shown], md
     assert [line for line in md.splitlines() if line.startswith("#")] == ["# Report"], md  # no new block
     assert "**after**" in md
+
+
+# --- F14: names and paths that reach a crontab line or a systemd unit --------------------------
+
+def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "envbisect.cli.app", *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd)
+
+
+def _one_line_error(r: subprocess.CompletedProcess, status: int = 2) -> str:
+    assert r.returncode == status, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("envbisect: error: "), r.stderr
+    return lines[0]
+
+
+def _playbook_text(name_line: str, env_file: Path) -> str:
+    return textwrap.dedent(f"""
+        [deployment]
+        {name_line}
+
+        [hosts.node1]
+        ssh = "local"
+
+        [services.decode]
+        host = "node1"
+        env_file = "{env_file}"
+        start = "true"
+        stop = "true"
+        health = "http://127.0.0.1:1/health"
+        """)
+
+
+@pytest.mark.parametrize("kind", ["cron", "systemd"])
+def test_a_line_break_in_the_deployment_name_is_refused_in_one_line(tmp_path, kind):
+    """F14: `[deployment] name = "pd\\n* * * * * touch …"` would have added its own crontab job (or
+    unit setting); it is refused when the playbook is loaded: one line, exit 2, nothing printed."""
+    (tmp_path / "decode.serve-env").write_text("A=1\n")
+    pb = tmp_path / "pd.toml"
+    pb.write_text(_playbook_text(r'name = "pd\n* * * * * touch /tmp/pwned-by-envbisect"', tmp_path / "decode.serve-env"))
+    r = _cli("-p", str(pb), "--store", str(tmp_path / "store"), "schedule", "--every", "1h", f"--{kind}")
+    line = _one_line_error(r)
+    assert "deployment.name" in line and "not a deployment name" in line, line
+    assert "pwned" not in r.stdout
+
+
+def test_a_default_name_from_an_odd_file_name_says_where_it_came_from(tmp_path):
+    (tmp_path / "decode.serve-env").write_text("A=1\n")
+    pb = tmp_path / "my pd;x.toml"
+    pb.write_text(_playbook_text("", tmp_path / "decode.serve-env"))
+    line = _one_line_error(_cli("-p", str(pb), "--store", str(tmp_path / "store"), "schedule", "--every", "1h"))
+    assert "taken from the file name; set [deployment] name" in line, line
+
+
+def test_a_line_break_in_a_path_of_the_scheduled_command_is_refused(tmp_path):
+    """F14: the playbook, store and inventory paths are words of the same crontab/unit line."""
+    (tmp_path / "decode.serve-env").write_text("A=1\n")
+    odd = tmp_path / "x\n* * * * * touch pwned"
+    odd.mkdir()
+    pb = odd / "pd.toml"
+    pb.write_text(_playbook_text('name = "pd"', tmp_path / "decode.serve-env"))
+    for kind in ("--cron", "--systemd"):
+        line = _one_line_error(_cli("-p", str(pb), "--store", str(tmp_path / "store"), "schedule", "--every", "1h",
+                                    kind))
+        assert "line break or control character" in line, line

@@ -71,14 +71,14 @@ def _dispatch(args: list[str], env: Environment) -> int:
     except EnvbisectError as e:
         if env.traceback:
             env.stderr.write(printable(env.masked_traceback(e)))
-        env.err.print(f"envbisect: error: {e}")
+        env.err.print("envbisect: error: " + printable(str(e), keep_newlines=False))  # a path may hold a \n
         return int(e.exit_status)
     except BrokenPipeError:  # `envbisect runs | head`
         return int(ExitStatus.OK)
     except OSError as e:
         if e.filename is None and e.strerror is None:
             return _internal_error(env, e)
-        env.err.print(f"envbisect: error: {e.filename or ''}: {e.strerror or e}")
+        env.err.print("envbisect: error: " + printable(f"{e.filename or ''}: {e.strerror or e}", keep_newlines=False))
         return int(ExitStatus.USAGE)
     except Exception as e:  # noqa: BLE001 - the last resort
         return _internal_error(env, e)

@@ -122,6 +122,11 @@ class Playbook:
         return [r for r in self.repos if r.host == host]
 
 
+# A deployment's name reaches file names on the hosts and the lines of a crontab or systemd unit
+# (runs/schedule.py): no line breaks, spaces, quotes or shell characters.
+DEPLOYMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
 # --- parsing -------------------------------------------------------------------------------
 
 class _Reader:
@@ -187,6 +192,11 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
     top = _Reader(path, "", dict(data))
     dep = _Reader(path, "deployment", top.get("deployment", dict, {}))
     name = dep.get("name", str, path.stem)
+    if not DEPLOYMENT_NAME.fullmatch(name):
+        given = "" if "name" in dep.table else " (taken from the file name; set [deployment] name)"
+        raise PlaybookError(path, "deployment.name", f"{name!r} is not a deployment name{given}: letters, digits, "
+                            "'_', '.', '-', starting with a letter or digit, at most 64 (it names the lock, "
+                            "the journal and the scheduled job)")
     dep.finish()
 
     hosts: dict[str, Host] = {}

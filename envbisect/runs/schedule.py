@@ -85,6 +85,14 @@ def cron_expression(seconds: float) -> str:
                      "(15m, 30m) or of a day (1h, 2h, 6h, 12h), 1d or 1w, or a systemd timer")
 
 
+def _one_line_word(word: str) -> None:
+    """A crontab entry and a unit setting are one line each: a line break (or another control
+    character) in a path would end it and start a line of its own, a job or a setting nobody wrote."""
+    if re.search(r"[\x00-\x1f\x7f]", word):
+        raise UsageError(f"{word!r}: a path with a line break or control character cannot go in a crontab line "
+                         "or a systemd unit; rename it")
+
+
 def _systemd_word(arg: str) -> str:
     """One ExecStart= argument: quoted where needed; % and $ escaped (specifiers, variables)."""
     a = arg.replace("%", "%%").replace("$", "$$")
@@ -148,6 +156,8 @@ def make_schedule(*, every: str, label: str, playbook: Path, store: Path, ssh_co
             raise UsageError(f"--inventory {inventory}: no such file")
         args += ["--inventory", str(p)]
     command = envbisect_command() + args + ["snapshot", "--label", label] + (["--probe", probe] if probe else [])
+    for word in [*command, str(_abs(store) / "schedule.log")]:
+        _one_line_word(word)
     if kind is None:
         kind = "systemd" if systemd_present() else "cron"
     unit = f"envbisect-snapshot-{_slug(pb.name)}"
