@@ -2,9 +2,13 @@
 the inventory are trusted; each host is trusted for itself only, and values from the hosts are data."""
 from __future__ import annotations
 
+import gzip
+import json
 import subprocess
 import sys
+import tarfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -102,3 +106,72 @@ def test_a_line_break_in_a_path_of_the_scheduled_command_is_refused(tmp_path):
         line = _one_line_error(_cli("-p", str(pb), "--store", str(tmp_path / "store"), "schedule", "--every", "1h",
                                     kind))
         assert "line break or control character" in line, line
+
+
+# --- F12: `bundle --check` of a gzip bomb ------------------------------------------------------
+
+def _gz(data: bytes) -> bytes:
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
+def _bomb(path: Path, members: int, member_bytes: int, claimed: int | None = None) -> Path:
+    """A .tar.gz of `members` members of zeros, each a gzip member of its own (concatenated gzip members
+    are one stream): a few MB on disk, `members * member_bytes` unpacked. `claimed`: a header that
+    says more than what follows."""
+    zeros = _gz(bytes(member_bytes))
+    with path.open("wb") as out:
+        manifest = json.dumps({"members": []}).encode()
+        ti = tarfile.TarInfo("manifest.json")
+        ti.size, ti.mode = len(manifest), 0o600
+        out.write(_gz(ti.tobuf(format=tarfile.GNU_FORMAT) + manifest + bytes(-len(manifest) % 512)))
+        for i in range(members):
+            ti = tarfile.TarInfo(f"evidence/trial-{i:03d}/zeros.log")
+            ti.size, ti.mode = claimed or member_bytes, 0o600
+            out.write(_gz(ti.tobuf(format=tarfile.GNU_FORMAT)))
+            out.write(zeros)
+        out.write(_gz(bytes(1024)))
+    return path
+
+
+def _check_in_child(bundle: Path, limit_bytes: int) -> tuple[subprocess.CompletedProcess, float]:
+    """`envbisect bundle --check` in a child whose address space is limited (the old code would
+    otherwise take the machine's memory) and whose peak RSS is reported."""
+    code = textwrap.dedent(f"""
+        import resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, ({limit_bytes}, {limit_bytes}))
+        from envbisect.cli.app import run
+        rc = run(["bundle", "--check", {str(bundle)!r}])
+        print("MAXRSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+        sys.exit(rc)
+        """)
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=bundle.parent)
+    return r, time.monotonic() - t0
+
+
+def test_bundle_check_refuses_a_gzip_bomb_quickly_in_bounded_memory(tmp_path):
+    """F12: 20 members of 64 MiB of zeros (1.25 GiB unpacked, ~3 MB on disk): refused at the total
+    cap, in one line, without holding the members in memory (peak RSS far below one member)."""
+    from envbisect.report.bundle import MAX_TOTAL_BYTES
+
+    bomb = _bomb(tmp_path / "bomb.tar.gz", 20, 64 * 1024 * 1024)
+    assert bomb.stat().st_size < 8 * 1024 * 1024 and 20 * 64 * 1024 * 1024 > MAX_TOTAL_BYTES
+    r, took = _check_in_child(bomb, 1024 * 1024 * 1024)
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr[-2000:])
+    fails = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(fails) == 1 and "refused" in fails[0] and f"more than {MAX_TOTAL_BYTES} bytes" in fails[0], r.stdout
+    rss_kb = int(r.stderr.split("MAXRSS_KB")[1].split()[0])
+    assert rss_kb < 200 * 1024, rss_kb
+    assert took < 60, took
+
+
+def test_bundle_check_refuses_a_member_claiming_a_huge_size_at_its_header(tmp_path):
+    """F12: a member whose header claims 100 GiB is refused before a byte of it is unpacked."""
+    from envbisect.report.bundle import MAX_MEMBER_BYTES
+
+    bomb = _bomb(tmp_path / "claims.tar.gz", 1, 1024 * 1024, claimed=100 * 1024 ** 3)
+    r, took = _check_in_child(bomb, 1024 * 1024 * 1024)
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr[-2000:])
+    fails = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(fails) == 1 and f"over the cap of {MAX_MEMBER_BYTES}" in fails[0], r.stdout
+    assert took < 30, took

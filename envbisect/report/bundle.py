@@ -275,13 +275,46 @@ def _tar_gz(members: list[tuple[str, bytes]], mtime: int) -> bytes:
     return gbuf.getvalue()
 
 
-def check_bundle(path: Path) -> list[str]:
+# `bundle --check` reads a file someone handed over: a gzip bomb must not fill the memory or the
+# time. Members are hashed as they stream by, and the archive is refused (one line) past a cap.
+MAX_MEMBER_BYTES = 128 * 1024 * 1024  # far above any member envbisect writes (log tails, snapshots)
+MAX_TOTAL_BYTES = 512 * 1024 * 1024  # the archive unpacked, headers included
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+_CHUNK = 1024 * 1024
+
+
+class _OverCap(Exception):
+    pass
+
+
+class _CappedReader:
+    """The decompressed stream, refused past `cap` bytes (before reading them, so a header that
+    claims a huge size costs nothing)."""
+
+    def __init__(self, raw: Any, cap: int):
+        self.raw, self.cap, self.count = raw, cap, 0
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0 or self.count + n > self.cap:
+            n = self.cap - self.count + 1  # one byte more than allowed tells "over" from "exactly at"
+        data = self.raw.read(n)
+        self.count += len(data)
+        if self.count > self.cap:
+            raise _OverCap(f"unpacks to more than {self.cap} bytes")
+        return data
+
+
+def check_bundle(path: Path, *, max_member: int = MAX_MEMBER_BYTES, max_total: int = MAX_TOTAL_BYTES) -> list[str]:
     """Problems with a bundle (empty list = ok): every member listed in manifest.json with the right
-    size and sha256, nothing unlisted, no duplicates, only regular files with mode 0600, safe paths."""
+    size and sha256, nothing unlisted, no duplicates, only regular files with mode 0600, safe paths.
+    Nothing is extracted; a member over `max_member` bytes or an archive unpacking to more than
+    `max_total` is refused (its one problem says so) without reading further."""
     problems: list[str] = []
-    contents: dict[str, bytes] = {}
+    contents: dict[str, tuple[int, str]] = {}  # name -> (size, sha256)
+    manifest_data: bytes | None = None
     try:
-        with tarfile.open(Path(path), mode="r:gz") as tar:
+        with gzip.open(Path(path), "rb") as gz, \
+                tarfile.open(fileobj=_CappedReader(gz, max_total), mode="r|") as tar:  # type: ignore[arg-type]
             for ti in tar:
                 name = ti.name
                 if name in contents:
@@ -291,16 +324,29 @@ def check_bundle(path: Path) -> list[str]:
                 if not ti.isreg():
                     problems.append(f"{name}: not a regular file")
                     continue
+                if ti.size > max_member or (name == MANIFEST and ti.size > MAX_MANIFEST_BYTES):
+                    raise _OverCap(f"member {name} is {ti.size} bytes, over the cap of "
+                                   f"{MAX_MANIFEST_BYTES if name == MANIFEST else max_member}")
                 if ti.mode & 0o7777 != FILE_MODE:
                     problems.append(f"{name}: mode {oct(ti.mode & 0o7777)}, expected {oct(FILE_MODE)}")
                 f = tar.extractfile(ti)
-                contents[name] = f.read() if f else b""
+                h, size, keep = hashlib.sha256(), 0, []
+                while f is not None and (chunk := f.read(_CHUNK)):
+                    h.update(chunk)
+                    size += len(chunk)
+                    if name == MANIFEST:
+                        keep.append(chunk)
+                contents[name] = (size, h.hexdigest())
+                if name == MANIFEST:
+                    manifest_data = b"".join(keep)
+    except _OverCap as e:
+        return [f"{path}: refused, not a bundle envbisect wrote: {e}"]
     except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
         return problems + [f"{path}: cannot read the archive: {e}"]
-    if MANIFEST not in contents:
+    if manifest_data is None:
         return problems + [f"{MANIFEST} is missing"]
     try:
-        manifest = json.loads(contents[MANIFEST])
+        manifest = json.loads(manifest_data)
         listed = manifest["members"]
         entries = {e["path"]: e for e in listed}
     except (ValueError, KeyError, TypeError) as e:
@@ -311,13 +357,13 @@ def check_bundle(path: Path) -> list[str]:
         if name == MANIFEST:
             problems.append(f"{MANIFEST} lists itself")
             continue
-        data = contents.get(name)
-        if data is None:
+        got = contents.get(name)
+        if got is None:
             problems.append(f"{name}: listed in the manifest but missing from the archive")
             continue
-        if len(data) != e.get("size"):
-            problems.append(f"{name}: size {len(data)}, the manifest says {e.get('size')}")
-        sha = hashlib.sha256(data).hexdigest()
+        size, sha = got
+        if size != e.get("size"):
+            problems.append(f"{name}: size {size}, the manifest says {e.get('size')}")
         if sha != e.get("sha256"):
             problems.append(f"{name}: sha256 {sha[:12]}…, the manifest says {str(e.get('sha256'))[:12]}…")
     for name in contents:
