@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import socket
 import subprocess
 import sys
 import tarfile
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -175,3 +178,76 @@ def test_bundle_check_refuses_a_member_claiming_a_huge_size_at_its_header(tmp_pa
     fails = [line for line in r.stdout.splitlines() if line.startswith("FAIL")]
     assert len(fails) == 1 and f"over the cap of {MAX_MEMBER_BYTES}" in fails[0], r.stdout
     assert took < 30, took
+
+
+# --- F5: a live lock of a controller on another machine ----------------------------------------
+
+def _gone_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid  # reaped: no process has it (until the kernel hands it out again, long after the test)
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+@pytest.fixture
+def lock_site(tmp_path, sshd):
+    from test_host_safety import Site, cleanup_host_files
+
+    s = Site(tmp_path, sshd.alias, str(sshd.ssh_config))
+    yield s
+    s.dep.close()
+    cleanup_host_files(s.name)
+
+
+def _plant_holder(site, *, controller: str, boot_id: str, age_s: float = 0.0, run_id: str = "live-run") -> dict:
+    """The lock record a controller on another machine (or another boot) wrote, its heartbeat `age_s` old."""
+    held = {"run_id": run_id, "controller": controller, "boot_id": boot_id, "pid": _gone_pid(),
+            "token": uuid.uuid4().hex, "started_at": time.time() - 60, "heartbeat_s": 20}
+    site.lock_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    site.lock_file.write_text(json.dumps(held))
+    when = time.time() - age_s
+    os.utime(site.lock_file, (when, when))
+    return held
+
+
+@pytest.mark.parametrize("where", ["another host name", "same host name, another boot"])
+def test_a_live_lock_of_a_controller_on_another_machine_is_not_taken_over(lock_site, where):
+    """F5: the holder's pid means nothing on this host or after a reboot of its controller: a fresh
+    heartbeat keeps the lock (before: `os.kill(pid)` on the host found no such pid and took it over),
+    and `restore` of that run is refused while it runs."""
+    from envbisect.errors import LockHeld
+
+    controller = "bastion-2" if where == "another host name" else socket.gethostname()
+    other_boot = "0" * 8 + boot_id()[8:] if boot_id() else "another-boot"
+    held = _plant_holder(lock_site, controller=controller, boot_id=other_boot)
+    ed = lock_site.editor("run-new", heartbeat_s=0)
+    with pytest.raises(LockHeld, match=r"locked by run live-run .*--break-lock"):
+        ed.lock()
+    restorer = lock_site.editor("run-restore", heartbeat_s=0)
+    with pytest.raises(LockHeld, match=r"run live-run is still running"):
+        restorer.lock(restoring="live-run")
+    assert json.loads(lock_site.lock_file.read_text())["token"] == held["token"]  # still the holder's
+    # a stale heartbeat is taken over as before
+    when = time.time() - 10
+    os.utime(lock_site.lock_file, (when, when))
+    ed = lock_site.editor("run-new", heartbeat_s=0, stale_after_s=2)
+    notes = ed.lock()
+    assert any("took over the stale lock of run live-run" in n for n in notes), notes
+    ed.unlock()
+
+
+def test_a_lock_of_this_machine_and_boot_whose_pid_is_gone_is_taken_over_at_once(lock_site):
+    """F5: only a record naming this controller's host name and boot id has its pid checked, here."""
+    if not boot_id():
+        pytest.skip("no /proc/sys/kernel/random/boot_id here")
+    _plant_holder(lock_site, controller=socket.gethostname(), boot_id=boot_id())
+    ed = lock_site.editor("run-new", heartbeat_s=0)
+    notes = ed.lock()
+    assert any("took over the stale lock of run live-run" in n for n in notes), notes
+    ed.unlock()

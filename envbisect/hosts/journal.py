@@ -121,8 +121,38 @@ def made_json(run_id: str, files: Mapping[Key, Iterable], repos: Mapping[Key, It
     return {"format": 1, "run_id": run_id, "hosts": hosts}
 
 
+def boot_id() -> str:
+    """This machine's boot id ("" where there is none): with the host name, it says whether a pid in a
+    lock record is a pid of this machine, this boot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
 def controller_id() -> dict[str, Any]:
-    return {"controller": socket.gethostname(), "pid": os.getpid()}
+    return {"controller": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid()}
+
+
+def holder_gone_here(held: Mapping[str, Any]) -> bool:
+    """A lock holder is provably gone when its record names this machine and this boot and its pid is
+    not running here. Only the controller can tell: on a host, the controller's pid means nothing."""
+    me = controller_id()
+    if not me["boot_id"] or held.get("controller") != me["controller"] or held.get("boot_id") != me["boot_id"]:
+        return False
+    try:
+        pid = int(held.get("pid"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    if pid <= 0 or pid == me["pid"]:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
 
 
 def _who(held: Mapping[str, Any], age_s: float | None) -> str:
@@ -223,9 +253,14 @@ class HostEditor:
         notes: list[str] = []
         try:
             for h, t in self.transports.items():
-                res = run_ops(t, [{"op": "lock", "path": self.lock_path, "journal": self.remote_journal, "owner": me,
-                                   "break": break_lock, "restoring": restoring, "dry": dry,
-                                   "stale_after_s": self.stale_after_s}])[0]
+                op = {"op": "lock", "path": self.lock_path, "journal": self.remote_journal, "owner": me,
+                      "break": break_lock, "restoring": restoring, "dry": dry, "stale_after_s": self.stale_after_s}
+                res = run_ops(t, [op])[0]
+                held = res.get("held_by") or {}
+                if not res.get("locked") and held.get("token") and holder_gone_here(held):
+                    # a run of this machine whose process is gone: the host takes that record (by its
+                    # token, so a lock taken meanwhile by someone else is judged afresh) as dead
+                    res = run_ops(t, [{**op, "dead_token": held["token"]}])[0]
                 if not res.get("locked"):
                     if res.get("journal_run") and not res.get("held_by"):
                         raise LockHeld(f"{h}: run {res['journal_run']} left changes on this host that are not undone "

@@ -243,18 +243,19 @@ def write_lock(path, owner):
     os.replace(tmp, path)
 
 
-def holder_state(held, age, me, stale_after_s):
-    """"dead" only when provably so: same controller and its pid is gone, or no heartbeat for stale_after_s."""
-    if held.get("controller") == me.get("controller") and held.get("pid"):
-        if held["pid"] == me.get("pid"):
-            return "alive"  # another editor of this very controller process
-        try:
-            os.kill(int(held["pid"]), 0)
-        except ProcessLookupError:
-            return "dead"
-        except (PermissionError, ValueError, OverflowError):
-            pass
-        return "alive"
+def same_process(held, me):
+    """The holder record names this very controller process (host name, boot id and pid)."""
+    return bool(held.get("boot_id")) and all(held.get(k) == me.get(k) for k in ("controller", "boot_id", "pid"))
+
+
+def holder_state(held, age, me, stale_after_s, dead_token=None):
+    """"dead" only when provably so: no heartbeat for stale_after_s, or the controller that wrote the
+    record found its pid gone on its own machine (`dead_token`, the record's token). A pid means
+    nothing on this host (the controller is another machine), so none is looked up here."""
+    if dead_token and held.get("token") == dead_token:
+        return "dead"
+    if same_process(held, me):
+        return "alive"  # another editor of this very controller process
     return "dead" if age > stale_after_s else "alive"
 
 
@@ -270,9 +271,8 @@ def lock(op):
         state, age = None, None
         if held is not None:
             age = time.time() - os.stat(path).st_mtime
-            state = holder_state(held, age, me, op.get("stale_after_s", 300))
-            if op.get("restoring") and held.get("run_id") == op["restoring"] and held.get("pid") == me.get("pid") \
-                    and held.get("controller") == me.get("controller"):
+            state = holder_state(held, age, me, op.get("stale_after_s", 300), op.get("dead_token"))
+            if op.get("restoring") and held.get("run_id") == op["restoring"] and same_process(held, me):
                 state = "dead"  # this very process ran it and gave up: restoring it is what is left to do
         journal = read_json(os.path.expanduser(op["journal"])) if op.get("journal") else None
         journal_run = None
