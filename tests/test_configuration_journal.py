@@ -101,7 +101,8 @@ def test_apply_then_restore_is_byte_identical(dep_and_tree, tmp_path):
     before = fingerprint(env)
     head = git(tree.repo, "rev-parse", "HEAD")
     new_head = tree.commit("v2", "v2\n")
-    editor = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-1")
+    # runs_root: the store is tmp_path (its journal key authenticates the host copy read back below)
+    editor = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-1", runs_root=tmp_path / "runs")
     editor.lock()
     orig = editor.begin({("node1", str(env))}, {("node1", str(tree.repo))})
     assert (tmp_path / "run" / "journal.json").exists()
@@ -149,8 +150,11 @@ def test_stale_lock_of_dead_controller_is_recognized(dep_and_tree, tmp_path):
 
     lock = os.path.expanduser(f"~/.envbisect/{dep.playbook.name}.lock")
     os.makedirs(os.path.dirname(lock), exist_ok=True)
-    with open(lock, "w") as f:  # a controller on this machine whose pid no longer exists
-        json.dump({"run_id": "dead-run", "controller": socket.gethostname(), "pid": 2 ** 22 + 12345}, f)
+    from envbisect.hosts.journal import boot_id
+
+    with open(lock, "w") as f:  # a controller on this machine (this boot) whose pid no longer exists
+        json.dump({"run_id": "dead-run", "controller": socket.gethostname(), "boot_id": boot_id(),
+                   "pid": 2 ** 22 + 12345, "token": "dead-token"}, f)
     editor = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-3")
     editor.lock()
     editor.unlock()

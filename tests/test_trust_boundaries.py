@@ -5,7 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shlex
 import socket
+import stat
 import subprocess
 import sys
 import tarfile
@@ -251,3 +253,195 @@ def test_a_lock_of_this_machine_and_boot_whose_pid_is_gone_is_taken_over_at_once
     notes = ed.lock()
     assert any("took over the stale lock of run live-run" in n for n in notes), notes
     ed.unlock()
+
+
+# --- F1: a forged journal on one host ----------------------------------------------------------
+
+class TwoHosts:
+    """A deployment on two real sshd servers, each with a HOME of its own (as two machines would
+    have: the host copies of the journal and lock live under ~/.envbisect): prefill on host a,
+    decode on host b."""
+
+    def __init__(self, tmp_path: Path, sshd, sshd2, health: str):
+        from hosttree import make_tree
+        from sshd import write_ssh_config
+
+        self.tmp = tmp_path
+        self.t1, self.t2 = make_tree(tmp_path / "a"), make_tree(tmp_path / "b")
+        self.home = {h: tmp_path / f"home-{h}" for h in ("a", "b")}
+        python = {}
+        for h, home in self.home.items():
+            home.mkdir()
+            py = tmp_path / f"python-{h}"
+            py.write_text(f"#!/bin/sh\nHOME={shlex.quote(str(home))} exec {shlex.quote(sys.executable)} \"$@\"\n")
+            py.chmod(0o755)
+            python[h] = py
+        self.cfg = write_ssh_config(tmp_path / "ssh_config", [sshd, sshd2])
+        self.name = "trust-" + uuid.uuid4().hex[:8]
+        self.store = tmp_path / "store"
+        self.playbook = tmp_path / "two.toml"
+        self.playbook.write_text(textwrap.dedent(f"""
+            [deployment]
+            name = "{self.name}"
+            [hosts.a]
+            ssh = "{sshd.alias}"
+            python = "{python['a']}"
+            [hosts.b]
+            ssh = "{sshd2.alias}"
+            python = "{python['b']}"
+            [services.prefill]
+            host = "a"
+            env_file = "{self.t1.env('prefill')}"
+            start = "true"
+            stop = "true"
+            health = "{health}"
+            [services.decode]
+            host = "b"
+            env_file = "{self.t2.env('decode')}"
+            start = "true"
+            stop = "true"
+            health = "{health}"
+            [restart]
+            order = ["prefill", "decode"]
+            poll_interval_s = 0.1
+            health_timeout_s = 10
+            """))
+
+    def journal_file(self, host: str) -> Path:
+        return self.home[host] / ".envbisect" / f"{self.name}.journal.json"
+
+    def made_file(self, host: str) -> Path:
+        return self.home[host] / ".envbisect" / f"{self.name}.made.json"
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "envbisect.cli.app", "-p", str(self.playbook), "--store",
+                               str(self.store), "--ssh-config", str(self.cfg), *args], capture_output=True, text=True,
+                              timeout=120, cwd=self.tmp)
+
+    def child(self, code: str, **env: str) -> subprocess.Popen:
+        prelude = textwrap.dedent(f"""
+            from pathlib import Path
+            from envbisect.runs.deployment import ConnectOptions, Deployment
+            from envbisect.hosts.journal import HostEditor
+            from envbisect.state.configuration import TargetState
+            from envbisect.inputs.playbook import load_playbook
+            from envbisect.state.store import Store
+            dep = Deployment(load_playbook({str(self.playbook)!r}), Store({str(self.store)!r}),
+                             ConnectOptions(ssh_config={str(self.cfg)!r}))
+            PREFILL, DECODE = {str(self.t1.env('prefill'))!r}, {str(self.t2.env('decode'))!r}
+            """)
+        return subprocess.Popen([sys.executable, "-c", prelude + textwrap.dedent(code)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, **env}, cwd=self.tmp)
+
+
+@pytest.fixture
+def two_hosts(tmp_path, sshd, sshd2):
+    from clistack import health_endpoint
+
+    with health_endpoint() as health:
+        yield TwoHosts(tmp_path, sshd, sshd2, health)
+
+
+def _forge(site: TwoHosts, run_id: str, target: Path) -> None:
+    """What a compromised host a leaves behind: a journal in envbisect's format (no valid HMAC: a
+    forger has no key) that claims host b's `target` existed, and a made.json whose null entry says
+    "absent" is a state envbisect made, so the compare-and-swap passes for a file not there yet."""
+    import base64
+
+    payload = b"* * * * * root touch /tmp/pwned-by-a-forged-journal\n"
+    doc = {"format": 1, "run_id": run_id, "deployment": site.name, "created_at": time.time(), "state": "active",
+           "kind": "journal", "host": "a", "mac": "0" * 64, "conflicts": [],
+           "hosts": {"b": {"files": {str(target): {"exists": True, "mode": 0o644, "uid": os.getuid(),
+                                                   "gid": os.getgid(), "mtime_ns": 0, "atime_ns": 0,
+                                                   "content_b64": base64.b64encode(payload).decode()}},
+                           "repos": {}}}}
+    made = {"format": 1, "run_id": run_id, "hosts": {"b": {"files": {str(target): [None]}, "repos": {}}}}
+    site.journal_file("a").parent.mkdir(mode=0o700, exist_ok=True)
+    site.journal_file("a").write_text(json.dumps(doc))
+    site.made_file("a").write_text(json.dumps(made))
+
+
+@pytest.mark.parametrize("run_id", ["20261204T120000-abc123", "../../../outside-the-store"])
+def test_a_forged_journal_on_one_host_writes_nothing_on_the_other_nor_outside_the_store(two_hosts, run_id):
+    """F1 (HIGH): with no journal in the local store, `restore` used the first host copy it found for
+    every host: a journal forged on host a wrote a file on host b (a stand-in for /etc/cron.d/pwn),
+    and a run id `../../…` made a folder outside the store. Now: one line, exit 2, nothing written."""
+    site = two_hosts
+    target = site.t2.root / "cron.d" / "pwn"
+    target.parent.mkdir()
+    _forge(site, run_id, target)
+    outside = (site.store / "runs" / run_id).resolve()
+    before_a, before_b = site.t1.env("prefill").read_bytes(), site.t2.env("decode").read_bytes()
+    for args in (["restore"], ["restore", "--run", run_id]):
+        r = site.cli(*args)
+        line = _one_line_error(r)
+        assert "not authenticated" in line or "is not a run id" in line, line
+        assert not target.exists(), f"{args}: restore wrote on host b from host a's journal"
+        assert not outside.exists() or outside.is_relative_to(site.store.resolve()), outside
+    assert not (site.tmp / "outside-the-store").exists()
+    r = site.cli("restore")
+    assert "a: the journal copy on the host is not authenticated" in r.stderr, r.stderr
+    assert (site.t1.env("prefill").read_bytes(), site.t2.env("decode").read_bytes()) == (before_a, before_b)
+
+
+CRASHING_TWO_HOST_RUN = """
+    ed = HostEditor(dep.playbook, dep.transports, Path({run_dir!r}), "crashed-run")
+    ed.lock()
+    ed.begin({{("a", PREFILL), ("b", DECODE)}}, set())
+    ed.apply(TargetState({{("a", PREFILL): b"export TRIAL=1\\n", ("b", DECODE): b"export TRIAL=2\\n"}}, {{}}))
+    print("applied", flush=True)
+    import os
+    os.kill(os.getpid(), 9)  # killed after its edits, before anything is put back
+"""
+
+
+def _meta(path: Path) -> tuple:
+    st = os.stat(path)
+    return path.read_bytes(), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns
+
+
+def test_a_genuine_crash_restores_from_the_authenticated_host_copies(two_hosts):
+    """F1: a run killed with SIGKILL after its edits, whose local store then lost the journal, is still
+    undone byte-identically from the host copies: each host's copy holds its own files only (no
+    other host's originals, secrets included) and carries an HMAC with the store's key (0600)."""
+    site = two_hosts
+    before = _meta(site.t1.env("prefill")), _meta(site.t2.env("decode"))
+    run_dir = site.store / "runs" / "crashed-run"
+    p = site.child(CRASHING_TWO_HOST_RUN.format(run_dir=str(run_dir)))
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == -9 and "applied" in out, err
+    assert site.t1.env("prefill").read_bytes() == b"export TRIAL=1\n"
+    assert site.t2.env("decode").read_bytes() == b"export TRIAL=2\n"
+    key = site.store / "journal.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and len(key.read_bytes()) == 32
+    for h, mine, other in (("a", site.t1.env("prefill"), site.t2.env("decode")),
+                           ("b", site.t2.env("decode"), site.t1.env("prefill"))):
+        doc = json.loads(site.journal_file(h).read_text())
+        assert set(doc["hosts"]) == {h} and str(mine) in doc["hosts"][h]["files"], doc
+        assert str(other) not in site.journal_file(h).read_text()
+        assert doc["host"] == h and len(doc["mac"]) == 64
+        assert set(json.loads(site.made_file(h).read_text())["hosts"]) <= {h}
+    # the local store lost the journal (a disk replaced, a store folder deleted): only the hosts have it
+    for f in ("journal.json", "made.json"):
+        (run_dir / f).unlink()
+    r = site.cli("restore")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert (_meta(site.t1.env("prefill")), _meta(site.t2.env("decode"))) == before
+    assert not site.journal_file("a").exists() and not site.journal_file("b").exists()
+
+
+def test_the_local_journal_is_authoritative_over_host_copies(two_hosts):
+    """F1: with the run's journal in the local store, a host copy (here forged) is not even read."""
+    site = two_hosts
+    before = _meta(site.t1.env("prefill")), _meta(site.t2.env("decode"))
+    run_dir = site.store / "runs" / "crashed-run"
+    p = site.child(CRASHING_TWO_HOST_RUN.format(run_dir=str(run_dir)))
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == -9, err
+    target = site.t2.root / "cron.d" / "pwn"
+    target.parent.mkdir()
+    _forge(site, "crashed-run", target)  # over host a's genuine copy
+    r = site.cli("restore")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert (_meta(site.t1.env("prefill")), _meta(site.t2.env("decode"))) == before
+    assert not target.exists()

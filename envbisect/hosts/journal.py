@@ -18,6 +18,7 @@ Size (650 lines): the journal, the deployment lock (heartbeat, takeover of a dea
 from __future__ import annotations
 
 import hashlib
+import hmac
 import glob
 import json
 import os
@@ -39,7 +40,7 @@ from envbisect.hosts.hostops import b64, run_ops, unb64
 from envbisect.inputs.masking import SecretMasker
 from envbisect.inputs.playbook import Playbook
 from envbisect.hosts.collector import for_each_host
-from envbisect.state.store import write_private
+from envbisect.state.store import Store, write_private
 from envbisect.hosts.transport import Transport
 
 HEARTBEAT_S = 20.0  # the lock holder refreshes its lock this often
@@ -97,6 +98,13 @@ class Journal:
         return cls(doc["run_id"], doc["deployment"], doc["created_at"], OriginalState(files, repos),
                    doc.get("state", "active"), tuple(doc.get("conflicts", ())))
 
+    def for_host(self, host: str) -> "Journal":
+        """The journal of one host's resources only: what that host's copy holds."""
+        o = self.original
+        return Journal(**{**self.__dict__, "original": OriginalState(
+            {k: v for k, v in o.files.items() if k[0] == host}, {k: v for k, v in o.repos.items() if k[0] == host}),
+            "made_files": {}, "made_repos": {}})
+
     def with_made(self, doc: Mapping[str, Any] | None) -> "Journal":
         """Add the states recorded in a made.json document (of this run) to what is known."""
         if not doc or doc.get("run_id") != self.run_id:
@@ -128,6 +136,48 @@ def boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return ""
+
+
+# --- host copies: each speaks for its own host, authenticated by the controller -------------------
+# A host is trusted for itself only. Its copy of the journal holds its own resources, names the host
+# and the deployment, and carries an HMAC-SHA256 with the key in the local store (Store.journal_key):
+# a copy someone else wrote (or one host's copy put on another) is refused, never used.
+
+def _mac(key: bytes, doc: Mapping[str, Any]) -> str:
+    body = json.dumps({k: v for k, v in doc.items() if k != "mac"}, sort_keys=True, separators=(",", ":"))
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def host_copy(key: bytes, host: str, deployment: str, kind: str, doc: Mapping[str, Any]) -> bytes:
+    """`doc` (a journal or made.json of `host`'s resources only) as that host's authenticated copy."""
+    signed = {**doc, "kind": kind, "host": host, "deployment": deployment}
+    return json.dumps({**signed, "mac": _mac(key, signed)}).encode()
+
+
+def verified_copy(key: bytes | None, host: str, deployment: str, kind: str, raw: bytes,
+                  run_id: str | None = None) -> dict[str, Any]:
+    """The document of `host`'s copy when this controller wrote it for this host and deployment;
+    otherwise a one-line UsageError (nothing of it is used)."""
+    where = f"{host}: the {'journal' if kind == 'journal' else 'made.json'} copy on the host"
+    try:
+        doc = json.loads(raw)
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:
+        raise UsageError(f"{where} is damaged ({e}); not used") from None
+    mac = doc.get("mac")
+    if key is None or not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(key, doc)):
+        raise UsageError(f"{where} is not authenticated by this controller (no valid HMAC with the key in its "
+                         "store); it is not used: remove it from the host, or restore from the store that ran it")
+    if doc.get("kind") != kind or doc.get("host") != host or doc.get("deployment") != deployment:
+        raise UsageError(f"{where} was written for {doc.get('kind')} of host {doc.get('host')!r}, deployment "
+                         f"{doc.get('deployment')!r}; not used")
+    if set(doc.get("hosts", {})) - {host}:
+        raise UsageError(f"{where} speaks for other hosts too; not used")
+    rundir.check_run_id(doc.get("run_id"), f"{where} names run")
+    if run_id is not None and doc.get("run_id") != run_id:
+        raise UsageError(f"{where} is of run {doc.get('run_id')}, not {run_id}; not used")
+    return doc
 
 
 def controller_id() -> dict[str, Any]:
@@ -232,6 +282,14 @@ class HostEditor:
         self.lock_lost: str | None = None
         self._locked = False
         self._beat: _Heartbeat | None = None
+        self._key: bytes | None = None
+
+    @property
+    def key(self) -> bytes:
+        """The store's journal key (made on first use)."""
+        if self._key is None:
+            self._key = Store(self.runs_root.parent).journal_key()
+        return self._key  # type: ignore[return-value]
 
     @property
     def local_journal(self) -> Path:
@@ -345,7 +403,8 @@ class HostEditor:
         faults.before("journal")
         write_private(self.local_journal, data)
         for h, t in self.transports.items():
-            _send(t, self._guarded([{"op": "put", "path": self.remote_journal, "content_b64": b64(data),
+            copy = host_copy(self.key, h, self.playbook.name, "journal", self.journal.for_host(h).to_json())
+            _send(t, self._guarded([{"op": "put", "path": self.remote_journal, "content_b64": b64(copy),
                                      "run_id": self.run_id}]))
         self.live = {k: (v.content if v.exists else None) for k, v in original.files.items()}
         self.live_repos = {k: (v.head, v.ref) for k, v in original.repos.items()}
@@ -386,6 +445,12 @@ class HostEditor:
             faults.before("journal")
             write_private(self.local_made, json.dumps(made_json(self.run_id, self.made, self.made_repos)).encode())
         return sorted(changed)
+
+    def _made_copy(self, host: str) -> str:
+        """`host`'s authenticated made.json: the states envbisect made of that host's resources only."""
+        doc = made_json(self.run_id, {k: v for k, v in self.made.items() if k[0] == host},
+                        {k: v for k, v in self.made_repos.items() if k[0] == host})
+        return b64(host_copy(self.key, host, self.playbook.name, "made", doc))
 
     def _check_op(self, host: str, files: Mapping[Key, Iterable], repos: Mapping[Key, Iterable], **kw: Any) -> dict:
         return {"op": "check", "files": {p: list(v) for (h, p), v in files.items() if h == host},
@@ -455,12 +520,11 @@ class HostEditor:
         sent = {h for h, ops in per_host.items() if ops}
         made_hosts = self._record_made({k: want_files[k] for h in sent for k in want_files if k[0] == h},
                                        {k: want_repos[k] for h in sent for k in want_repos if k[0] == h})
-        made_doc = b64(json.dumps(made_json(self.run_id, self.made, self.made_repos)).encode())
-
         def do(h: str, t: Transport) -> int:
             if not per_host[h]:
                 return 0
-            batch = [{"op": "put", "path": self.remote_made, "content_b64": made_doc}] if h in made_hosts else []
+            batch = [{"op": "put", "path": self.remote_made, "content_b64": self._made_copy(h)}] \
+                if h in made_hosts else []
             batch += per_host[h]
             # verify the applied state (hashes) before anything is restarted on it
             batch.append(self._check_op(h, {k: [v] for k, v in want_files.items()},
@@ -663,6 +727,8 @@ def read_original(playbook: Playbook, transports: Mapping[str, Transport], files
 def local_journal_paths(runs_dir: Path, run_id: str | None = None) -> list[Path]:
     """Every local journal in the store (or run ``run_id``'s): a run's own, and a fleet run's one
     per replica (``runs/ID/REPLICA/journal.json``)."""
+    if run_id is not None:
+        rundir.check_run_id(run_id)
     if not runs_dir.exists():
         return []
     pattern = "*" if run_id is None else glob.escape(run_id)
@@ -672,6 +738,7 @@ def local_journal_paths(runs_dir: Path, run_id: str | None = None) -> list[Path]
 def journal_dir(runs_dir: Path, run_id: str, deployment: str) -> Path:
     """Where deployment ``deployment``'s journal of run ``run_id`` lives (or will, when only the
     hosts still have it): a fleet run keeps one folder per replica, so two replicas never share one."""
+    rundir.check_run_id(run_id)
     for p in local_journal_paths(runs_dir, run_id):
         try:
             if json.loads(p.read_text()).get("deployment") == deployment:
@@ -684,8 +751,12 @@ def journal_dir(runs_dir: Path, run_id: str, deployment: str) -> Path:
 
 def find_journal(playbook: Playbook, transports: Mapping[str, Transport], runs_dir: Path,
                  run_id: str | None = None) -> Journal | None:
-    """The newest active journal for this deployment (or run `run_id`'s): the local store first, then
-    the hosts; with every state recorded as made, from both."""
+    """The newest active journal for this deployment (or run `run_id`'s). The local store's is
+    authoritative: when it has one, the host copies are not read. Only when it has none (the store
+    lost it) are the hosts' copies used, each for its own host's resources and only when its HMAC
+    verifies with this store's key (`verified_copy`; otherwise one line, nothing used)."""
+    if run_id is not None:
+        rundir.check_run_id(run_id)
     cands = []
     if runs_dir.exists():
         for p in local_journal_paths(runs_dir, run_id):
@@ -700,20 +771,38 @@ def find_journal(playbook: Playbook, transports: Mapping[str, Transport], runs_d
                 except (OSError, ValueError):
                     pass
                 cands.append(j)
-    found = max(cands, key=lambda j: j.created_at) if cands else None
+    if cands:
+        return max(cands, key=lambda j: j.created_at)
+    key = Store(runs_dir.parent).journal_key(create=False)
     remote, remote_made = remote_paths(playbook.name)[1], made_path(playbook.name)
+    per_host: dict[str, tuple[Journal, dict | None]] = {}
     for h, t in transports.items():
         got = run_ops(t, [{"op": "get", "path": remote}, {"op": "get", "path": remote_made}])
-        if found is None and got[0].get("content_b64"):
-            try:
-                j = Journal.from_json(json.loads(unb64(got[0]["content_b64"]) or b"{}"))
-            except (ValueError, KeyError) as e:
-                raise UsageError(f"{h}: the journal on the host is damaged ({e})") from None
-            if j.state == "active" and (run_id is None or j.run_id == run_id):
-                found = j
-        if found is not None and got[1].get("content_b64"):
-            try:
-                found = found.with_made(json.loads(unb64(got[1]["content_b64"]) or b"{}"))
-            except ValueError:
-                pass
+        raw = unb64(got[0].get("content_b64"))
+        if not raw:
+            continue
+        doc = verified_copy(key, h, playbook.name, "journal", raw, run_id)
+        try:
+            j = Journal.from_json(doc)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise UsageError(f"{h}: the journal on the host is damaged ({e})") from None
+        if j.state != "active":
+            continue
+        made_raw = unb64(got[1].get("content_b64"))
+        made = verified_copy(key, h, playbook.name, "made", made_raw, j.run_id) if made_raw else None
+        per_host[h] = (j, made)
+    if not per_host:
+        return None
+    newest = max(per_host.values(), key=lambda jm: jm[0].created_at)[0]
+    files: dict[Key, FileOriginal] = {}
+    repos: dict[Key, RepoOriginal] = {}
+    for j, _ in per_host.values():
+        if j.run_id == newest.run_id:
+            files.update(j.original.files)
+            repos.update(j.original.repos)
+    found = Journal(newest.run_id, playbook.name, min(j.created_at for j, _ in per_host.values()
+                                                      if j.run_id == newest.run_id), OriginalState(files, repos))
+    for j, made in per_host.values():
+        if j.run_id == newest.run_id:
+            found = found.with_made(made)
     return found

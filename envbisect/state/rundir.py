@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -33,6 +34,17 @@ MADE = "made.json"
 EVIDENCE = "evidence"
 CORRECTIONS = "corrections.jsonl"
 SUPERSEDED = "verdict.superseded-{}.json"
+
+# What a run id may be wherever it becomes a path (STORE/runs/ID): ids envbisect makes are
+# 20261202T115801-1a2b3c, -revert-, -fleet-; one read from a host or typed is held to the same.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def check_run_id(run_id: str, where: str = "run id") -> str:
+    """`run_id`, or a one-line UsageError when it could not be a run's folder name."""
+    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id) or ".." in run_id:
+        raise UsageError(f"{where} {run_id!r} is not a run id (letters, digits, '_', '.', '-')")
+    return run_id
 
 
 @dataclass(frozen=True)
@@ -142,7 +154,7 @@ class Runs:
         self.root = Path(runs_dir)
 
     def new(self, run_id: str) -> RunDir:
-        path = self.root / run_id
+        path = self.root / check_run_id(run_id)
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         return RunDir(path)
 
@@ -169,7 +181,7 @@ class Runs:
                     yield RunDir(p)
 
     def get(self, run_id: str) -> RunDir:
-        if not run_id or "/" in run_id or run_id.startswith(".") or not (self.root / run_id / RUN).is_file():
+        if not run_id or not RUN_ID.fullmatch(run_id) or ".." in run_id or not (self.root / run_id / RUN).is_file():
             raise UsageError(f"no run {run_id!r} in {self.root} (see `envbisect runs`)")
         return RunDir(self.root / run_id)
 

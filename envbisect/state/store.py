@@ -21,6 +21,7 @@ from envbisect.state.snapshot import (FileState, HostState, ObservedProbe, Proce
                                       sourced_from_raw)
 
 PRUNE_LOCK = ".prune.lock"  # see Store.writing
+JOURNAL_KEY = "journal.key"  # see Store.journal_key
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -63,6 +64,34 @@ class Store:
                 d.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as e:
             raise StoreError(f"{self.root}: cannot create the snapshot store: {e.strerror}") from None
+
+    # the journal key --------------------------------------------------------------------------
+    def journal_key(self, *, create: bool = True) -> bytes | None:
+        """The secret with which this controller authenticates the journal copies it leaves on the
+        hosts (envbisect.hosts.journal): 32 random bytes in STORE/journal.key, 0600, made on first
+        use. None when it does not exist and `create` is false: no host copy can then be trusted."""
+        path = self.root / JOURNAL_KEY
+        try:
+            key = path.read_bytes()
+        except FileNotFoundError:
+            if not create:
+                return None
+            self._ensure()
+            key = os.urandom(32)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:  # another envbisect of this store made it first
+                return self.journal_key(create=False)
+            with os.fdopen(fd, "wb") as f:
+                f.write(key)
+                f.flush()
+                os.fsync(f.fileno())
+            return key
+        except OSError as e:
+            raise StoreError(f"{path}: cannot read the journal key: {e.strerror}") from None
+        if len(key) < 32:
+            raise StoreError(f"{path}: damaged journal key ({len(key)} bytes, expected 32)")
+        return key
 
     # blobs --------------------------------------------------------------------------------
     def put_blob(self, data: bytes) -> str:
