@@ -445,3 +445,60 @@ def test_the_local_journal_is_authoritative_over_host_copies(two_hosts):
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert (_meta(site.t1.env("prefill")), _meta(site.t2.env("decode"))) == before
     assert not target.exists()
+
+
+# --- F13: a hard-linked env file ---------------------------------------------------------------
+
+@pytest.fixture
+def ssh_site(tmp_path, sshd):
+    from test_host_safety import Site, cleanup_host_files
+
+    s = Site(tmp_path, sshd.alias, str(sshd.ssh_config))
+    yield s
+    s.dep.close()
+    cleanup_host_files(s.name)
+
+
+def test_a_hard_linked_env_file_is_refused_before_any_edit(ssh_site):
+    """F13: the atomic rename gave the edited name a new file while its other name (the one a service
+    may start from) kept the old content, and restore could not join them again. Refused before the
+    first edit, naming the links; both names still one file, unchanged."""
+    from envbisect.errors import UsageError
+    from envbisect.state.configuration import TargetState
+
+    env = ssh_site.tree.env("decode")
+    other = env.with_name("decode.serve-env.current")
+    os.link(env, other)
+    before = _meta(env)
+    ed = ssh_site.editor("run-linked", heartbeat_s=0)
+    ed.lock()
+    try:
+        with pytest.raises(UsageError, match=r"decode.serve-env: has 2 hard links .*refusing before any edit"):
+            ed.begin({("node1", str(env))}, set())
+            ed.apply(TargetState({("node1", str(env)): b"export TRIAL=1\n"}, {}))
+    finally:
+        ed.abandon()
+    assert _meta(env) == before and os.stat(env).st_ino == os.stat(other).st_ino
+    assert os.stat(env).st_nlink == 2
+
+
+def test_a_file_hard_linked_during_the_run_stops_it_and_restore_leaves_it(ssh_site):
+    """F13: linked after the journal was read: the next edit is someone else's change (a conflict),
+    and restore leaves it as found (listed), never splitting the names."""
+    from envbisect.errors import HostConflict
+    from envbisect.state.configuration import TargetState
+
+    env = ssh_site.tree.env("decode")
+    ed = ssh_site.editor("run-linked-later", heartbeat_s=0)
+    ed.lock()
+    ed.begin({("node1", str(env))}, set())
+    ed.apply(TargetState({("node1", str(env)): b"export TRIAL=1\n"}, {}))
+    other = env.with_name("decode.serve-env.current")
+    os.link(env, other)
+    with pytest.raises(HostConflict, match="hard-linked during the run"):
+        ed.apply(TargetState({("node1", str(env)): b"export TRIAL=2\n"}, {}))
+    conflicts = ed.restore()
+    assert [c["path"] for c in conflicts] == [str(env)] and "hard-linked" in conflicts[0]["why"]
+    ed.finish()
+    ed.unlock()
+    assert os.stat(env).st_ino == os.stat(other).st_ino and env.read_bytes() == b"export TRIAL=1\n"

@@ -77,6 +77,19 @@ def owner_problem(path, st):
     return None
 
 
+def hard_link_problem(st):
+    """Why a file with other names cannot be edited (None: it has one). An edit is an atomic rename:
+    the path would get a new file and its other names would keep the old content (a service started
+    through one of them would run the old configuration), and restore could not join them again. A
+    write in place keeps the links but can be torn by a crash, and then neither the journal's original
+    nor a state envbisect made is on the host: the exact restore is what envbisect will not give up."""
+    if st.st_nlink > 1:
+        return ("has %d hard links (inode %d): an edit (an atomic rename) would split it from its other names, "
+                "which would keep the old content; give it a file of its own (cp --remove-destination) or point the "
+                "service at one name" % (st.st_nlink, st.st_ino))
+    return None
+
+
 # reads (rev-parse, status) must not refresh the operator's index; a checkout still takes its lock
 GIT_ENV = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
 
@@ -104,7 +117,8 @@ def read_state(op):
         out["files"][path] = {"exists": True, "content_b64": base64.b64encode(data).decode(), "mode": stat.S_IMODE(st.st_mode),
                               "uid": st.st_uid, "gid": st.st_gid, "mtime_ns": st.st_mtime_ns, "atime_ns": st.st_atime_ns}
     for path, f in out["files"].items():
-        why = owner_problem(path, os.lstat(path) if f["exists"] else None)
+        st = os.lstat(path) if f["exists"] else None
+        why = owner_problem(path, st) or (hard_link_problem(st) if st is not None else None)
         if why:
             out.setdefault("problems", []).append("%s: %s" % (path, why))
     for repo in op.get("repos", []):
@@ -142,6 +156,9 @@ def write_file(op):
     d = os.path.dirname(path) or "."
     try:
         st = os.stat(path)
+        if st.st_nlink > 1:  # linked since the journal was read (begin refuses a linked file)
+            raise Conflict(path, op.get("expect", []), file_sha(path), "hard-linked during the run (%s); not rewritten"
+                           % hard_link_problem(st))
         mode, uid, gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
     except FileNotFoundError:
         mode, uid, gid = 0o644, None, None
