@@ -537,7 +537,8 @@ def test_non_root_ssh_user_is_refused_before_the_first_edit(nobody_site, owner, 
     os.chown(env, *owner)
     os.chmod(env, 0o664)
     before = meta(env)
-    r = subprocess.run([sys.executable, "-c", AS_NOBODY, str(pb), str(env), str(base / "run" / "runs" / "r"), str(base / "home")],
+    run_dir = base / "run" / "runs" / "r"  # the store (base/run, with its journal key) is nobody's
+    r = subprocess.run([sys.executable, "-c", AS_NOBODY, str(pb), str(env), str(run_dir), str(base / "home")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)

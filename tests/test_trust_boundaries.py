@@ -85,7 +85,8 @@ def test_a_line_break_in_the_deployment_name_is_refused_in_one_line(tmp_path, ki
     unit setting); it is refused when the playbook is loaded: one line, exit 2, nothing printed."""
     (tmp_path / "decode.serve-env").write_text("A=1\n")
     pb = tmp_path / "pd.toml"
-    pb.write_text(_playbook_text(r'name = "pd\n* * * * * touch /tmp/pwned-by-envbisect"', tmp_path / "decode.serve-env"))
+    env_file = tmp_path / "decode.serve-env"
+    pb.write_text(_playbook_text(r'name = "pd\n* * * * * touch /tmp/pwned-by-envbisect"', env_file))
     r = _cli("-p", str(pb), "--store", str(tmp_path / "store"), "schedule", "--every", "1h", f"--{kind}")
     line = _one_line_error(r)
     assert "deployment.name" in line and "not a deployment name" in line, line
@@ -424,6 +425,13 @@ def test_a_genuine_crash_restores_from_the_authenticated_host_copies(two_hosts):
     # the local store lost the journal (a disk replaced, a store folder deleted): only the hosts have it
     for f in ("journal.json", "made.json"):
         (run_dir / f).unlink()
+    # host a's genuine copy put on host b does not speak for b: refused, nothing restored
+    b_copy = site.journal_file("b").read_bytes()
+    site.journal_file("b").write_bytes(site.journal_file("a").read_bytes())
+    line = _one_line_error(site.cli("restore"))
+    assert "b: the journal copy on the host was written for journal of host 'a'" in line, line
+    assert site.t2.env("decode").read_bytes() == b"export TRIAL=2\n"
+    site.journal_file("b").write_bytes(b_copy)
     r = site.cli("restore")
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert (_meta(site.t1.env("prefill")), _meta(site.t2.env("decode"))) == before
