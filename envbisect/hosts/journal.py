@@ -3,9 +3,11 @@
 `HostEditor.lock` takes the deployment lock on every host (never over another run's active journal;
 kept fresh by a heartbeat). `HostEditor.begin` reads the exact original state of everything the run
 may touch (bytes, mode, owner, mtime, HEAD and branch), refuses when the ssh user could not put an
-owner back, and writes it to the local store AND to the host before the first edit. Before each
-edit, the state envbisect is about to make is recorded too ("made"), so after a crash the host can
-only hold the original or a state envbisect made; anything else is someone else's change.
+owner back, and writes it to the local store AND to the hosts before the first edit: each host gets
+the part about its own resources, authenticated with the store's key (`host_copy`), and a host copy
+is used only when the local journal is lost and its HMAC verifies (`find_journal`, `verified_copy`).
+Before each edit, the state envbisect is about to make is recorded too ("made"), so after a crash the
+host can only hold the original or a state envbisect made; anything else is someone else's change.
 
 Every write, checkout, stop and start is compare-and-swap: it first checks that the host holds the
 state envbisect journaled or last made, and stops the run with a `HostConflict` if not. `restore`
@@ -13,7 +15,9 @@ puts back every resource that is provably envbisect's own and leaves the others 
 recording each conflict in the run (`conflicts.json`). A run killed with -9 can still be undone
 exactly (`envbisect restore`).
 
-Size (650 lines): the journal, the deployment lock (heartbeat, takeover of a dead holder's lock) and the editor that applies and restores are one transaction protocol; split, each part would re-check the others' invariants.
+Size (800 lines): the journal (and its authenticated host copies), the deployment lock (heartbeat,
+takeover of a dead holder's lock) and the editor that applies and restores are one transaction
+protocol; split, each part would re-check the others' invariants.
 """
 from __future__ import annotations
 
