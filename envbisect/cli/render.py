@@ -53,7 +53,12 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
         for d in items:
             j = d.to_json(masker)
             name = d.key if d.kind == "env" else d.path
-            if d.kind == "env":
+            if d.kind == "env" and d.flag is not None:
+                # one flag of an argument string: its values on each side
+                old, new = (env.shown(flag_values(d.flag, v), one_line=True) for v in (j["old_shown"], j["new_shown"]))
+                line = {"added": f"+ {name} {d.flag}{'' if new == '(switch)' else ' ' + new}", "removed": f"- {name} {d.flag}",
+                        "changed": f"~ {name} {d.flag} {old} → {new}"}[d.change]
+            elif d.kind == "env":
                 # the value, or the shell text and what bash made of it where they differ
                 old, new = (env.shown(v, one_line=True) for v in (j.get("old_shown", j["old"]), j.get("new_shown", j["new"])))
                 line = {"added": f"+ {name}={new}", "removed": f"- {name}",
@@ -99,6 +104,15 @@ def render_observed_probe(env: Environment, p) -> None:  # noqa: ANN001 - state.
     if p.unverified and not env.quiet:
         env.out.print(Text(f"note: the probe saw what runs, which may not be what the files say: {p.unverified}",
                            style="yellow"))
+
+
+def flag_values(flag: str, text: str | None) -> str:
+    """A flag's text without its name: ``--k v`` and ``--k=v`` give ``v``; a switch gives ``(switch)``."""
+    if text is None:
+        return ""
+    rest = text[len(flag):] if text.startswith(flag) else text
+    rest = rest[1:] if rest.startswith("=") else rest
+    return rest.strip() or "(switch)"
 
 
 def fmt_s(s: float | None) -> str:

@@ -114,6 +114,7 @@ class Playbook:
     client_url: str | None = None  # the client path (e.g. a proxy), for layered diagnosis
     inventory_file: str | None = None  # [inventory] file: an Ansible inventory (resolved against the playbook's folder)
     link_keys: tuple[str, ...] = ()  # [bisect] link: variables whose deltas across services are one unit, never split
+    arg_keys: tuple[str, ...] = ()  # [deltas] args: variables holding argument strings, besides *_ARGS / *_FLAGS
 
     def services_on(self, host: str) -> list[Service]:
         return [s for s in self.services.values() if s.host == host]
@@ -312,12 +313,18 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
             raise PlaybookError(path, "bisect.link", f"{k!r} is not a variable name")
     br.finish()
+    dr = _Reader(path, "deltas", top.get("deltas", dict, {}))
+    arg_keys = dr.str_list("args")
+    for k in arg_keys:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            raise PlaybookError(path, "deltas.args", f"{k!r} is not a variable name")
+    dr.finish()
     top.finish()
     return Playbook(
         path=path, name=name, hosts=hosts, services=services, restart=restart, repos=tuple(repos),
         watch_paths=watch, max_file_size=max_file_size, backups=backups, secret_names=secret_names,
         secret_values=secret_values, probes=probes, client_url=client_url, inventory_file=inventory_file,
-        link_keys=link_keys,
+        link_keys=link_keys, arg_keys=arg_keys,
     )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from envbisect.state.deltas import Diff, compute_diff, fallback_note
+from envbisect.state.deltas import Diff, compute_diff, fallback_note, split_flags
 from envbisect.state.sourced import keep_sourced, sourced_notes
 from envbisect.errors import UsageError
 from envbisect.hosts.inventory import bind_inventory
@@ -173,6 +173,7 @@ class Deployment:
         result = compute_diff(current, baseline, since=min(since_by_host.values()))
         if last_good is not None:
             result = dataclasses.replace(result, last_good=last_good)
+        result = split_flags(result, self.playbook.arg_keys)  # an argument string: one delta per flag
         # what the env files source and envbisect could not see (or the baseline did not look at)
         result = dataclasses.replace(result, notes=result.notes + tuple(sourced_notes(current, baseline)))
         if baseline is None:  # say which sources stood in, and how to have a snapshot next time

@@ -485,6 +485,11 @@ fi
       set -- "$PY" {_q(worker)} --role prefill --host 127.0.0.1 --port {P} --bootstrap-port {B} --model-path "$ROOT/model" ;;
     decode)
       set -- "$PY" {_q(worker)} --role decode --host 127.0.0.1 --port {D} --prefill-bootstrap http://127.0.0.1:{B} --model-path "$ROOT/model" ;;
+  esac
+  case "$svc" in
+    prefill|decode)
+      # the engine's extra server flags, word-split as a start script's `... $SGLANG_EXTRA_ARGS` is
+      if [ -n "${{SGLANG_EXTRA_ARGS:-}}" ]; then set -f; set -- "$@" $SGLANG_EXTRA_ARGS; set +f; fi ;;
     router)
       set -- "$ROUTER_BIN" launch --pd-disaggregation \\
         --prefill http://127.0.0.1:{P} {B} --decode http://127.0.0.1:{D} \\

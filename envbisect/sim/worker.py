@@ -73,7 +73,10 @@ def load_rules(path: str | None) -> dict[str, Any]:
     probe sees tokens/s move with the configuration, and every matching rule's factor multiplies.
 
     ``when`` matches when every listed variable has that value ("*" = set to anything,
-    null = unset).  ``when_file`` (one object or a list) matches when the file exists and
+    null = unset). ``when_flag`` matches the server flags on the worker's command line the same way
+    (``{"--attention-backend": "triton"}``; a switch's value is "", a flag's several values are
+    joined by one blank, the last occurrence of a repeated flag wins): the start script passes
+    ``$SGLANG_EXTRA_ARGS`` there, word-split, as a real start script does.  ``when_file`` (one object or a list) matches when the file exists and
     contains the string (``"contains": null`` = just exists; ``"exists": false`` = absent).
     Fault parameters sit either on the rule or in ``"params"``.
     """
@@ -140,10 +143,41 @@ def _file_cond_matches(cond: dict[str, Any]) -> bool:
         return False
 
 
-def rule_matches(rule: dict[str, Any], service: str, env: dict[str, str]) -> bool:
+def server_flags(words: list[str]) -> dict[str, str]:
+    """The flags among a command line's extra words, by shape: ``--k=v``, ``--k v1 v2`` (every word
+    up to the next flag), ``--switch`` (value "")."""
+    out: dict[str, str] = {}
+    name = None
+    for w in words:
+        if w.startswith("-") and w not in ("-", "--") and not re.fullmatch(r"-[\d.]+", w):
+            name, _, inline = w.partition("=")
+            out[name] = inline
+        elif name is not None:
+            out[name] = f"{out[name]} {w}".strip()
+    return out
+
+
+def _matches(want: dict[str, Any], have_all: dict[str, str]) -> bool:
+    for name, want_v in want.items():
+        have = have_all.get(name)
+        if want_v is None:
+            if have is not None:
+                return False
+        elif want_v == "*":
+            if have is None:
+                return False
+        elif have != str(want_v):
+            return False
+    return True
+
+
+def rule_matches(rule: dict[str, Any], service: str, env: dict[str, str],
+                 flags: dict[str, str] | None = None) -> bool:
     svc = rule.get("service", "*")
     services = [svc] if isinstance(svc, str) else list(svc)
     if "*" not in services and service not in services:
+        return False
+    if not _matches(rule.get("when_flag") or {}, flags or {}):
         return False
     for name, want in (rule.get("when") or {}).items():
         have = env.get(name)
@@ -164,16 +198,18 @@ def rule_matches(rule: dict[str, Any], service: str, env: dict[str, str]) -> boo
     return True
 
 
-def active_faults(rules: dict[str, Any], service: str, env: dict[str, str]) -> list[dict[str, Any]]:
+def active_faults(rules: dict[str, Any], service: str, env: dict[str, str],
+                  flags: dict[str, str] | None = None) -> list[dict[str, Any]]:
     out = []
     for i, rule in enumerate(rules.get("rules", [])):
-        if not rule_matches(rule, service, env):
+        if not rule_matches(rule, service, env, flags):
             continue
         kind = rule.get("fault")
         if kind not in FAULT_KINDS:
             log(f"WARNING: rule #{i} has unknown fault {kind!r}; ignored")
             continue
-        params = {k: v for k, v in rule.items() if k not in ("service", "when", "when_file", "fault", "params")}
+        params = {k: v for k, v in rule.items()
+                  if k not in ("service", "when", "when_flag", "when_file", "fault", "params")}
         params.update(rule.get("params") or {})
         out.append({"index": i, "fault": kind, "params": params, "rule": rule})
     return out
@@ -207,7 +243,8 @@ class Sim:
         self.env = effective_env(dict(os.environ), self.rules)
         self.layout_vars = list(self.rules.get("kv_layout_vars") or DEFAULT_KV_LAYOUT_VARS)
         self.fingerprint = layout_fingerprint(self.env, self.layout_vars)
-        self.faults = active_faults(self.rules, self.service, self.env)
+        self.flags = server_flags(list(getattr(args, "extra", []) or []))
+        self.faults = active_faults(self.rules, self.service, self.env, self.flags)
         self.waiting_timeout = float(self.env.get("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", "30") or 30)
         self.load_seconds = float(os.environ.get("SIM_LOAD_SECONDS", "0.3") or 0.3)
         self.rng: random.Random | None = None
@@ -813,7 +850,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="decode: http://HOST:PORT of the prefill bootstrap server to handshake with at start")
     p.add_argument("--model-path", required=True)
     p.add_argument("--served-model-name", default=None)
-    return p.parse_args(argv)
+    args, extra = p.parse_known_args(argv)  # server flags the simulator only matches rules on
+    args.extra = extra
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -828,6 +867,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"rules file: {sim.rules_path or '<none>'}; kv layout vars: "
         + ", ".join(f"{v}={sim.env.get(v, '<unset>')}" for v in sim.layout_vars)
         + f"; layout fingerprint {sim.fingerprint}")
+    if sim.flags:
+        log("server flags: " + " ".join(f"{k}={v}" if v else k for k, v in sim.flags.items()))
     if sim.faults:
         for f in sim.faults:
             log(f"fault decision: rule #{f['index']} matches -> {f['fault']} {f['params'] or ''} "

@@ -18,11 +18,12 @@ not a silent wrong trial.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 from envbisect.state.deltas import Delta
-from envbisect.inputs.envfile import EnvFile, EnvFileError, meaning_refs, parse_env, word_meaning
+from envbisect.inputs.argstring import ArgStringError, parse_args, rebuild
+from envbisect.inputs.envfile import EnvFile, EnvFileError, meaning_refs, parse_env, shell_quote, word_meaning
 from envbisect.errors import UsageError
 
 Key = tuple[str, str]  # (host, path)
@@ -166,6 +167,7 @@ def target_state(original: OriginalState, deltas: Sequence[Delta], applied: Iter
             pass  # already holds it (e.g. a large file recorded by hash only)
         else:
             raise UsageError(f"{d.id}: content {sha[:12]} is not in the store")
+    deltas, applied = collapse_flags(deltas, applied)
     checks: dict[Key, EnvCheck] = {}
     for key in sorted({(d.host, d.path) for d in deltas if d.kind == "env"}):
         data = files.get(key)
@@ -178,11 +180,43 @@ def target_state(original: OriginalState, deltas: Sequence[Delta], applied: Iter
     return TargetState(files, repos, checks)
 
 
+def collapse_flags(deltas: Sequence[Delta], applied: Iterable[str]) -> tuple[list[Delta], set[str]]:
+    """The flag deltas of each argument string (`deltas.split_flags`) as one whole-value delta of its
+    key, in the state the chosen flags make: none applied, the baseline's value word; all, the
+    current one's; some, the baseline string with exactly those flag changes (`argstring.rebuild`),
+    written as a literal. The rest of the configuration code then edits and checks the key as any
+    other, and returns the applied ids with the collapsed deltas' ids in place of the flags'."""
+    applied = set(applied)
+    groups: dict[tuple[str, str, str], list[Delta]] = {}
+    out: list[Delta] = []
+    for d in deltas:
+        if d.kind == "env" and d.flag is not None:
+            groups.setdefault((d.host, d.path, d.key or ""), []).append(d)
+        else:
+            out.append(d)
+    for members in groups.values():
+        base = members[0]
+        on = {d.flag for d in members if d.id in applied}
+        whole = replace(base, id=f"{base.service}:{base.key}", flag=None, change="changed",
+                        old=base.args_old, new=base.args_new)
+        applied -= {d.id for d in members}
+        if on and len(on) < len(members):
+            text = rebuild(parse_args(base.args_old or ""), parse_args(base.args_new or ""), on)
+            whole = replace(whole, new=text, new_word=shell_quote(text), new_eval=text)
+        if on:
+            applied.add(whole.id)
+        out.append(whole)
+    return out, applied
+
+
 def holds(env: EnvFile, d: Delta, side: str) -> bool:
     """Does `env` hold `d` in its `side` ("old" | "new") state, by shell meaning?
 
     A delta with no shell text on either side (recorded before shell text was kept) is compared by
-    its unquoted value, as it was recorded."""
+    its unquoted value, as it was recorded. A flag of an argument string: does the key's value give
+    the flag the values it has on that side (whatever the other flags are)?"""
+    if d.flag is not None:
+        return _holds_flag(env, d, side)
     cur = env.get(d.key or "")
     word = d.word(side)
     if word is None:
@@ -192,6 +226,26 @@ def holds(env: EnvFile, d: Delta, side: str) -> bool:
     if d.old_word is None and d.new_word is None:
         return cur.value == (d.old if side == "old" else d.new)
     return cur.meaning == word_meaning(word)
+
+
+def _holds_flag(env: EnvFile, d: Delta, side: str) -> bool:
+    cur = env.get(d.key or "")
+    if cur is None:
+        return False
+    if d.old_word is not None and cur.meaning == word_meaning(d.old_word):
+        text = d.args_old
+    elif d.new_word is not None and cur.meaning == word_meaning(d.new_word):
+        text = d.args_new
+    elif all(kind == "lit" for kind, _ in cur.meaning):
+        text = cur.value
+    else:
+        return False
+    try:
+        have = parse_args(text or "").get(d.flag or "")
+        want = parse_args((d.args_old if side == "old" else d.args_new) or "").get(d.flag or "")
+    except ArgStringError:
+        return False
+    return (have.values if have else None) == (want.values if want else None)
 
 
 def _env_text(text: str, file_deltas: Sequence[Delta], applied: Iterable[str], sides: EnvSides = EnvSides()) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
+from envbisect.inputs.argstring import ArgStringError, diff_args, is_arg_key, parse_args
 from envbisect.inputs.envfile import EnvFile, EnvFileError, meaning_refs, parse_env, shell_quote, word_meaning
 from envbisect.inputs.masking import SecretMasker
 from envbisect.state.snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
@@ -32,8 +33,25 @@ def same_change(d: "Delta") -> tuple[str, str, str | None]:
     """What makes two services' env deltas "the same change" (to be tested as one linked unit):
     key, kind of change and the new value as bash makes it where that is known (`128` and
     `${KV_PAGE:-128}` are the same page size; by their text such a pair was split, and each side
-    alone, a layout mismatch, was named as a culprit)."""
+    alone, a layout mismatch, was named as a culprit). A flag of an argument string: the key with
+    the flag (`link_name`), and its values as the consumer gets them (``--page-size=16`` and
+    ``--page-size 16`` are the same change)."""
+    if d.flag is not None:
+        return (link_name(d), d.change, repr(_flag_values(d.args_new, d.flag)))
     return (d.key or "", d.change, d.new_eval if d.new_eval is not None else _static_value(d))
+
+
+def link_name(d: "Delta") -> str:
+    """The name deltas are linked by: the key, and for a flag of an argument string ``KEY[--flag]``."""
+    return f"{d.key}[{d.flag}]" if d.flag is not None else (d.key or "")
+
+
+def _flag_values(text: str | None, flag: str) -> tuple[tuple[str, ...], ...] | None:
+    try:
+        f = parse_args(text).get(flag) if text is not None else None
+    except ArgStringError:
+        return None
+    return f.values if f is not None else None
 
 
 def _static_value(d: "Delta") -> str | None:
@@ -82,6 +100,12 @@ class Delta:
     new_file: str | None = field(default=None, compare=False, repr=False)
     old_file_eval: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
     new_file_eval: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
+    # env only: one flag of an argument string (`split_flags`). `flag` is its name ("--tp"); `old` /
+    # `new` are its text on each side (None: absent there); the words, evaluations and files above
+    # stay those of the whole value; `args_old` / `args_new` are the whole strings it was split from.
+    flag: str | None = None
+    args_old: str | None = None
+    args_new: str | None = None
 
     def word(self, side: str) -> str | None:
         """The shell text a trial writes for `side` ("old" | "new"); None: the key is absent there."""
@@ -111,7 +135,7 @@ class Delta:
         return {"id": self.id, "kind": self.kind, "host": self.host, "service": self.service, "path": self.path,
                 "key": self.key, "change": self.change, "old": old, "new": new,
                 "baseline_source": self.baseline_source, "detail": [masker.redact_text(d) for d in self.detail],
-                **extra}
+                **extra, **({"flag": self.flag} if self.flag is not None else {})}
 
     def shown(self, side: str, masker: SecretMasker) -> str | None:
         """One side for people, masked: the value; the shell text instead when it is not a plain
@@ -119,6 +143,8 @@ class Delta:
         differs: ``"${HF_HOME%/*}/cache"  (= /data/cache)``."""
         value, word, ev = ((self.old, self.old_word, self.old_eval) if side == "old"
                            else (self.new, self.new_word, self.new_eval))
+        if self.flag is not None:  # the flag's own text, as the string has it
+            return masker.mask_value(self.key or "", value)
         return shown_value(self.key or "", value, word, ev, masker, quoting_only=self.old == self.new)
 
 
@@ -603,7 +629,7 @@ def _file_delta(host: str, path: str, f: FileState, old: _Old | None, since: flo
 
 def linked_units(deltas: Iterable[Delta], link_keys: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
     """Group deltas into bisection units: by default every delta alone, `--link KEY` pins all deltas of
-    that variable into one unit. Returns unit id -> delta ids."""
+    that variable into one unit (every flag of an argument string too), `KEY[--flag]` those of one flag. Returns unit id -> delta ids."""
     deltas = list(deltas)
     keys = set(link_keys)
     units: dict[str, tuple[str, ...]] = {}
@@ -611,8 +637,65 @@ def linked_units(deltas: Iterable[Delta], link_keys: Iterable[str] = ()) -> dict
     for d in deltas:
         if d.kind == "env" and d.key in keys:
             grouped.setdefault(f"linked:{d.key}", []).append(d.id)
+        elif d.kind == "env" and d.flag is not None and link_name(d) in keys:
+            grouped.setdefault(f"linked:{link_name(d)}", []).append(d.id)
         else:
             units[d.id] = (d.id,)
     for uid, ids in grouped.items():
         units[uid] = tuple(ids)
     return units
+
+
+def split_flags(diff: Diff, arg_keys: Iterable[str] = ()) -> Diff:
+    """The diff with each changed argument string (`argstring.is_arg_key`: ``*_ARGS``, ``*_FLAGS``,
+    or a key in `arg_keys`) replaced by one delta per flag added, removed or changed, with the id
+    ``SERVICE:KEY[--flag]``. What cannot be split stays one whole-value delta, with a note why."""
+    extra = frozenset(arg_keys)
+    out: list[Delta] = []
+    notes: list[str] = []
+    by_file: dict[tuple[str, str], set[str]] = {}
+    for d in diff.deltas:
+        if d.kind == "env" and d.key:
+            by_file.setdefault((d.host, d.path), set()).add(d.key)
+    for d in diff.deltas:
+        if d.kind != "env" or d.change != "changed" or d.flag is not None or not is_arg_key(d.key, extra):
+            out.append(d)
+            continue
+        flags, why = _flag_deltas(d, by_file.get((d.host, d.path), set()) - {d.key})
+        if why:
+            notes.append(f"{d.id}: compared as one value: {why}")
+            out.append(d)
+        else:
+            out.extend(flags)
+    return replace(diff, deltas=tuple(out), notes=diff.notes + tuple(notes))
+
+
+def _flag_deltas(d: Delta, other_keys: set[str]) -> tuple[list[Delta], str | None]:
+    """`d`'s flag deltas, or why it stays whole."""
+    texts = []
+    for value, word, ev in ((d.old, d.old_word, d.old_eval), (d.new, d.new_word, d.new_eval)):
+        try:
+            meaning = word_meaning(word) if word is not None else (("lit", value or ""),)
+        except EnvFileError:
+            return [], "its shell text cannot be read"
+        if all(kind == "lit" for kind, _ in meaning):
+            texts.append("".join(t for _, t in meaning))
+            continue
+        if any(kind == "cmd" for kind, _ in meaning):
+            return [], "its value runs a command substitution"
+        read = sorted(meaning_refs(meaning) & other_keys)
+        if read:
+            return [], f"its value reads {', '.join(read)}, which changed too"
+        if ev is None:
+            return [], "what bash makes of its value was not recorded"
+        texts.append(ev)
+    old_text, new_text = texts
+    try:
+        changes = diff_args(parse_args(old_text), parse_args(new_text))
+    except ArgStringError as e:
+        return [], f"not a list of flags ({e})"
+    if not changes:
+        return [], "only the order or spelling of its flags changed"
+    return [replace(d, id=f"{d.id}[{c.name}]", change=c.change, old=c.old.text if c.old else None,
+                    new=c.new.text if c.new else None, flag=c.name, args_old=old_text, args_new=new_text)
+            for c in changes], None
