@@ -87,10 +87,13 @@ def test_one_flag_named_alone_and_revert_keeps_the_others(scenario, sshd):
 def test_sigkill_during_a_flag_trial_then_restore_is_byte_identical(scenario, sshd):
     s = flag_scenario(scenario, sshd)
     before = tree_fingerprint(s.sim)
-    # write:3 is the first write after the baseline trial's two: a trial with some flags applied
-    r = s.cli("bisect", "--against", "good", "--probe", "e2e", env={**os.environ, "ENVBISECT_TEST_CRASH_AT": "write:3"},
+    # trial 1 probes the running stack, trial 2 (the baseline) starts the three services (start:1-3);
+    # start:5 is in trial 3, whose configuration holds some of the flag changes and not others
+    r = s.cli("bisect", "--against", "good", "--probe", "e2e", env={**os.environ, "ENVBISECT_TEST_CRASH_AT": "start:5"},
               timeout=180)
     assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr[-2000:])
+    live = extra_args(s)
+    assert live not in (shlex.split(BASE), shlex.split(CUR)), live  # a mixed string was written and is live
     r = s.cli("restore", "--run", newest_run(s), "--json", timeout=180)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["restored"] is True
