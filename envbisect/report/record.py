@@ -119,7 +119,7 @@ def masked_deltas(run_doc: Mapping[str, Any], masker: SecretMasker) -> list[dict
         if d.get("kind") == "env":
             key = d.get("key") or ""
             m["old"], m["new"] = masker.mask_value(key, d.get("old")), masker.mask_value(key, d.get("new"))
-            for f in ("old_word", "new_word", "old_eval", "new_eval"):
+            for f in ("old_word", "new_word", "old_eval", "new_eval", "args_old", "args_new"):
                 m[f] = masker.mask_value(key, d.get(f))
         out.append(m)
     if not out:

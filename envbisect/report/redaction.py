@@ -131,7 +131,8 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
     for d in raw_deltas:
         if d.get("kind") == "env" and masker.is_secret_name(d.get("key") or ""):
             out.update(v for v in (d.get("old"), d.get("new"), d.get("old_word"), d.get("new_word"),
-                                   d.get("old_eval"), d.get("new_eval")) if isinstance(v, str))
+                                   d.get("old_eval"), d.get("new_eval"), d.get("args_old"), d.get("args_new"))
+                       if isinstance(v, str))
     root = _store_root(run_dir)
     for sid in (doc.get("baseline"), doc.get("current")):
         snap = load_snapshot_doc(root, sid)
