@@ -110,6 +110,17 @@ def test_a_trial_writes_the_baseline_string_with_exactly_the_chosen_flags():
     assert all(holds(env, d, "old") != state[d.flag] for d in diff.deltas)
 
 
+def test_a_flag_left_out_of_the_run_keeps_its_current_state():
+    diff = diff_of(env_delta("decode", "SGLANG_EXTRA_ARGS", OLD, NEW))
+    chosen = [d for d in diff.deltas if d.flag != "--tp"]  # bisect --exclude 'decode:SGLANG_EXTRA_ARGS[--tp]'
+    orig = OriginalState({("gpu1", PATH): FileOriginal(True, file_text(NEW))}, {})
+    baseline = target_state(orig, chosen, set(), {}).files[("gpu1", PATH)].decode()
+    assert parse_env(baseline).get("SGLANG_EXTRA_ARGS").value == \
+        '--tp 4 --attention-backend flashinfer --enable-metrics --stop "a b"'
+    current = target_state(orig, chosen, {d.id for d in chosen}, {}).files[("gpu1", PATH)].decode()
+    assert current == file_text(NEW).decode()
+
+
 def test_the_same_flag_change_in_prefill_and_decode_is_linked():
     diff = diff_of(env_delta("decode", "SGLANG_EXTRA_ARGS", "'--page-size 16 --tp 2'", "'--page-size=64 --tp 4'"),
                    env_delta("prefill", "SGLANG_EXTRA_ARGS", "'--page-size 16'", "'--page-size 64'",

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 from envbisect.state.deltas import Delta
-from envbisect.inputs.argstring import ArgStringError, parse_args, rebuild
+from envbisect.inputs.argstring import ArgStringError, diff_args, parse_args, rebuild
 from envbisect.inputs.envfile import EnvFile, EnvFileError, meaning_refs, parse_env, shell_quote, word_meaning
 from envbisect.errors import UsageError
 
@@ -185,7 +185,8 @@ def collapse_flags(deltas: Sequence[Delta], applied: Iterable[str]) -> tuple[lis
     key, in the state the chosen flags make: none applied, the baseline's value word; all, the
     current one's; some, the baseline string with exactly those flag changes (`argstring.rebuild`),
     written as a literal. The rest of the configuration code then edits and checks the key as any
-    other, and returns the applied ids with the collapsed deltas' ids in place of the flags'."""
+    other, and returns the applied ids with the collapsed deltas' ids in place of the flags'. A flag
+    with no delta here (left out of the run) stays as the current string has it."""
     applied = set(applied)
     groups: dict[tuple[str, str, str], list[Delta]] = {}
     out: list[Delta] = []
@@ -196,12 +197,16 @@ def collapse_flags(deltas: Sequence[Delta], applied: Iterable[str]) -> tuple[lis
             out.append(d)
     for members in groups.values():
         base = members[0]
-        on = {d.flag for d in members if d.id in applied}
+        old, new = parse_args(base.args_old or ""), parse_args(base.args_new or "")
+        every = {c.name for c in diff_args(old, new)}
+        # a flag of the string that is not among these deltas (left out with --only/--exclude) keeps
+        # its current state, as a left-out variable keeps its current value
+        on = {d.flag for d in members if d.id in applied} | (every - {d.flag for d in members})
         whole = replace(base, id=f"{base.service}:{base.key}", flag=None, change="changed",
                         old=base.args_old, new=base.args_new)
         applied -= {d.id for d in members}
-        if on and len(on) < len(members):
-            text = rebuild(parse_args(base.args_old or ""), parse_args(base.args_new or ""), on)
+        if on and on != every:
+            text = rebuild(old, new, on)
             whole = replace(whole, new=text, new_word=shell_quote(text), new_eval=text)
         if on:
             applied.add(whole.id)
