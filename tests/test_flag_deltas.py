@@ -131,3 +131,13 @@ def test_the_same_flag_change_in_prefill_and_decode_is_linked():
                                                               "prefill:SGLANG_EXTRA_ARGS[--page-size]")
     assert units["decode:SGLANG_EXTRA_ARGS[--tp]"] == ("decode:SGLANG_EXTRA_ARGS[--tp]",)
     assert len(notes) == 1
+
+
+def test_a_secret_flag_value_is_masked():
+    diff = diff_of(env_delta("decode", "SGLANG_EXTRA_ARGS", "'--tp 2 --api-key sk-abcdefghijklmnopqrstuv1234'",
+                             "'--tp 2 --api-key sk-zzzzzzzzzzzzzzzzzzzzzz9876'"))
+    (d,) = diff.deltas
+    j = d.to_json(SecretMasker())
+    assert d.id == "decode:SGLANG_EXTRA_ARGS[--api-key]"
+    text = repr(j)
+    assert "sk-abcdefghij" not in text and "sk-zzzzzzzz" not in text, text

@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import signal
+import tarfile
 
 import pytest
 
@@ -69,6 +70,14 @@ def test_one_flag_named_alone_and_revert_keeps_the_others(scenario, sshd):
     out = s.cli("diff", "--against", "good")
     assert "~ SGLANG_EXTRA_ARGS --attention-backend flashinfer → triton" in out.stdout, out.stdout
     assert f"[{GUILTY};" in out.stdout
+
+    # the bundle's report names the flag, with its values on each side
+    tgz = s.store.parent / "b.tar.gz"
+    out = s.cli("bundle", "--out", str(tgz))
+    assert out.returncode == 0, out.stderr
+    with tarfile.open(tgz) as tar:
+        md = next(tar.extractfile(m).read().decode() for m in tar.getmembers() if m.name.endswith("report.md"))
+    assert f"culprit **{GUILTY}**: `--attention-backend flashinfer` → `--attention-backend triton`" in md, md[:3000]
 
     out = s.cli("revert", "--verdict", "--json", timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
