@@ -141,3 +141,19 @@ def test_a_secret_flag_value_is_masked():
     assert d.id == "decode:SGLANG_EXTRA_ARGS[--api-key]"
     text = repr(j)
     assert "sk-abcdefghij" not in text and "sk-zzzzzzzz" not in text, text
+
+
+def test_playbook_deltas_args_is_read_and_checked(tmp_path):
+    from pathlib import Path
+
+    import pytest
+
+    from envbisect.inputs.playbook import PlaybookError, load_playbook
+
+    text = (Path(__file__).resolve().parent.parent / "playbooks" / "sglang-pd.toml").read_text()
+    assert load_playbook(Path(__file__).resolve().parent.parent / "playbooks" / "sglang-pd.toml").arg_keys == \
+        ("SGLANG_OPTS",)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace('args = ["SGLANG_OPTS"]', 'args = ["SGLANG OPTS"]'))
+    with pytest.raises(PlaybookError, match="deltas.args.*not a variable name"):
+        load_playbook(bad)
