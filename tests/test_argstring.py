@@ -33,7 +33,8 @@ def test_k_eq_v_and_k_space_v_and_quotes_mean_the_same():
 
 def test_each_flag_added_removed_or_changed_is_its_own_change():
     old = "--tp 2 --attention-backend flashinfer --enable-metrics --mem-fraction-static 0.8"
-    new = "--tp 2 --attention-backend triton --mem-fraction-static 0.8 --disable-radix-cache --chunked-prefill-size 4096"
+    new = ("--tp 2 --attention-backend triton --mem-fraction-static 0.8 --disable-radix-cache "
+           "--chunked-prefill-size 4096")
     assert changes(old, new) == [
         ("--attention-backend", "changed", "--attention-backend flashinfer", "--attention-backend triton"),
         ("--disable-radix-cache", "added", None, "--disable-radix-cache"),

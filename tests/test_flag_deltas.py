@@ -69,7 +69,8 @@ def test_what_cannot_be_split_stays_whole_with_a_note():
 
 
 def test_a_value_reading_a_changed_key_stays_whole():
-    d = env_delta("decode", "SGLANG_EXTRA_ARGS", '"--tp $TP"', '"--tp $TP --x"', old_eval="--tp 2", new_eval="--tp 4 --x")
+    d = env_delta("decode", "SGLANG_EXTRA_ARGS", '"--tp $TP"', '"--tp $TP --x"', old_eval="--tp 2",
+                  new_eval="--tp 4 --x")
     diff = diff_of(d, env_delta("decode", "TP", "2", "4"))
     assert "decode:SGLANG_EXTRA_ARGS" in {x.id for x in diff.deltas}
     assert "reads TP, which changed too" in diff.notes[0]

@@ -56,7 +56,8 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
             if d.kind == "env" and d.flag is not None:
                 # one flag of an argument string: its values on each side
                 old, new = (env.shown(flag_values(d.flag, v), one_line=True) for v in (j["old_shown"], j["new_shown"]))
-                line = {"added": f"+ {name} {d.flag}{'' if new == '(switch)' else ' ' + new}", "removed": f"- {name} {d.flag}",
+                added = f"+ {name} {d.flag}" + ("" if new == "(switch)" else f" {new}")
+                line = {"added": added, "removed": f"- {name} {d.flag}",
                         "changed": f"~ {name} {d.flag} {old} → {new}"}[d.change]
             elif d.kind == "env":
                 # the value, or the shell text and what bash made of it where they differ

@@ -629,7 +629,8 @@ def _file_delta(host: str, path: str, f: FileState, old: _Old | None, since: flo
 
 def linked_units(deltas: Iterable[Delta], link_keys: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
     """Group deltas into bisection units: by default every delta alone, `--link KEY` pins all deltas of
-    that variable into one unit (every flag of an argument string too), `KEY[--flag]` those of one flag. Returns unit id -> delta ids."""
+    that variable into one unit (every flag of an argument string too), `KEY[--flag]` those of one flag.
+    Returns unit id -> delta ids."""
     deltas = list(deltas)
     keys = set(link_keys)
     units: dict[str, tuple[str, ...]] = {}
