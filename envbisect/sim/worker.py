@@ -77,7 +77,8 @@ def load_rules(path: str | None) -> dict[str, Any]:
     (``{"--attention-backend": "triton"}``; a switch's value is "", a flag's several values are
     joined by one blank, the last occurrence of a repeated flag wins): the start script passes
     ``$SGLANG_EXTRA_ARGS`` there, word-split, as a real start script does.  ``when_file`` (one
-    object or a list) matches when the file exists and contains the string (``"contains": null`` = just exists; ``"exists": false`` = absent).
+    object or a list) matches when the file exists and contains the string (``"contains": null`` =
+    just exists; ``"exists": false`` = absent).
     Fault parameters sit either on the rule or in ``"params"``.
     """
     if not path:
