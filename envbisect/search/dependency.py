@@ -100,22 +100,32 @@ def step(s: "Search", post: "_Belief") -> object:
                                "without a partner?", post, TrialKind.DEPENDENCY)
     e = seq[k - 1]
     base = needy_cfg(k)
-    rest = s._ranked(s._all & ~base)
-    cure_cfg = lambda j: s._up(base | _mask(rest[:j]))  # noqa: E731
-    if not rest:
-        s._dep_given_up = True
-        return None
-    j, run = _bisect_edge(s, len(rest), cure_cfg, want_clean_low=False)
     name = s._units[e]
-    if run is not None:
-        return s._request(run, f"dependency: which delta does {name} need?", post, TrialKind.DEPENDENCY)
-    p = rest[j - 1]
-    check = s._up(base | (1 << p))
-    c = clean(s, check)
-    if c is None:
-        return s._request(check, f"dependency: does {name} start with {s._units[p]}?", post, TrialKind.DEPENDENCY)
-    s._learn_need(e, 1 << p)
-    return AGAIN
+    cands = s._ranked(s._all & ~base)
+    collected = 0  # cures found that were not all it needs: they stay while the rest is searched
+    while cands:
+        fixed = base | collected
+        cure_cfg = lambda j: s._up(fixed | _mask(cands[:j]))  # noqa: E731
+        j, run = _bisect_edge(s, len(cands), cure_cfg, want_clean_low=False)
+        if run is not None:
+            return s._request(run, f"dependency: which delta does {name} need?", post, TrialKind.DEPENDENCY)
+        p = cands[j - 1]
+        check = s._up(base | (1 << p))
+        c = clean(s, check)
+        if c is None:
+            return s._request(check, f"dependency: does {name} start with {s._units[p]}?", post, TrialKind.DEPENDENCY)
+        if c:
+            s._learn_need(e, 1 << p)
+            return AGAIN
+        # p cured something the deltas before it needed (another needy delta), or is not all e needs:
+        # keep it and look for e's partner among the deltas before it
+        collected |= 1 << p
+        cands = cands[: j - 1]
+    if collected:
+        s._learn_need(e, collected)
+        return AGAIN
+    s._dep_given_up = True
+    return None
 
 
 def _mask(units: Sequence[int]) -> int:

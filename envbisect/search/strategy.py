@@ -285,11 +285,11 @@ class Search(VerdictWriter):
         held = self._vars() | extra if self._needs else 0
         return _Belief(
             frame_units=[u for u in self._order if not (extra >> u) & 1
-                         and not (self._needs.get(u, 0) & held)],
+                         and not (self._up(1 << u) & ~(1 << u) & held)],
             terms=self._terms + ([extra] if extra else []),
             obs=obs,
             prior=self.prior,
-            same=[(e, p) for e, ps in self._needs.items() for p in _bits(ps)],
+            same=[(e, p) for e in self._needs for p in _bits(self._up(1 << e) & ~(1 << e))],
         )
 
     def _accepted_conf(self) -> float:
