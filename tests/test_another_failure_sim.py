@@ -77,3 +77,28 @@ def test_the_pair_split_across_prefill_and_decode(scenario, sshd):
     before = tree_fingerprint(s.sim)
     r = s.bisect(probe="e2e")
     _check(s, r, "prefill:SGLANG_ENABLE_X", "decode:SGLANG_X_PATH", before)
+
+
+def test_revert_verdict_takes_the_needy_half_with_its_partner_and_a_chosen_revert_that_breaks_it_is_refused(scenario):
+    """The culprit is the partner: decode SGLANG_X_PATH=/models/x makes decode hang, and
+    SGLANG_ENABLE_X=1 (innocent) needs it to start. Reverting the culprit alone would leave ENABLE_X
+    without its partner: `revert --verdict` takes both and says why; `revert X_PATH` is refused."""
+    s = scenario(rules=rules(SAME_SERVICE, {"service": "decode", "when": {"SGLANG_X_PATH": "/models/x"},
+                                            "fault": "hang"}))
+    s.baseline()
+    plant(s.sim, [INNOCENT[0], ("decode", "SGLANG_ENABLE_X", "1"), INNOCENT[3], ("decode", "SGLANG_X_PATH", "/models/x"),
+                  INNOCENT[2]])
+    p = s.cli("bisect", "--against", "good", "--probe", "e2e", "--json")
+    doc = json.loads(p.stdout)
+    assert doc["verdict"] == "culprit" and doc["culprits"] == ["decode:SGLANG_X_PATH"], (doc["explanation"], p.stderr)
+    assert [(d["needy"], d["partners"]) for d in doc["dependencies"]] == [(["decode:SGLANG_ENABLE_X"],
+                                                                          ["decode:SGLANG_X_PATH"])]
+    refused = s.cli("revert", "decode:SGLANG_X_PATH")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "would leave decode:SGLANG_ENABLE_X without the partner it needs" in refused.stderr
+    r = s.cli("revert", "--verdict", "--json")
+    res = json.loads(r.stdout)
+    assert r.returncode == 0 and set(res["deltas"]) == {"decode:SGLANG_X_PATH", "decode:SGLANG_ENABLE_X"}, r.stdout
+    assert any(n.startswith("also reverted decode:SGLANG_ENABLE_X: it needs decode:SGLANG_X_PATH") for n in res["notes"])
+    text = s.sim.env_file("decode").read_text()
+    assert "SGLANG_X_PATH" not in text and "SGLANG_ENABLE_X=" not in text and "NCCL_IB_GID_INDEX=5" in text

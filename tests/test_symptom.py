@@ -151,3 +151,17 @@ def test_a_baseline_that_fails_differently_is_inconclusive_never_not_config():
     s.observe(Observation(frozenset(), other=True))
     v = s.next()
     assert isinstance(v, Verdict) and v.kind == "inconclusive" and "baseline failed differently" in v.explanation
+
+
+def test_a_revert_keeps_pairs_whole():
+    from envbisect.errors import UsageError
+    from envbisect.runs.revert import RunDeltas, keep_pairs_whole
+
+    src = RunDeltas("r1", (), {}, "e2e", ("b",), "culprit",
+                    dependencies=({"needy": ["a"], "partners": ["b"], "text": "a needs b"},))
+    ids, notes = keep_pairs_whole("revert", ["b"], src, from_verdict=True)
+    assert ids == ["b", "a"] and notes[0].startswith("also reverted a: it needs b")
+    with pytest.raises(UsageError, match="would leave a without the partner it needs"):
+        keep_pairs_whole("revert", ["b"], src, from_verdict=False)
+    assert keep_pairs_whole("revert", ["a"], src, from_verdict=False) == (["a"], [])  # the needy alone: fine
+    assert keep_pairs_whole("revert", ["a", "b"], src, from_verdict=False) == (["a", "b"], [])
