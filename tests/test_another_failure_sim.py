@@ -16,6 +16,8 @@ import json
 
 import pytest
 
+from envbisect.report.markdown import render_markdown
+from envbisect.report.record import load_run
 from envbisect.sim.deployment import DEFAULT_RULES
 from test_bisect_sim import INNOCENT, plant, scenario, tree_fingerprint  # noqa: F401 - fixture
 
@@ -49,6 +51,9 @@ def _check(s, r, needy: str, partner: str, before) -> None:  # noqa: ANN001
     assert doc["symptom"]["kind"] == "hang"
     v = json.loads((s.store / "runs" / r.run_id / "verdict.json").read_text())
     assert v["dependencies"][0]["needy"] == [needy]
+    md = render_markdown(load_run(s.store / "runs" / r.run_id))
+    assert "**Symptom: **hang" in md and "another failure, not the symptom" in md, md[:3000]
+    assert "Dependencies (another failure, not the symptom)." in md and f"`{needy}` needs `{partner}`" in md
 
 
 def test_an_innocent_pair_that_fails_to_start_apart_is_a_dependency_not_the_culprit(scenario, sshd):
