@@ -67,7 +67,7 @@ class Fingerprint:
     def describe(self) -> str:
         if self.kind == "start-failure":
             return f"{self.service} does not start"
-        what = {"hang": "hang (no answer)", "reset": "connection reset", "refused": "connection refused",
+        what = {"hang": "hang, no answer", "reset": "connection reset", "refused": "connection refused",
                 "error": "transport error", "body": "answer does not match", "latency": "over the latency budget",
                 "exit": f"exit status {self.status}"}.get(self.kind)
         if self.kind == "status":
