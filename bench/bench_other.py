@@ -57,7 +57,8 @@ def measure(quick: bool = False, workers: int = 2, log=print) -> dict:  # noqa: 
 
 
 def table(res: dict) -> str:
-    lines = [f"{'scenario':<12} {'n':>3} {'runs':>5} {'right':>7} {'innocent':>8} {'restarts':>8} {'worst':>5}  verdicts"]
+    lines = [f"{'scenario':<12} {'n':>3} {'runs':>5} {'right':>7} {'innocent':>8} {'restarts':>8} {'worst':>5}"
+             "  verdicts"]
     for c in res["cells"]:
         lines.append(f"{c['scenario']:<12} {c['n']:>3} {c['runs']:>5} {c['right']:>7.1%} {c['innocent']:>8.1%} "
                      f"{c['mean_restarts']:>8.2f} {c['worst']:>5}  "

@@ -91,8 +91,8 @@ def test_revert_verdict_takes_the_needy_half_with_its_partner_and_a_chosen_rever
     s = scenario(rules=rules(SAME_SERVICE, {"service": "decode", "when": {"SGLANG_X_PATH": "/models/x"},
                                             "fault": "hang"}))
     s.baseline()
-    plant(s.sim, [INNOCENT[0], ("decode", "SGLANG_ENABLE_X", "1"), INNOCENT[3], ("decode", "SGLANG_X_PATH", "/models/x"),
-                  INNOCENT[2]])
+    plant(s.sim, [INNOCENT[0], ("decode", "SGLANG_ENABLE_X", "1"), INNOCENT[3],
+                  ("decode", "SGLANG_X_PATH", "/models/x"), INNOCENT[2]])
     p = s.cli("bisect", "--against", "good", "--probe", "e2e", "--json")
     doc = json.loads(p.stdout)
     assert doc["verdict"] == "culprit" and doc["culprits"] == ["decode:SGLANG_X_PATH"], (doc["explanation"], p.stderr)
@@ -104,6 +104,7 @@ def test_revert_verdict_takes_the_needy_half_with_its_partner_and_a_chosen_rever
     r = s.cli("revert", "--verdict", "--json")
     res = json.loads(r.stdout)
     assert r.returncode == 0 and set(res["deltas"]) == {"decode:SGLANG_X_PATH", "decode:SGLANG_ENABLE_X"}, r.stdout
-    assert any(n.startswith("also reverted decode:SGLANG_ENABLE_X: it needs decode:SGLANG_X_PATH") for n in res["notes"])
+    assert any(n.startswith("also reverted decode:SGLANG_ENABLE_X: it needs decode:SGLANG_X_PATH")
+               for n in res["notes"])
     text = s.sim.env_file("decode").read_text()
     assert "SGLANG_X_PATH" not in text and "SGLANG_ENABLE_X=" not in text and "NCCL_IB_GID_INDEX=5" in text
