@@ -60,9 +60,9 @@ class VerdictWriter:
                        text + " So the deltas are not the cause: look outside the config "
                               "(clients, proxies, network, hardware, data).")
 
-    def _final(self, reason: str) -> Verdict:
+    def _final(self, reason: str, confident: bool = True) -> Verdict:
         post = self._belief()
-        if post.z > 0 and reason != "contradiction":
+        if post.z > 0 and reason != "contradiction" and confident:
             p_top, top, conf = self._assess(post)
             if conf >= self.confidence:
                 return self._verdict(post, top, conf)

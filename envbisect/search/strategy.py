@@ -161,8 +161,9 @@ class Search(VerdictWriter):
         if isinstance(self._pending, TrialRequest):
             m = self._mask(self._pending.config)
             if m in self._other and self._status(m, self._belief()) == "other":
-                # it would fail differently again: no evidence to gain (the dependency search gave up)
-                self._pending = self._final("other")
+                # it would fail differently again: no evidence to gain (the dependency search gave up),
+                # and a verdict needing it (the fix, under require_fix) was not observed: inconclusive
+                self._pending = self._final("other", confident=False)
             else:
                 self._last_request = self._pending
         if isinstance(self._pending, Verdict) and self._needs:

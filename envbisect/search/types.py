@@ -57,7 +57,7 @@ class Observation:
 
     @property
     def outcome(self) -> Outcome:
-        if self.unresolved:
+        if self.unresolved or self.other:  # another failure: no evidence about the symptom either
             return Outcome.UNRESOLVED
         return Outcome.FAIL if self.failed else Outcome.PASS
 

@@ -15,10 +15,13 @@ A fingerprint says how a trial failed:
 - ``exit``: a command probe's exit status, or its ``hang``.
 
 The layer, where along the probe it failed ("request", "round 3 of 6 on one reused connection"),
-is kept for people; two fingerprints are the same symptom when their kind matches and, for a start
-failure, the service; for a status, the status and the first body line with what legitimately
-varies (numbers, ids, timings) masked; for a command, the exit status. A trial shows the symptom
-when one of its failed probe runs does. Pure: it reads trials, never a host.
+and the first body line (with what legitimately varies, numbers, ids and timings, masked by
+`masked`) are kept for people. Two fingerprints are the same symptom when their kind matches and,
+for a start failure, the service; for a status, the status; for a command, the exit status. The
+first line is not judged on: behind one status, two independent culprits give different lines
+(which engine answers first decides), and calling the second culprit "another failure" would
+exonerate it. A trial shows the symptom when one of its failed probe runs does. Pure: it reads
+trials, never a host.
 """
 from __future__ import annotations
 
@@ -58,11 +61,13 @@ class Fingerprint:
         if self.kind == "start-failure":
             return self.service == other.service
         if self.kind in ("status", "exit"):
-            if self.status != other.status:
-                return False
-            if self.kind == "status" and self.first_line and other.first_line:
-                return masked(self.first_line) == masked(other.first_line)
+            return self.status == other.status
         return True
+
+    def same_line(self, other: "Fingerprint") -> bool:
+        """The same first body line once what varies is masked (said in the record, not judged on:
+        with two culprits behind one status, which engine answers first decides the line)."""
+        return masked(self.first_line) == masked(other.first_line)
 
     def describe(self) -> str:
         if self.kind == "start-failure":
