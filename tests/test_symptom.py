@@ -168,3 +168,13 @@ def test_a_revert_keeps_pairs_whole():
         keep_pairs_whole("revert", ["b"], src, from_verdict=False)
     assert keep_pairs_whole("revert", ["a"], src, from_verdict=False) == (["a"], [])  # the needy alone: fine
     assert keep_pairs_whole("revert", ["a", "b"], src, from_verdict=False) == (["a", "b"], [])
+
+
+def test_a_failure_nothing_describes_is_taken_at_its_word():
+    """A probe run that failed with no request saying how (a runner that only says "fail") cannot
+    be told apart from the symptom: it is the symptom, as before, either way round."""
+    bare = ProbeRun("e2e", "oracle", Outcome.FAIL, "oracle", (), 0.01)
+    unknown = of_trial(trial(1, bare))
+    assert unknown.kind == "unknown"
+    assert shows(unknown, trial(2, http_fail(error=HANG))) is True
+    assert shows(of_trial(trial(3, http_fail(error=HANG))), trial(4, bare)) is True

@@ -48,14 +48,17 @@ def masked(line: str) -> str:
 
 @dataclass(frozen=True)
 class Fingerprint:
-    kind: str  # start-failure | hang | reset | refused | error | status | body | latency | exit
+    kind: str  # start-failure | hang | reset | refused | error | status | body | latency | exit | unknown
     service: str | None = None  # start-failure: the service that did not start
     status: int | None = None  # HTTP status, or a command's exit status
     first_line: str = ""  # the error body's first line (status), as seen
     layer: str = ""  # where along the trial: "start of decode", "request", "round 3 of 6 on ..."
 
     def same(self, other: "Fingerprint") -> bool:
-        """The same fault, with tolerance for what varies between its runs (timings, ids, rounds)."""
+        """The same fault, with tolerance for what varies between its runs (timings, ids, rounds).
+        A failure nothing describes ("unknown") is taken at its word, as before: it matches."""
+        if "unknown" in (self.kind, other.kind):
+            return True
         if self.kind != other.kind:
             return False
         if self.kind == "start-failure":
@@ -74,7 +77,7 @@ class Fingerprint:
             return f"{self.service} does not start"
         what = {"hang": "hang, no answer", "reset": "connection reset", "refused": "connection refused",
                 "error": "transport error", "body": "answer does not match", "latency": "over the latency budget",
-                "exit": f"exit status {self.status}"}.get(self.kind)
+                "exit": f"exit status {self.status}", "unknown": "a failure nothing describes"}.get(self.kind)
         if self.kind == "status":
             what = f"HTTP {self.status}" + (f" {self.first_line[:80]!r}" if self.first_line else "")
         return f"{what} ({self.layer})" if self.layer else str(what)
@@ -102,7 +105,7 @@ def of_run(run) -> Fingerprint | None:  # noqa: ANN001 - a ProbeRun
         return None
     bad = [r for r in run.requests if not r.ok]
     if not bad:
-        return Fingerprint("error", layer=run.kind)
+        return Fingerprint("unknown", layer=run.kind)  # nothing says how: it cannot be told apart
     r = bad[0]
     layer = _layer(run, r.n)
     err = r.error or ""
