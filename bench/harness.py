@@ -77,6 +77,8 @@ class Case:
     detection: float
     seed: int
     linked: tuple[str, ...] = ()  # two deltas with the same key and change (envbisect links them)
+    # deltas that fail differently from the symptom without a partner: (needy, its partners)
+    needs: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def deltas(self) -> list[str]:
@@ -155,6 +157,28 @@ def cases(scenario: str, n: int, *, pair_cap: int = 200, pair_every: int = 500, 
             linked = (lids[p], lids[p + 1])
             guilty = linked[p % 2]  # the prefill side at even positions, the decode side at odd ones
             out.append(Case(scenario, n, p, ((guilty,),), 1.0, 0, linked))
+    elif scenario.startswith("depends"):
+        # one culprit, and 1-3 random dependencies among all the deltas (the culprit may be half of
+        # one): a needy delta without its partner fails differently from the symptom
+        d = float(scenario.split("-", 1)[1]) if "-" in scenario else 1.0
+        for idx in range(max(n, flaky_min)):
+            rng = random.Random(stable_seed(scenario, n, idx))
+            needs: list[tuple[str, tuple[str, ...]]] = []
+            edges: dict[int, int] = {}
+            for e in rng.sample(range(n), rng.randint(1, 3)):
+                # no cycle: two deltas that each need the other only ever run together, and which of
+                # them is the culprit cannot be told by any trial (bench/README.md)
+                def reaches(a: int, b: int) -> bool:
+                    while a in edges:
+                        a = edges[a]
+                        if a == b:
+                            return True
+                    return False
+                p = rng.choice([i for i in range(n) if i != e and not reaches(i, e)])
+                edges[e] = p
+                needs.append((ids[e], (ids[p],)))
+            out.append(Case(scenario, n, idx, ((ids[rng.randrange(n)],),), d, stable_seed(scenario, n, idx, "q"),
+                            needs=tuple(needs)))
     elif scenario.startswith("flaky-"):
         d = float(scenario.split("-", 1)[1])
         for idx in range(max(n, flaky_min)):
@@ -215,6 +239,12 @@ class Lab:
 
     def bad(self, config: frozenset) -> bool:
         return any(t <= config for t in self._terms)
+
+    def other(self, config: Iterable[str]) -> bool:
+        """Fails differently from the symptom: a needy delta without its partners (a service that
+        does not start, deterministically)."""
+        config = frozenset(config)
+        return any(e in config and not set(ps) <= config for e, ps in self.case.needs)
 
     def trial(self, config: Iterable[str], runs: int, stop_after: int = 1, free: bool = False) -> tuple[int, int]:
         """(passes, failures) of one trial of ``config``; counts a restart unless ``free``."""
@@ -285,6 +315,10 @@ def run_envbisect(lab: Lab, policy: str) -> Answer:
         if isinstance(step, Verdict):
             break
         config = {d for u in step.config for d in units[u]}
+        if lab.other(config):  # the run's SymptomWatch marks it: another failure, no evidence
+            lab.restarts += 0 if step.free else 1
+            search.observe(Observation(step.config, other=True, free=step.free))
+            continue
         passes, failures = lab.trial(config, step.probes, step.stop_after, free=step.free)
         search.observe(Observation(step.config, passes, failures=failures, free=step.free))
     verdict = step

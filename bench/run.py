@@ -10,6 +10,8 @@ Benchmarks (see bench/README.md):
             step) and ddmin on a simulated oracle; the chart bench/results/comparison.svg
   perf      a perf bisection (one culprit slowing tokens/s by 10% or 20%, or none) on a simulated
             machine with per-restart and per-sample noise: the real search and the real perf judge
+  other     another failure (issue 21): one culprit and random dependencies among the deltas (a delta
+            that, present without its partner, fails differently from the symptom); oracle
   fleet     rounds to a verdict with R = 1, 2, 4 replicas running trials side by side (oracle), and
             1 against 2 simulated PD replicas over a real sshd (not with --quick)
 
@@ -261,9 +263,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="n <= 32, fewer samples, one end-to-end case; perf: n = 8 only")
     ap.add_argument("--workers", type=int, default=2, help="processes for the oracle benchmark (default 2)")
-    ap.add_argument("--only", default="", help="comma-separated subset of: snapshot,e2e,search,perf,fleet")
+    ap.add_argument("--only", default="", help="comma-separated subset of: snapshot,e2e,search,perf,other,fleet")
     args = ap.parse_args()
-    known = ("snapshot", "e2e", "search", "perf", "fleet")
+    known = ("snapshot", "e2e", "search", "perf", "other", "fleet")
     only = set(args.only.split(",")) if args.only else set(known)
     if only - set(known):
         ap.error(f"--only: unknown {', '.join(sorted(only - set(known)))} (one of {', '.join(known)})")
@@ -336,6 +338,20 @@ def main() -> int:
             errors.append(f"perf: {e}")
             traceback.print_exc()
             targets.add(False, "perf benchmark ran", f"{type(e).__name__}: {e}")
+    if "other" in only:
+        banner("other: another failure - random dependencies among the deltas (oracle, the real search)")
+        try:
+            import bench_other
+
+            res = bench_other.measure(args.quick, args.workers, log=log)
+            write_json("other.json", {**meta, **res})
+            tables["other"] = bench_other.table(res)
+            print(tables["other"], flush=True)
+            bench_other.targets(res, targets.add)
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"other: {e}")
+            traceback.print_exc()
+            targets.add(False, "another-failure benchmark ran", f"{type(e).__name__}: {e}")
     if "fleet" in only:
         banner("fleet: rounds to a verdict with R replicas side by side (oracle, real search and round planner)")
         try:

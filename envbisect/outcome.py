@@ -11,7 +11,9 @@ from enum import Enum
 class Outcome(str, Enum):
     PASS = "pass"  # every probe run passed
     FAIL = "fail"  # a probe run failed
-    START_FAILURE = "start-failure"  # a service died at start because of the config (a FAIL to the search)
+    # a service died at start because of the config: a failure to the search when that is the symptom,
+    # else another failure, no evidence about the symptom (runs/symptom.py, search/dependency.py)
+    START_FAILURE = "start-failure"
     UNRESOLVED = "unresolved"  # no evidence: infrastructure trouble (see Cause)
     CANNOT_TEST = "cannot-test"  # a probe run said it cannot test this config (exit 125, like git bisect)
     ABORT = "abort"  # a probe run asked to stop the whole bisection

@@ -85,3 +85,11 @@ def test_two_intermittent_culprits_are_both_found(detection):
     right = sum(r[2] for r in results) / len(results)
     innocent = sum(r[3] for r in results) / len(results)
     assert right >= 0.95 and innocent <= 0.01, (right, innocent)
+
+
+def test_the_another_failure_family_runs_and_envbisect_names_no_innocent():
+    """bench_other's cases (issue 21): a needy delta without its partner fails differently; the
+    search skips it and is right, naming no innocent, on a small seeded sample."""
+    results = [harness.run_case(case, "envbisect-confirm") for case in harness.cases("depends", 8, flaky_min=40)]
+    assert all(case.needs for case in harness.cases("depends", 8, flaky_min=40))
+    assert all(right and not innocent for _, _, right, innocent, _ in results), results

@@ -345,7 +345,7 @@ def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_
             return True
 
         if dry_run:
-            plan = plan_change(dep, action, ids, src, probe=pr)
+            plan = plan_change(dep, action, ids, src, probe=pr, from_verdict=verdict)
             env.event("plan", plan.to_json())
             if as_json:
                 env.emit_json(plan.to_json())
@@ -354,7 +354,7 @@ def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_
             return ExitStatus.OK
         res = change(dep, action, ids, src, probe=pr, run_verify=run_verify, put_back_on_fail=decide,
                      on_event=env.listener(render.Progress(env, quiet=as_json or env.quiet)), break_lock=break_lock,
-                     perf_guard=gp)
+                     perf_guard=gp, from_verdict=verdict)
     env.event("result", res.to_json())
     if as_json:
         env.emit_json(res.to_json())

@@ -173,6 +173,15 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
     if env.quiet:  # -q: the verdict and its culprits are the result
         return
     env.out.print(f"  {v.explanation}")
+    sym = getattr(result, "symptom", None)
+    if sym:
+        env.out.print(f"  symptom: {sym['text']} (trial {sym['trial']}); trials that failed another way are no "
+                      "evidence about it")
+    deps = getattr(result, "dependencies", ())
+    if deps:
+        env.out.print(Text("  dependencies (another failure, not the symptom):", style="bold"))
+        for d in deps:
+            env.out.print(f"    {d['text']}")
     g = getattr(result, "guard", None)
     if g is not None:
         word, style = {True: ("safe to revert", "bold green"), False: ("NOT safe to revert", "bold red"),
@@ -200,6 +209,8 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
                   else f"{tr.passes} pass / {len(tr.probe_runs)}")
         shown = (str(tr.outcome) if standing is None else f"{tr.outcome}, retracted" if standing == "retracted"
                  else f"{standing} (corrected; ran {tr.outcome})")
+        if getattr(tr, "symptom", None) == "other" and standing is None:
+            shown += " (other)"
         t.add_row(str(tr.n), tr.purpose, config_label(list(tr.units), total), shown, fmt_s(tr.restart_s), probed)
     env.out.print(t)
     env.out.print(f"hosts left: {result.state_left}" + ("" if result.state_left != "fixed" else

@@ -141,6 +141,20 @@ def premise(trial: Mapping[str, Any]) -> tuple[str, str]:
     return which, meaning
 
 
+def symptom(rec: RunRecord) -> str | None:
+    """How the current configuration fails (the fingerprint the premise gave; runs/symptom.py):
+    one sentence, or None when the run has none (a perf probe, a premise that did not fail)."""
+    sym = rec.run.get("symptom") or (rec.verdict or {}).get("symptom")
+    if not isinstance(sym, Mapping) or not sym.get("text"):
+        return None
+    other = [str(t.get("n")) for t in rec.trials if t.get("symptom") == "other"]
+    said = f"{sym['text']} (seen in trial {sym.get('trial')})"
+    if other:
+        said += (f"; trial{'s' if len(other) > 1 else ''} {', '.join(other)} failed another way, which is no "
+                 "evidence about it")
+    return said
+
+
 def timeline(rec: RunRecord) -> list[tuple[Any, str, Text]]:
     """(ts, kind, what happened) rows from events.jsonl, plus the conclusion."""
     rows = []

@@ -15,7 +15,8 @@ from envbisect.report.blocks import (Badge, Block, BulletList, ChartTrial, Code,
                                      redacted, text)
 from envbisect.report.common import _LOG_LINES
 from envbisect.report.facts import (STATE_MEANING, VERDICT_MEANING, clock, env_rows, evidence_for, is_premise,
-                                    max_latency, premise, question, rel, requests, s, secs, short, tail, timeline, ts)
+                                    max_latency, premise, question, rel, requests, s, secs, short, symptom, tail,
+                                    timeline, ts)
 from envbisect.report.record import RunRecord
 
 _CHART_CAPTION = ("Columns are trials in order; each row is a bisection unit (a delta, or linked deltas); a filled "
@@ -115,7 +116,13 @@ def _premises(rec: RunRecord) -> list[Block]:
                           " (", s(t.get("reason")), "). ", meaning))
         classes.append("premise ok" if good else "premise bad")
     body: Block = BulletList(tuple(items), tuple(classes)) if items else _p("No premise check was run.")
-    return [Heading(2, text("Premise checks")), body]
+    out = [Heading(2, text("Premise checks")), body]
+    said = symptom(rec)
+    if said:
+        out.append(_p(_b("Symptom: "), said, ". A trial that fails another way (a service that does not start when "
+                      "the symptom is a hang, another status) is another failure: the search skips it and looks "
+                      "for the delta that needs a partner.", cls="meaning"))
+    return out
 
 
 def _timeline(rec: RunRecord) -> list[Block]:
@@ -189,7 +196,9 @@ def _trial(rec: RunRecord, t: Mapping[str, Any]) -> Group:
     cfg = t.get("config") or []
     rd = t.get("restart_durations") or {}
     out: list[Block] = [
-        Heading(3, text(f"Trial {t.get('n')} — ", _badge(o), _standing(rec, t), " — ", s(t.get("purpose")))),
+        Heading(3, text(f"Trial {t.get('n')} — ", _badge(o), _standing(rec, t),
+                        *((" another failure, not the symptom",) if t.get("symptom") == "other" else ()),
+                        " — ", s(t.get("purpose")))),
         BulletList((text(f"configuration: baseline + {len(cfg)} delta(s)",
                          *((": ", ", ".join(cfg)) if cfg else (" (the baseline)",))),
                     text(f"started {ts(t.get('started_at'))}; outcome ", _badge(o, _b(o)), " — ", s(t.get("reason"))),
@@ -270,6 +279,10 @@ def _verdict(rec: RunRecord) -> list[Block]:
         if v.get("suspects"):
             out.append(Table(("suspect unit", "probability it is to blame"),
                              tuple((text(x.get("unit")), text(x.get("p"))) for x in v["suspects"]), numeric=(1,)))
+        if v.get("dependencies"):
+            out.append(_p(_b("Dependencies (another failure, not the symptom)."), " Deltas that fail differently "
+                          "without a partner; a revert takes both or neither."))
+            out.append(BulletList(tuple(text(s(d.get("text"))) for d in v["dependencies"])))
         g = v.get("guard")
         if g:
             word = {True: "safe to revert", False: "NOT safe to revert", None: "revert cost unknown"}[

@@ -40,6 +40,7 @@ from envbisect.state.rundir import RunDir, Runs
 from envbisect.state.corrections import Correction, Corrections, append_corrections, read_corrections
 from envbisect.runs.corrections import check_correctable, feed, recorded_refine
 from envbisect.state.store import Store
+from envbisect.runs.symptom import SymptomWatch, dependency_records, leave_pairs_whole
 from envbisect.trials.runner import Trial, TrialRunner
 
 # an undecided perf trial is a start too few, not broken infrastructure: up to 3 more starts of it
@@ -78,6 +79,8 @@ class BisectResult:
     refined: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # auto-linked unit -> guilty members
     guard: "GuardResult | None" = None  # --guard: what reverting the culprits costs in speed
     corrections: Corrections = Corrections()  # the operator's (state/corrections.py): retracted trials stay listed
+    symptom: Mapping[str, Any] | None = None  # how the current configuration fails (runs/symptom.py)
+    dependencies: tuple[Mapping[str, Any], ...] = ()  # deltas that fail differently without a partner
 
     @property
     def culprit_deltas(self) -> tuple[str, ...]:
@@ -107,6 +110,8 @@ class BisectResult:
             "state_left": self.state_left, "notes": list(self.notes),
             "guard": self.guard.to_json() if self.guard else None,
             "corrections": [c.to_json() for c in self.corrections.entries],
+            "symptom": dict(self.symptom) if self.symptom else None,
+            "dependencies": [dict(d) for d in self.dependencies],
         }
 
     def _trial_json(self, t: Trial) -> dict[str, Any]:
@@ -331,6 +336,13 @@ class BisectRun:
         doc["search"] = {"base_probes": probe.repeat, "retries": PERF_RETRIES if probe.is_perf else 1}
         RunDir(self.run_dir).write(rundir.RUN, self.dep.masker.redact_json(doc))
 
+    def _save_symptom(self, watch: SymptomWatch) -> None:
+        """run.json keeps the symptom's fingerprint once the premise has shown it."""
+        rd = RunDir(self.run_dir)
+        doc = dict(rd.doc)
+        doc["symptom"] = watch.to_json()
+        rd.write(rundir.RUN, self.dep.masker.redact_json(doc))
+
     def _append_trial(self, trial: Trial) -> None:
         RunDir(self.run_dir).append_line(rundir.TRIALS, self.dep.masker.redact_json(trial.to_json(), indent=None))
 
@@ -486,8 +498,9 @@ class BisectRun:
         extra = {"retries": PERF_RETRIES} if probe.is_perf else {}
         search = make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
                              base_probes=probe.repeat, **extra)
-        self.trials = list(done)
-        feed(search, done, self.corrections, _observation)
+        watch = SymptomWatch(unit_ids, enabled=not probe.is_perf)
+        self.trials = [watch.see(t) for t in done]
+        feed(search, self.trials, self.corrections, _observation)
         reference = self._perf_reference(probe, runner, done, notes, len(deltas), len(unit_ids))
         stop = _install_signal_handlers()
         state_left = "unknown"
@@ -520,6 +533,10 @@ class BisectRun:
                                                  nxt.kind)
                 else:
                     trial = runner.run(n, sorted(nxt.config), nxt.probes, nxt.purpose, nxt.stop_after, nxt.kind)
+                known = watch.fingerprint
+                trial = watch.see(trial)
+                if known is None and watch.fingerprint is not None:
+                    self._save_symptom(watch)
                 self.trials.append(trial)
                 self._append_trial(trial)
                 self.on_event("trial-end", {"trial": trial})
@@ -541,9 +558,12 @@ class BisectRun:
                 notes.extend(n for n in verdict_notes(diff_notes) if n not in notes)
                 self.on_event("step", {"message": "checking the request path layer by layer"})
                 path_report = check_path(self.playbook, transports, probe)
+            dependencies = dependency_records(verdict, units, self.trials)
             if verdict.kind in ("culprit", "interaction") and self.opts.leave == "fixed":
                 culprits = {d for u in verdict.culprits for d in refined.get(u, units[u])}
                 keep = [u for u in unit_ids if not set(units[u]) & culprits]
+                keep, pair_notes = leave_pairs_whole(keep, set(culprits), dependencies, units)
+                notes.extend(pair_notes)
                 final = runner.run(len(self.trials) + 1, keep, probe.repeat,
                                    "final: current minus the culprits must pass", kind=TrialKind.FINAL)
                 self._append_trial(final)
@@ -589,7 +609,8 @@ class BisectRun:
                          "it, co-restarted - which is itself the fix for a stack restarted piecemeal")
             drift_hint = tuple(_drift_hint(diff.to_json(self.dep.masker) if diff else diff_doc or {}))
         result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, units, path_report, drift_hint,
-                              final, tuple(notes), refined, guard, self.corrections)
+                              final, tuple(notes), refined, guard, self.corrections, watch.to_json(),
+                              tuple(dependencies))
         RunDir(self.run_dir).write(rundir.VERDICT, self.dep.masker.redact_json(result.to_json()))
         return result
 
@@ -770,6 +791,8 @@ def capture_environment(playbook, transports) -> dict[str, Any]:  # noqa: ANN001
 
 
 def _observation(t: Trial) -> Observation:
+    if t.symptom == "other":  # failed differently from the symptom: no evidence about it (runs/symptom.py)
+        return Observation(frozenset(t.units), other=True, free=t.free, trial=t.n)
     if t.outcome is Outcome.UNRESOLVED:
         return Observation(frozenset(t.units), passes=0, failed=False, unresolved=True, free=t.free, trial=t.n)
     failed = t.outcome.failed

@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 from envbisect.errors import ExitStatus, StoreError, UsageError
 from envbisect.inputs.masking import SecretMasker, printable
 from envbisect.outcome import Outcome
+from envbisect.runs.symptom import dependency_records
 from envbisect.runs.bisect import (POLICIES, VERDICT_EXIT, BisectResult, GuardResult, _drift_hint, _observation,
                                    judge_apart, linked_to_refine)
 from envbisect.runs.corrections import NOT_SEARCHED, check_correctable, feed, perf_reference, recorded_refine
@@ -380,7 +381,8 @@ def replay_evidence(ev: RunEvidence, corrections: Corrections, *, base_probes: i
     drift = tuple(_drift_hint(ev.doc.get("diff") or {})) if verdict.kind == "not-reproduced" else ()
     final = next((t for t in reversed(ev.trials) if t.kind is TrialKind.FINAL), None)
     result = BisectResult(ev.run_id, verdict, ev.trials, state_left, units, None, drift, final, tuple(notes),
-                          refined, guard, corrections)
+                          refined, guard, corrections, ev.doc.get("symptom"),
+                          tuple(dependency_records(verdict, units, ev.trials)))
     return Replay(source, result, tuple(needs), changes, unused)
 
 

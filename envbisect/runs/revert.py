@@ -40,6 +40,8 @@ class RunDeltas:
     culprits: tuple[str, ...]
     verdict: str | None
     guard: Mapping[str, Any] | None = None  # bisect --guard: is reverting the culprits safe for speed?
+    # deltas that fail differently without a partner: ({"needy": [...], "partners": [...], "text"}, ...)
+    dependencies: tuple[Mapping[str, Any], ...] = ()
 
 
 def load_run_deltas(dep: Deployment, run_id: str | None) -> RunDeltas:
@@ -61,14 +63,45 @@ def load_run_deltas(dep: Deployment, run_id: str | None) -> RunDeltas:
         culprits: tuple[str, ...] = ()
         verdict = None
         guard = None
+        dependencies: tuple[Mapping[str, Any], ...] = ()
         v = rd.read_optional(rundir.VERDICT)
         if v is not None:
             culprits, verdict = tuple(map(str, v.get("culprits", ()))), v.get("verdict")
             guard = v.get("guard") if isinstance(v.get("guard"), dict) else None
+            dependencies = tuple(d for d in v.get("dependencies") or () if isinstance(d, dict))
     except (TypeError, ValueError, AttributeError) as e:
         raise StoreError(f"{rd.file(rundir.RUN)}: damaged run file ({e})") from None
     dep.masker.learn_env((d.key, v) for d in deltas if d.kind == "env" and d.key for v in (d.old, d.new))
-    return RunDeltas(path.name, deltas, contents, str(doc.get("probe", "")), culprits, verdict, guard)
+    return RunDeltas(path.name, deltas, contents, str(doc.get("probe", "")), culprits, verdict, guard, dependencies)
+
+
+def keep_pairs_whole(action: str, ids: Sequence[str], source: RunDeltas, *,
+                     from_verdict: bool) -> tuple[list[str], list[str]]:
+    """A revert never leaves a delta without the partner it needs (the bisection saw it fail
+    differently without it). `revert --verdict` takes the needy delta too, with the sentence that
+    says why; a revert of chosen ids that would break such a pair is refused, naming both."""
+    ids = list(ids)
+    notes: list[str] = []
+    if action != "revert":
+        return ids, notes
+    changed = True
+    while changed:
+        changed = False
+        for d in source.dependencies:
+            needy, partners = list(d.get("needy", ())), list(d.get("partners", ()))
+            gone = [p for p in partners if p in ids]
+            left = [n for n in needy if n not in ids]
+            if not gone or not left:
+                continue
+            if not from_verdict:
+                raise UsageError(f"reverting {', '.join(gone)} would leave {', '.join(left)} without the partner it "
+                                 f"needs (run {source.run_id}: {d.get('text', 'it fails differently without it')}); "
+                                 f"revert both: envbisect revert {' '.join(ids + left)}")
+            ids.extend(left)
+            notes.append(f"also reverted {', '.join(left)}: it needs {', '.join(gone)}, which the verdict reverts "
+                         f"(run {source.run_id}: {d.get('text', 'it fails differently without it')})")
+            changed = True
+    return ids, notes
 
 
 def applied_now(original: OriginalState, deltas: Sequence[Delta]) -> dict[str, bool | None]:
@@ -131,7 +164,7 @@ class ActionResult:
 def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, *, probe: Probe | None,
            run_verify: bool = False, put_back_on_fail: Callable[[ActionResult], bool] | bool = True,
            on_event: Callable[[str, dict], None] | None = None, break_lock: bool = False,
-           perf_guard: Probe | None = None) -> ActionResult:
+           perf_guard: Probe | None = None, from_verdict: bool = False) -> ActionResult:
     """`perf_guard`: a perf probe measured before and after the change, whatever `probe` says:
     what the change costs or buys in speed, reported with its uncertainty. When `probe` is itself
     a perf probe it is its own guard, and its decision is the outcome."""
@@ -141,6 +174,7 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
         perf_guard = probe
     ev = on_event or (lambda _k, _d: None)
     by_id = _chosen(source, ids, action)
+    ids, pair_notes = keep_pairs_whole(action, ids, source, from_verdict=from_verdict)
     run_id = time.strftime("%Y%m%dT%H%M%S") + f"-{action}-" + uuid.uuid4().hex[:4]
     rd = Runs(dep.store.runs_dir).new(run_id)
     run_dir = rd.path
@@ -196,7 +230,8 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
             extra_notes.append(f"the {action} made {probe.name if probe else 'the stack'} pass and costs "
                                f"{perf_guard.metric}: {perf['effect_text']}; weigh that before keeping it")
         vr = verify(dep.playbook, dep.transports) if run_verify and rs.ok else None
-        result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr, notes=tuple(extra_notes), perf=perf)
+        result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr,
+                              notes=tuple(pair_notes) + tuple(extra_notes), perf=perf)
         failed = not rs.ok or outcome == "fail" or (vr is not None and not vr.ok)
         if action == "revert" and failed:
             decide = put_back_on_fail(result) if callable(put_back_on_fail) else put_back_on_fail
@@ -214,7 +249,7 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
                            f"{', '.join(ids)} were put back: do not blame them ({perf_guard.metric} during the "
                            f"revert: {perf['effect_text']})")
                 result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr, True, after,
-                                      (*extra_notes, why), perf)
+                                      (*pair_notes, *extra_notes, why), perf)
         editor.finish()
         editor.unlock()
     except BaseException as exc:
@@ -270,7 +305,7 @@ class ChangePlan:
 
 
 def plan_change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, *,
-                probe: Probe | None) -> ChangePlan:
+                probe: Probe | None, from_verdict: bool = False) -> ChangePlan:
     """What `change` would do, from the hosts' state now, touching nothing: the files and repos it
     would write (each with the chosen deltas in it and their values, masked), then the co-restart and
     the probe. Raises as `change` would before its first edit (a delta whose live value moved on, a
@@ -280,6 +315,7 @@ def plan_change(dep: Deployment, action: str, ids: Sequence[str], source: RunDel
     if action not in ("revert", "apply"):
         raise ValueError(action)
     by_id = _chosen(source, ids, action)
+    ids, _notes = keep_pairs_whole(action, ids, source, from_verdict=from_verdict)  # as `change` would
     # would the lock be refused? (asked without taking it: nothing is written)
     HostEditor(dep.playbook, dep.transports, dep.store.runs_dir / "-", "", heartbeat_s=0).lock(dry=True)
     deltas = [by_id[i] for i in ids]

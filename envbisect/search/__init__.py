@@ -41,7 +41,8 @@ from __future__ import annotations
 
 from envbisect.outcome import Outcome
 from envbisect.search.strategy import Search
-from envbisect.search.types import (POLICIES, Hypothesis, Observation, Policy, Prior, TrialKind, TrialRequest, Verdict,
+from envbisect.search.types import (POLICIES, Dependency, Hypothesis, Observation, Policy, Prior, TrialKind,
+                                    TrialRequest, Verdict,
                     restart_bound)
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "TrialKind",
     "TrialRequest",
     "Verdict",
+    "Dependency",
     "Prior",
     "Policy",
     "POLICIES",

@@ -51,6 +51,7 @@ class _Belief:
         terms: Sequence[int],
         obs: Sequence[tuple[int, int, int]],  # (config, passes, failures)
         prior: Prior,
+        same: Sequence[tuple[int, int]] = (),  # (e, p): e never runs without p, so {e, p} is {e}
     ) -> None:
         qw = [w for _, w in prior.q]
         tot = sum(qw)
@@ -82,6 +83,12 @@ class _Belief:
             for u in members:
                 m |= 1 << u
             self.atoms.append((sig, m, len(members), members))
+        atom_of = {u: i for i, (_s, _m, _z, members) in enumerate(self.atoms) for u in members}
+        self.same = {frozenset(pq) for pq in same if pq[0] in atom_of and pq[1] in atom_of}
+        dropped: dict[tuple[int, int], int] = {}
+        for pq in self.same:
+            ia, ib = sorted(atom_of[u] for u in pq)
+            dropped[(ia, ib)] = dropped.get((ia, ib), 0) + 1
         v = len(frame_units)
         pairs = v * (v - 1) // 2
         cache: dict[int, list[float] | None] = {}
@@ -131,10 +138,10 @@ class _Belief:
             na = len(self.atoms)
             for ai in range(na):
                 sa, _, za, _ = self.atoms[ai]
-                add(_AND, ai, ai, za * (za - 1) / 2, each, sa)
+                add(_AND, ai, ai, za * (za - 1) / 2 - dropped.get((ai, ai), 0), each, sa)
                 for bi in range(ai + 1, na):
                     sb, _, zb, _ = self.atoms[bi]
-                    add(_AND, ai, bi, za * zb, each, sa & sb)
+                    add(_AND, ai, bi, za * zb - dropped.get((ai, bi), 0), each, sa & sb)
         self.z = sum(c.mass for c in self.classes)
 
     # -- predictions ------------------------------------------------------------
@@ -235,6 +242,8 @@ class _Belief:
         ma = self.atoms[a][3]
         if kind == _S:
             return 1 << ma[0]
+        if self.same:
+            return self.expand(cls, 1)[0]
         y = ma[1] if a == b else self.atoms[b][3][0]
         return (1 << ma[0]) | (1 << y)
 
@@ -252,6 +261,8 @@ class _Belief:
             for y in ma[i + 1 :] if a == b else mb:
                 if len(out) >= limit:
                     return out
+                if self.same and frozenset((x, y)) in self.same:
+                    continue
                 out.append((1 << x) | (1 << y))
         return out
 

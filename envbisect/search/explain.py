@@ -60,9 +60,9 @@ class VerdictWriter:
                        text + " So the deltas are not the cause: look outside the config "
                               "(clients, proxies, network, hardware, data).")
 
-    def _final(self, reason: str) -> Verdict:
+    def _final(self, reason: str, confident: bool = True) -> Verdict:
         post = self._belief()
-        if post.z > 0 and reason != "contradiction":
+        if post.z > 0 and reason != "contradiction" and confident:
             p_top, top, conf = self._assess(post)
             if conf >= self.confidence:
                 return self._verdict(post, top, conf)
@@ -70,6 +70,10 @@ class VerdictWriter:
             "budget": f"The restart budget ({self.max_trials}) ran out",
             "infrastructure": "A trial stayed unresolved when retried (infrastructure trouble, which is no evidence, or a perf comparison still undecided after several starts)",
             "exhausted": "No further trial would be informative",
+            "baseline-other": "The baseline failed differently from the symptom (it is not the symptom, so it says "
+            "nothing about the deltas; the configuration without them cannot be tested against it)",
+            "other": "Configurations the search needed failed differently from the symptom, and which delta needs "
+            "a partner could not be told",
             "contradiction": "The observations fit none of the modelled hypotheses (e.g. three deltas that fail "
             "only together, or a fault that comes and goes between restarts)",
         }[reason]
@@ -122,10 +126,14 @@ class VerdictWriter:
             allv |= t
         for t in terms:
             names = self._names(t)
-            alone = self._status(t, post) == "fail"
+            solo = self._up(t)  # alone, with the partners it needs to start (search/dependency.py)
+            alone = self._status(solo, post) == "fail"
             if len(names) == 1:
                 x = names[0]
-                if alone:
+                if alone and solo != t:
+                    facts.append(f"{x} alone (with {', '.join(self._names(solo & ~t))}, which it needs) "
+                                 f"failed{self._cite(solo)}")
+                elif alone:
                     facts.append(f"{x} alone failed{self._cite(t)}")
                 else:
                     seen, sentence = self._necessity(t, 0)
@@ -163,9 +171,10 @@ class VerdictWriter:
                 else:
                     facts.extend(details)
                     inferred.append(claim)
-        label = ", ".join(self._names(allv))
-        if self._status(self._all & ~allv, post) == "pass":
-            facts.append(f"current without {label} passed{self._cite(self._all & ~allv)}")
+        fix = self._down(self._all & ~allv)
+        label = ", ".join(self._names(self._all & ~fix))
+        if self._status(fix, post) == "pass":
+            facts.append(f"current without {label} passed{self._cite(fix)}")
         else:
             inferred.append(f"no other delta breaks the stack too (current without {label} was not tested; "
                             "several independent culprits are rare a priori)")

@@ -69,18 +69,20 @@ class CheckAlone(_Stage):
 
     g: int
 
-    def _masks(self, s: "Search") -> tuple[int, int, int]:
+    def _masks(self, s: "Search") -> tuple[int, int, int, int]:
+        """(unit, its term, the config that tests it alone: with the partners it needs to start,
+        the fix: current without it and what needs it)."""
         x = s._order[self.g]
-        return x, 1 << x, s._fix_mask(1 << x)
+        return x, 1 << x, s._up(1 << x), s._fix_mask(1 << x)
 
     def step(self, s: "Search", post: "_Belief") -> object:
-        x, va, vf = self._masks(s)
+        x, term, va, vf = self._masks(s)
         sa, sf = s._status(va, post), s._status(vf, post)
         if sa == "fail":
-            s._stage = CheckTerm(va)
+            s._stage = CheckTerm(term)
             return AGAIN
         if sf == "fail":
-            s._new_frame(va, vf)
+            s._new_frame(term, vf)
             return AGAIN
         if sa == "pass":
             s._stage = FindPartner(self.g)
@@ -93,17 +95,17 @@ class CheckAlone(_Stage):
         return None
 
     def after_failure(self, s: "Search") -> bool:
-        _x, va, vf = self._masks(s)
+        _x, term, va, vf = self._masks(s)
         if s._failed(va):
-            s._stage = CheckTerm(va)
+            s._stage = CheckTerm(term)
             return True
         if s._failed(vf):
-            s._new_frame(va, vf)
+            s._new_frame(term, vf)
             return True
         return False
 
     def settle(self, s: "Search", post: "_Belief") -> bool:
-        _x, va, _vf = self._masks(s)
+        _x, _term, va, _vf = self._masks(s)
         if s._status(va, post) == "pass":
             s._stage = FindPartner(self.g)
             return True

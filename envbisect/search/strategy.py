@@ -11,6 +11,7 @@ from typing import Iterable, Sequence
 
 from envbisect.search.belief import _AND, _NONE, _NOTHING, _S, _Belief, _bits
 from envbisect.search.explain import VerdictWriter
+from envbisect.search import dependency
 from envbisect.search.stages import AGAIN, Exhausted, FindUnit, Stage
 from envbisect.search.types import Hypothesis, Observation, Prior, TrialKind, TrialRequest, Verdict, restart_bound
 
@@ -99,6 +100,12 @@ class Search(VerdictWriter):
         self._term_conf: list[float] = []
         self._order: list[int] = list(range(self._n))  # units of the current frame, in bisection order
         self._stage: Stage = FindUnit()
+        # another failure (search/dependency.py): configs that failed differently from the symptom
+        # (mask -> trial numbers), and what was learnt from them: a unit -> the partners it needs
+        self._other: dict[int, list[int]] = {}
+        self._needs: dict[int, int] = {}
+        self._needs_found: list[tuple[int, int]] = []
+        self._dep_given_up = False
         self._last_request: TrialRequest | None = None
         self._pending: TrialRequest | Verdict = self._decide()
         if isinstance(self._pending, TrialRequest):
@@ -132,10 +139,13 @@ class Search(VerdictWriter):
             raise ValueError(f"unknown units in observation: {sorted(unknown)}")
         if obs.passes < 0:
             raise ValueError("passes must be >= 0")
-        if not obs.unresolved and not obs.failed and obs.passes == 0:
+        if not obs.unresolved and not obs.other and not obs.failed and obs.passes == 0:
             raise ValueError("a passing observation needs at least one passed probe run")
         self._obs.append(obs)
-        if not obs.unresolved:
+        if obs.other:
+            self._other.setdefault(self._mask(obs.config), []).append(
+                obs.trial if obs.trial is not None else len(self._obs))
+        elif not obs.unresolved:
             mask = self._mask(obs.config)
             self._resolved.append((mask, obs.passes, obs.failures))
             ev = self._evidence.setdefault(mask, _Evidence())
@@ -149,7 +159,15 @@ class Search(VerdictWriter):
             (ev.failed_trials if obs.failed else ev.passed_trials).append(n)
         self._pending = self._decide()
         if isinstance(self._pending, TrialRequest):
-            self._last_request = self._pending
+            m = self._mask(self._pending.config)
+            if m in self._other and self._status(m, self._belief()) == "other":
+                # it would fail differently again: no evidence to gain (the dependency search gave up),
+                # and a verdict needing it (the fix, under require_fix) was not observed: inconclusive
+                self._pending = self._final("other", confident=False)
+            else:
+                self._last_request = self._pending
+        if isinstance(self._pending, Verdict) and self._needs:
+            self._pending = dataclasses.replace(self._pending, dependencies=self.dependencies)
 
     def marginals(self) -> dict[str, float]:
         """Posterior probability that each unit is part of the cause (units found in
@@ -202,17 +220,77 @@ class Search(VerdictWriter):
         m = base
         for u in seq[:k]:
             m |= 1 << u
-        return m
+        return self._up(m)
+
+    # -- another failure: deltas that need a partner (search/dependency.py) ---------------------
+
+    def _up(self, mask: int) -> int:
+        """``mask`` with the partners of every unit in it that needs one (never e without p)."""
+        if not self._needs:
+            return mask
+        while True:
+            m = mask
+            for e, partners in self._needs.items():
+                if (m >> e) & 1:
+                    m |= partners
+            if m == mask:
+                return m
+            mask = m
+
+    def _down(self, mask: int) -> int:
+        """``mask`` without every unit whose partner it lacks (a fix never leaves e without p)."""
+        if not self._needs:
+            return mask
+        while True:
+            m = mask
+            for e, partners in self._needs.items():
+                if (m >> e) & 1 and (m & partners) != partners:
+                    m &= ~(1 << e)
+            if m == mask:
+                return m
+            mask = m
+
+    def _ranked(self, mask: int) -> list[int]:
+        """The units of ``mask`` in the search's order (frame order, then the others by index)."""
+        pos = {u: i for i, u in enumerate(self._order)}
+        return sorted(_bits(mask), key=lambda u: (pos.get(u, self._n), u))
+
+    def _learn_need(self, e: int, partners: int) -> None:
+        """Record that unit ``e`` needs ``partners``; move them before it in the bisection order,
+        so no prefix holds e without them (the stage's unit keeps its identity)."""
+        self._needs[e] = self._needs.get(e, 0) | partners
+        self._needs_found.append((e, partners))
+        old = list(self._order)
+        if e in old:
+            order = [u for u in old if not ((partners >> u) & 1 and old.index(u) > old.index(e))]
+            moved = [u for u in old if (partners >> u) & 1 and old.index(u) > old.index(e)]
+            i = order.index(e)
+            order[i:i] = moved
+            if order != old:
+                g = getattr(self._stage, "g", None)
+                self._order = order
+                if g is not None:
+                    self._stage = dataclasses.replace(self._stage, g=order.index(old[g]))
+
+    @property
+    def dependencies(self):  # noqa: ANN201 - tuple[Dependency, ...]
+        """The deltas found to fail differently from the symptom without a partner."""
+        return dependency.describe(self)
 
     def _belief(self, exclude: int | None = None, extra: int = 0) -> _Belief:
         """Belief of the current frame; ``extra``: of the next frame, with ``extra``
         accepted too; ``exclude``: ignoring the observations of that config."""
         obs = self._resolved if exclude is None else [o for o in self._resolved if o[0] != exclude]
+        # a unit that needs an accepted culprit never runs without it: whether it breaks the stack
+        # too cannot be seen, so it is no suspect (search/dependency.py; the verdict names the pair)
+        held = self._vars() | extra if self._needs else 0
         return _Belief(
-            frame_units=[u for u in self._order if not (extra >> u) & 1],
+            frame_units=[u for u in self._order if not (extra >> u) & 1
+                         and not (self._up(1 << u) & ~(1 << u) & held)],
             terms=self._terms + ([extra] if extra else []),
             obs=obs,
             prior=self.prior,
+            same=[(e, p) for e in self._needs for p in _bits(self._up(1 << e) & ~(1 << e))],
         )
 
     def _accepted_conf(self) -> float:
@@ -228,13 +306,13 @@ class Search(VerdictWriter):
         return m
 
     def _fix_mask(self, term: int) -> int:
-        """Current minus every culprit found so far and ``term``."""
-        return self._all & ~(self._vars() | term)
+        """Current minus every culprit found so far and ``term`` (and what needs them)."""
+        return self._down(self._all & ~(self._vars() | term))
 
     def _status(self, mask: int, post: _Belief) -> str:
         ev = self._evidence.get(mask)
         if ev is None or ev.resolved == 0:
-            return "untested"
+            return "other" if mask in self._other else "untested"
         if ev.failed:
             return "fail"
         if ev.passes >= self._retest_cap or post.p_bad(mask) <= self._tau:
@@ -326,6 +404,8 @@ class Search(VerdictWriter):
                                     "was running", stop_after=self.premise_failures, kind=TrialKind.CONFIRM)
             return self._not_config()
         base = self._evidence.get(0)
+        if base is None and 0 in self._other:
+            return self._final("baseline-other")
         if base is None:
             post = self._belief()
             runs = max(self.premise_probes, self._runs_for(0.5, post.q_given_bad(self._all), post.qs))
@@ -339,6 +419,12 @@ class Search(VerdictWriter):
             post = self._belief()
             if post.z <= 0:
                 return self._final("contradiction")
+            if self._other:  # a config that failed differently: find the delta that needs a partner first
+                dep = dependency.step(self, post)
+                if dep is self._AGAIN:
+                    continue
+                if dep is not None:
+                    return dep  # type: ignore[return-value]
             if self._settle(post):
                 continue
             p_top, top, conf = self._assess(post)
@@ -455,11 +541,14 @@ class Search(VerdictWriter):
         the stack alone (without the other deltas), or that current without it passes."""
         names = self._names(term)
         cands: list[tuple[float, int, str]] = []
-        if self._status(term, post) in ("untested", "weak"):
-            surprise = 1.0 - post.p_bad(term)
+        alone = self._up(term)  # with the partners it needs to start (search/dependency.py)
+        if self._status(alone, post) in ("untested", "weak"):
+            surprise = 1.0 - post.p_bad(alone)
             what = (f"does {names[0]} break the stack alone?" if len(names) == 1
                     else f"do {' + '.join(names)} break the stack together, alone?")
-            cands.append((surprise, term, "confirm: " + what))
+            if alone != term:
+                what = what[:-1] + f" (with {', '.join(self._names(alone & ~term))}, which it needs)?"
+            cands.append((surprise, alone, "confirm: " + what))
         vf = self._fix_mask(term)
         if self._status(vf, post) in ("untested", "weak"):
             surprise = self._belief(extra=term).p_bad(vf)
@@ -507,16 +596,19 @@ class Search(VerdictWriter):
             name = self._units[u]
             passes = sum(ev.passes for m, ev in self._evidence.items()
                          if (m >> u) & 1 and (m & term) != term and not ev.failed)
+            solo = self._up(1 << u)
+            if self._status(solo, post) == "other":
+                continue  # it cannot run without its partner: nothing to learn alone
             if passes == 0:
                 if not self.require_fix:
                     continue  # policy fast: inferred, and the explanation says so
-                return TrialRequest(frozenset([name]), runs, f"confirm: does {name} break the stack alone?",
+                return TrialRequest(frozenset(self._names(solo)), runs, f"confirm: does {name} break the stack alone?",
                                     kind=TrialKind.CONFIRM)
             if self._doubt_after(0.5, qd, post.qs, passes) > self._tau:
                 ev = self._evidence.get(1 << u)
                 if ev is not None and ev.passes >= self._retest_cap:
                     continue
-                return TrialRequest(frozenset([name]), runs,
+                return TrialRequest(frozenset(self._names(solo)), runs,
                                     f"retest: {name} passed {passes} runs without its partner, too few to rule out "
                                     "that it breaks the stack alone, intermittently", kind=TrialKind.RETEST)
         return None
@@ -564,7 +656,7 @@ class Search(VerdictWriter):
         most informative check (a unit or pair alone, a fix check, or a re-test)."""
         cands: dict[int, str] = {}
         for _, cls in post.ranked()[:6]:
-            t = post.term(cls)
+            t = self._up(post.term(cls))
             if t:
                 cands.setdefault(t, f"check: does {' + '.join(self._names(t))} break the stack alone?")
         for mask, ev in self._evidence.items():
@@ -575,6 +667,8 @@ class Search(VerdictWriter):
             ev = self._evidence.get(mask)
             if ev is not None and (ev.failed or ev.passes >= self._retest_cap):
                 continue
+            if ev is None and mask in self._other:
+                continue  # it fails differently: no evidence about the symptom to gain
             r = self._probes(mask, post)
             gain = post.eig(mask, r)
             if best is None or gain > best[0] + 1e-12:
@@ -583,7 +677,8 @@ class Search(VerdictWriter):
         if top_term:
             vf = self._fix_mask(top_term)
             ev = self._evidence.get(vf)
-            if ev is None or (not ev.failed and ev.passes < self._retest_cap):
+            if (ev is None and vf not in self._other) or (ev is not None and not ev.failed
+                                                          and ev.passes < self._retest_cap):
                 nxt = self._belief(extra=top_term)
                 r = self._probes(vf, nxt)
                 gain = nxt.eig(vf, r)

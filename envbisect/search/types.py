@@ -28,6 +28,10 @@ class Observation:
     produced no evidence at all; ``passes`` and ``failures`` are then ignored.
     ``free`` marks an observation that cost no restart: the running stack probed as
     it was, because every process verifiably runs the current files.
+    ``other`` marks a trial that failed *differently* from the symptom (a service that would not
+    start when the symptom is a hang, another HTTP status, ...): no evidence for or against the
+    symptom, as `git bisect skip`; the search plans around it and looks for the delta that needs
+    a partner (search/dependency.py). ``passes`` and ``failures`` are then ignored.
     """
 
     config: frozenset[str]
@@ -36,11 +40,16 @@ class Observation:
     unresolved: bool = False
     failures: int = 0
     free: bool = False
+    other: bool = False
     # the caller's number for this trial, which the explanation cites; None: the order observed
     # (they differ when a trial was run before the search asked for it, as a perf reference is)
     trial: int | None = None
 
     def __post_init__(self) -> None:
+        if self.other:
+            object.__setattr__(self, "failed", False)
+            object.__setattr__(self, "failures", 0)
+            return
         if self.failed and self.failures == 0:
             object.__setattr__(self, "failures", 1)
         if self.failures > 0 and not self.failed:
@@ -48,7 +57,7 @@ class Observation:
 
     @property
     def outcome(self) -> Outcome:
-        if self.unresolved:
+        if self.unresolved or self.other:  # another failure: no evidence about the symptom either
             return Outcome.UNRESOLVED
         return Outcome.FAIL if self.failed else Outcome.PASS
 
@@ -77,6 +86,7 @@ class TrialKind(str, Enum):
     REFINE = "refine"  # a member of an auto-linked unit tested apart (bisect.py)
     FINAL = "final"  # --leave fixed: current minus the culprits (bisect.py)
     GUARD = "guard"  # --guard: what reverting the culprits costs in speed (bisect.py; never searched on)
+    DEPENDENCY = "dependency"  # which delta fails differently without which partner (search/dependency.py)
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,22 @@ class Verdict:
     suspects: tuple[tuple[str, float], ...]
     explanation: str
     terms: tuple[tuple[str, ...], ...] = ()
+    dependencies: tuple["Dependency", ...] = ()  # deltas that fail differently without a partner
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """``needy`` fails differently from the symptom (usually: a service does not start) without
+    ``partners``, and does not with them. ``observed``: the three trials that show it are cited
+    in ``text`` (without it, with neither, with both); else ``text`` says what was inferred."""
+
+    needy: str
+    partners: tuple[str, ...]
+    text: str
+    observed: bool = True
+    # (failed differently: needy without the partners, passed or showed the symptom: the same
+    # without needy, and: the same with the partners); empty when not all three were run
+    trials: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -76,9 +76,16 @@ def load_rules(path: str | None) -> dict[str, Any]:
     null = unset). ``when_flag`` matches the server flags on the worker's command line the same way
     (``{"--attention-backend": "triton"}``; a switch's value is "", a flag's several values are
     joined by one blank, the last occurrence of a repeated flag wins): the start script passes
-    ``$SGLANG_EXTRA_ARGS`` there, word-split, as a real start script does.  ``when_file`` (one
-    object or a list) matches when the file exists and contains the string (``"contains": null`` =
-    just exists; ``"exists": false`` = absent).
+    ``$SGLANG_EXTRA_ARGS`` there, word-split, as a real start script does.  ``when_peer`` (decode
+    only) matches the same way against the prefill it handshakes with at start: a start-time fault
+    of a pair split across the two, e.g. decode exits when prefill sets ``SGLANG_ENABLE_X=1`` and
+    decode lacks ``SGLANG_X_PATH``::
+
+        {"service": "decode", "when": {"SGLANG_X_PATH": null}, "when_peer": {"SGLANG_ENABLE_X": "1"},
+         "fault": "crash", "message": "prefill enables X; decode has no SGLANG_X_PATH"}
+
+    ``when_file`` (one object or a list) matches when the file exists and contains the string
+    (``"contains": null`` = just exists; ``"exists": false`` = absent).
     Fault parameters sit either on the rule or in ``"params"``.
     """
     if not path:
@@ -172,13 +179,20 @@ def _matches(want: dict[str, Any], have_all: dict[str, str]) -> bool:
     return True
 
 
+def peer_vars(rules: dict[str, Any]) -> list[str]:
+    """The variables a prefill tells its decode at the handshake (every rule's ``when_peer``)."""
+    return sorted({k for r in rules.get("rules", []) for k in (r.get("when_peer") or {})})
+
+
 def rule_matches(rule: dict[str, Any], service: str, env: dict[str, str],
-                 flags: dict[str, str] | None = None) -> bool:
+                 flags: dict[str, str] | None = None, peer: dict[str, str] | None = None) -> bool:
     svc = rule.get("service", "*")
     services = [svc] if isinstance(svc, str) else list(svc)
     if "*" not in services and service not in services:
         return False
     if not _matches(rule.get("when_flag") or {}, flags or {}):
+        return False
+    if rule.get("when_peer") and (peer is None or not _matches(rule["when_peer"], peer)):
         return False
     for name, want in (rule.get("when") or {}).items():
         have = env.get(name)
@@ -200,17 +214,18 @@ def rule_matches(rule: dict[str, Any], service: str, env: dict[str, str],
 
 
 def active_faults(rules: dict[str, Any], service: str, env: dict[str, str],
-                  flags: dict[str, str] | None = None) -> list[dict[str, Any]]:
+                  flags: dict[str, str] | None = None,
+                  peer: dict[str, str] | None = None) -> list[dict[str, Any]]:
     out = []
     for i, rule in enumerate(rules.get("rules", [])):
-        if not rule_matches(rule, service, env, flags):
+        if not rule_matches(rule, service, env, flags, peer):
             continue
         kind = rule.get("fault")
         if kind not in FAULT_KINDS:
             log(f"WARNING: rule #{i} has unknown fault {kind!r}; ignored")
             continue
         params = {k: v for k, v in rule.items()
-                  if k not in ("service", "when", "when_flag", "when_file", "fault", "params")}
+                  if k not in ("service", "when", "when_flag", "when_peer", "when_file", "fault", "params")}
         params.update(rule.get("params") or {})
         out.append({"index": i, "fault": kind, "params": params, "rule": rule})
     return out
@@ -463,7 +478,8 @@ class BootstrapHandler(BaseHandler):
             self.send_text(200, "OK")
         elif path in ("/instance", "/route"):
             self.send_json(200, {"instance_id": sim.instance_id, "layout_fingerprint": sim.fingerprint,
-                                 "role": sim.role, "pid": os.getpid()})
+                                 "role": sim.role, "pid": os.getpid(),
+                                 "env": {k: sim.env.get(k) for k in peer_vars(sim.rules)}})
         elif path.startswith("/kv/"):
             room = path[len("/kv/"):]
             with sim.kv_lock:
@@ -840,6 +856,22 @@ def learn_prefill_instance(sim: Sim) -> None:
         sim.shutdown.wait(0.2)
 
 
+def peer_environment(sim: Sim, wait_s: float = 10.0) -> dict[str, str] | None:
+    """Decode, at start: what the prefill says of the variables the rules ask about (None when it
+    cannot be reached within ``wait_s``: then no ``when_peer`` rule matches)."""
+    host, port = split_url(sim.prefill_bootstrap or "")
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            st, data = http_get_json(host, port, "/instance", timeout=1.0)
+            if st == 200 and isinstance(data, dict):
+                return {k: v for k, v in (data.get("env") or {}).items() if v is not None}
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    return None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="envbisect.sim.worker", description=__doc__.split("\n\n")[0])
     p.add_argument("--role", choices=("prefill", "decode"), required=True)
@@ -876,6 +908,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"(rule: {json.dumps(f['rule'], sort_keys=True)})")
     else:
         log("fault decision: no rule matches; behaving normally")
+    if sim.role == "decode" and sim.prefill_bootstrap and any(r.get("when_peer") for r in sim.rules["rules"]):
+        peer = peer_environment(sim)
+        for f in active_faults(sim.rules, sim.service, sim.env, sim.flags, peer):
+            if f["rule"].get("when_peer") and f not in sim.faults:
+                log(f"fault decision: rule #{f['index']} matches with the prefill's "
+                    f"{json.dumps(peer, sort_keys=True)} -> {f['fault']}")
+                sim.faults.append(f)
     crash = sim.fault("crash")
     if crash is not None:
         time.sleep(min(float(crash["params"].get("after_s", 0.1)), 5.0))

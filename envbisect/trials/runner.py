@@ -44,6 +44,9 @@ class Trial:
     free: bool = False
     kind: TrialKind = TrialKind.CHECK
     cause: Cause | None = None  # why it is unresolved (infrastructure), None otherwise
+    # a failure against the symptom's fingerprint (trials/symptom.py; set by the run): "same", or
+    # "other" (it failed differently: no evidence about the symptom); None: not a failure, or not judged
+    symptom: str | None = None
 
     @property
     def passes(self) -> int:
@@ -60,7 +63,8 @@ class Trial:
                 "started_at": self.started_at, "probe": {"runs": [r.to_json() for r in self.probe_runs],
                                                           "passes": self.passes},
                 "log_tail": self.log_tail[-2000:], "aborted": self.aborted, "free": self.free,
-                "kind": self.kind.value, "cause": self.cause.value if self.cause else None}
+                "kind": self.kind.value, "cause": self.cause.value if self.cause else None,
+                "symptom": self.symptom}
 
     @classmethod
     def from_json(cls, d: Mapping) -> "Trial":
@@ -78,7 +82,8 @@ class Trial:
             cause = Cause.SSH_LOST if "ssh connection" in d["reason"] else Cause.RESTART_FAILED
         return cls(d["n"], d["purpose"], tuple(d["units"]), tuple(d["config"]), Outcome(d["outcome"]), d["reason"],
                    runs, d["restart_s"], d["probe_s"], d.get("restart_durations", {}), d.get("started_at", 0.0),
-                   d.get("log_tail", ""), d.get("aborted", False), d.get("free", False), kind, cause)
+                   d.get("log_tail", ""), d.get("aborted", False), d.get("free", False), kind, cause,
+                   d.get("symptom"))
 
 
 def _kind_from_purpose(purpose: str) -> TrialKind:
@@ -86,7 +91,7 @@ def _kind_from_purpose(purpose: str) -> TrialKind:
     for prefix, kind in (("premise: current", TrialKind.PREMISE_CURRENT), ("premise: baseline", TrialKind.PREMISE_BASELINE),
                          ("bisect", TrialKind.BISECT), ("retest", TrialKind.RETEST), ("confirm", TrialKind.CONFIRM),
                          ("retry", TrialKind.RETRY), ("refine", TrialKind.REFINE), ("final", TrialKind.FINAL),
-                         ("guard", TrialKind.GUARD)):
+                         ("guard", TrialKind.GUARD), ("dependency", TrialKind.DEPENDENCY)):
         if purpose.startswith(prefix):
             return kind
     return TrialKind.CHECK

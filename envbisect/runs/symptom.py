@@ -1,0 +1,106 @@
+"""The symptom of a bisection run: its fingerprint, each failing trial judged against it, and the
+dependencies the search found, as sentences in delta ids.
+
+The fingerprint is taken from the premise (the current configuration, every delta applied, must
+fail): how *that* fails is the symptom. From then on each failing trial is judged (trials/symptom.py):
+the same failure, or another one (`Trial.symptom`), and another failure reaches the search as
+`Observation(other=True)`: no evidence about the symptom. A perf probe has no symptom to compare
+(its failure is "slower"), and a run whose premise did not fail has none either: then nothing is
+judged and every failure counts, as before.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+from envbisect.search import TrialKind, Verdict
+from envbisect.trials.runner import Trial
+from envbisect.trials.symptom import Fingerprint, of_trial, shows
+
+
+class SymptomWatch:
+    """Learns the symptom from the first failing trial of the current configuration (the premise)
+    and marks every later failing trial "same" or "other"."""
+
+    def __init__(self, units: Sequence[str], enabled: bool = True):
+        self.units = frozenset(units)
+        self.enabled = enabled
+        self.fingerprint: Fingerprint | None = None
+        self.learnt_from: int | None = None
+
+    def see(self, trial: Trial) -> Trial:
+        """The trial, marked against the symptom (learning it first when this is the premise)."""
+        if not self.enabled or not trial.outcome.failed or trial.kind is TrialKind.GUARD:
+            return trial
+        if self.fingerprint is None:
+            if frozenset(trial.units) == self.units and trial.kind in (TrialKind.PREMISE_CURRENT, TrialKind.CONFIRM):
+                self.fingerprint = of_trial(trial)
+                self.learnt_from = trial.n if self.fingerprint is not None else None
+                return dataclasses.replace(trial, symptom="same") if self.fingerprint is not None else trial
+            return trial
+        same = shows(self.fingerprint, trial)
+        if same is None:
+            return trial
+        return dataclasses.replace(trial, symptom="same" if same else "other")
+
+    def to_json(self) -> dict | None:
+        if self.fingerprint is None:
+            return None
+        return {**self.fingerprint.to_json(), "trial": self.learnt_from}
+
+
+def dependency_records(verdict: Verdict, units: Mapping[str, Sequence[str]],
+                       trials: Sequence[Trial]) -> list[dict]:
+    """The verdict's dependencies in delta ids, each with its sentence: "`decode:SGLANG_ENABLE_X`
+    needs `decode:SGLANG_X_PATH` (fails to start without it: decode died while starting, trial 5;
+    ...)"."""
+    by_n = {t.n: t for t in trials}
+    out = []
+    for d in verdict.dependencies:
+        needy = [x for x in units.get(d.needy, (d.needy,))]
+        partners = [x for p in d.partners for x in units.get(p, (p,))]
+        how = "fails differently from the symptom without it"
+        t = by_n.get(d.trials[0]) if d.trials else None
+        fp = of_trial(t) if t is not None else None
+        if fp is not None and fp.kind == "start-failure":
+            how = f"fails to start without it: {t.reason}"
+        elif fp is not None:
+            how = f"fails differently without it: {fp.describe()}"
+        n = " + ".join(f"`{x}`" for x in needy)
+        p = " + ".join(f"`{x}`" for x in partners)
+        if d.observed and len(d.trials) == 3:
+            a, b, c = d.trials
+            seen = (f"trial {a}; without {n.replace('`', '')} it did not ({f'trial {b}' if b else 'the baseline'}), "
+                    f"with {p.replace('`', '')} it did not (trial {c})")
+        else:
+            seen = "inferred: not every side of it was run"
+        out.append({"needy": needy, "partners": partners, "observed": d.observed, "trials": list(d.trials),
+                    "text": f"{n} needs {p} ({how}; {seen}). Neither is a culprit of the symptom unless the "
+                            "verdict names it."})
+    return out
+
+
+def leave_pairs_whole(keep: Sequence[str], dropped: set[str], dependencies: Sequence[dict],
+                      units: Mapping[str, Sequence[str]]) -> tuple[list[str], list[str]]:
+    """Units to keep for `--leave fixed` without leaving a delta without the partner it needs:
+    a kept unit whose partner is dropped is dropped too, with the sentence that says why."""
+    keep = list(keep)
+    notes = []
+    changed = True
+    while changed:
+        changed = False
+        for d in dependencies:
+            gone = [p for p in d["partners"] if p in dropped]
+            if not gone:
+                continue
+            for u in list(keep):
+                if set(units[u]) & set(d["needy"]):
+                    keep.remove(u)
+                    dropped.update(units[u])
+                    notes.append(f"also left out {', '.join(units[u])}: it needs {', '.join(gone)} "
+                                 "(it fails to start without it), which the verdict takes out")
+                    changed = True
+    return keep, notes
+
+
+__all__ = ["SymptomWatch", "dependency_records", "leave_pairs_whole"]

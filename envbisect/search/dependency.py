@@ -1,0 +1,174 @@
+"""Another failure: a trial that fails differently from the symptom, and the delta behind it.
+
+A configuration that fails differently (a service that will not start when the symptom is a
+hang, another HTTP status) says nothing about the symptom: it is skipped, as `git bisect skip`
+does. It usually means a delta needs a partner (a flag that requires another flag, a feature
+switch without its model path). The search finds the pair from the configuration that failed
+differently, X, with two prefix bisections, rebuilt from the evidence every time (as the
+structured stages are), and a check:
+
+1. the *needy* delta: the shortest prefix of X (in the search's order) that fails differently;
+   its last delta e fails differently without something X lacks;
+2. its *partner*: added to that prefix, the fewest of the other deltas (in order) with which it
+   no longer fails differently; the last of them is p;
+3. the check: the prefix plus p alone must not fail differently. Then e needs p: seen failing
+   differently without it, not without e, and not with p.
+
+From then on the search never asks for e without p (`Search._up`), a fix that takes p out takes
+e too (`Search._down`), and p is moved before e in the bisection order, so no prefix splits them.
+Pure: no I/O, no clock, no randomness.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from envbisect.search.belief import _bits
+from envbisect.search.stages import AGAIN
+from envbisect.search.types import Dependency, TrialKind
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envbisect.search.belief import _Belief
+    from envbisect.search.strategy import Search
+
+
+def clean(s: "Search", mask: int) -> bool | None:
+    """True: seen not failing differently (it passed, or showed the symptom); False: seen failing
+    differently, and never clean; None: not run."""
+    ev = s._evidence.get(mask)
+    if ev is not None and ev.resolved:
+        return True
+    if mask == 0:
+        return None
+    return False if mask in s._other else None
+
+
+def unexplained(s: "Search") -> int | None:
+    """The first configuration that failed differently which no known dependency explains."""
+    for mask in s._other:
+        if clean(s, mask) is True or s._down(mask) != mask:
+            continue
+        return mask
+    return None
+
+
+def _bisect_edge(s: "Search", length: int, cfg: Callable[[int], int], want_clean_low: bool) -> tuple[int, int | None]:
+    """Bisection for the boundary between clean and failing-differently along cfg(0..length).
+    want_clean_low: cfg(0) is clean and cfg(length) fails differently (find the first that fails);
+    else cfg(0) fails differently and cfg(length) is clean (find the first clean one).
+    Returns (boundary, None) once settled, or (-1, mask to run)."""
+    low_state = want_clean_low  # clean() value at the low end
+    lo, hi = 0, length
+    for k in range(1, length):
+        c = clean(s, cfg(k))
+        if c is None:
+            continue
+        if c == low_state:
+            lo = max(lo, k)
+        elif k < hi:
+            hi = k
+    # keep lo < hi consistent when the evidence is not monotone (several dependencies)
+    if lo >= hi:
+        lo = max(k for k in range(hi) if k == 0 or clean(s, cfg(k)) == low_state)
+    while hi - lo > 1:
+        mid = lo + (hi - lo) // 2
+        c = clean(s, cfg(mid))
+        if c is None:
+            return -1, cfg(mid)
+        if c == low_state:
+            lo = mid
+        else:
+            hi = mid
+    return hi, None
+
+
+def step(s: "Search", post: "_Belief") -> object:
+    """The next request of the dependency search, AGAIN after a dependency was recorded, or None
+    when every configuration that failed differently is explained (or the search gave up on it)."""
+    if s._dep_given_up:
+        return None
+    x = unexplained(s)
+    if x is None:
+        return None
+    if len(s._needs_found) > 2 * s._n:  # defensive: dependencies that keep moving; skip instead
+        s._dep_given_up = True
+        return None
+    seq = s._ranked(x)
+    needy_cfg = lambda k: s._up(_mask(seq[:k]))  # noqa: E731
+    k, run = _bisect_edge(s, len(seq), needy_cfg, want_clean_low=True)
+    if run is not None:
+        return s._request(run, f"dependency: which delta of {s._fmt(x)} fails differently from the symptom "
+                               "without a partner?", post, TrialKind.DEPENDENCY)
+    e = seq[k - 1]
+    base = needy_cfg(k)
+    name = s._units[e]
+    cands = s._ranked(s._all & ~base)
+    collected = 0  # cures found that were not all it needs: they stay while the rest is searched
+    while cands:
+        fixed = base | collected
+        cure_cfg = lambda j: s._up(fixed | _mask(cands[:j]))  # noqa: E731
+        j, run = _bisect_edge(s, len(cands), cure_cfg, want_clean_low=False)
+        if run is not None:
+            return s._request(run, f"dependency: which delta does {name} need?", post, TrialKind.DEPENDENCY)
+        p = cands[j - 1]
+        check = s._up(base | (1 << p))
+        c = clean(s, check)
+        if c is None:
+            return s._request(check, f"dependency: does {name} start with {s._units[p]}?", post, TrialKind.DEPENDENCY)
+        if c:
+            s._learn_need(e, 1 << p)
+            return AGAIN
+        # p cured something the deltas before it needed (another needy delta), or is not all e needs:
+        # keep it and look for e's partner among the deltas before it
+        collected |= 1 << p
+        cands = cands[: j - 1]
+    if collected:
+        s._learn_need(e, collected)
+        return AGAIN
+    s._dep_given_up = True
+    return None
+
+
+def _mask(units: Sequence[int]) -> int:
+    m = 0
+    for u in units:
+        m |= 1 << u
+    return m
+
+
+def describe(s: "Search") -> tuple[Dependency, ...]:
+    """The dependencies found, each with the trials that show it when all three were run."""
+    out = []
+    for e, partners in s._needs.items():
+        name = s._units[e]
+        pnames = s._names(partners)
+        cite: tuple[int, ...] = ()
+        for a in s._other:
+            if not (a >> e) & 1 or (a & partners) == partners or clean(s, a) is True:
+                continue
+            without = a & ~(1 << e)
+            with_ = s._up(a | partners)
+            if clean(s, without) is True or without == 0:
+                if clean(s, with_) is True:
+                    cite = (s._other[a][0], _first_trial(s, without), _first_trial(s, with_))
+                    break
+        who = " + ".join(pnames)
+        if cite:
+            text = (f"{name} needs {who}: without it the stack failed differently from the symptom (trial {cite[0]}), "
+                    f"without {name} too it did not ({_said(cite[1])}), with {who} it did not (trial {cite[2]})")
+        else:
+            text = (f"{name} needs {who} (inferred from the trials that failed differently from the symptom; "
+                    "not every side of it was run)")
+        out.append(Dependency(name, pnames, text, bool(cite), cite))
+    return tuple(out)
+
+
+def _first_trial(s: "Search", mask: int) -> int:
+    ev = s._evidence.get(mask)
+    return ev.trials[0] if ev is not None and ev.trials else 0
+
+
+def _said(trial: int) -> str:
+    return f"trial {trial}" if trial else "the baseline"
+
+
+__all__ = ["step", "describe", "unexplained", "clean"]

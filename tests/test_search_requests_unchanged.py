@@ -1,0 +1,59 @@
+"""The search's requests and verdicts over seeded oracle cases, as one hash: a change to the search
+that is meant to leave cases without "another failure" alone must leave this unchanged (the same
+kind of check as the 600-case fingerprint of the stages refactor, cfcfbe7 / a38ad70)."""
+from __future__ import annotations
+
+import hashlib
+import random
+
+from envbisect.search import POLICIES, Observation, Verdict
+
+# computed on 8246623..cc23e47 (before "another failure" existed); see the module docstring
+EXPECTED = "f8ce89c8d36814ce4c04717c52d2d713fe3440628bd1a79074430af307ccb150"
+
+
+def _cases(count: int = 600):
+    rng = random.Random(877)
+    for i in range(count):
+        n = rng.choice((3, 4, 5, 6, 8, 11, 16))
+        units = [f"u{j}" for j in range(n)]
+        kind = rng.choice(("culprit", "pair", "two", "flaky"))
+        a, b = rng.sample(units, 2)
+        terms = [{a}] if kind in ("culprit", "flaky") else [{a, b}] if kind == "pair" else [{a}, {b}]
+        yield i, units, terms, (0.5 if kind == "flaky" else 1.0)
+
+
+def _play(policy, units, terms, detection, seed) -> list[str]:
+    rng = random.Random(seed)
+    s = policy.search(units)
+    out = []
+    for _ in range(200):
+        step = s.next()
+        if isinstance(step, Verdict):
+            out.append(f"V {step.kind} {sorted(step.culprits)} {step.confidence:.6f} {step.explanation}")
+            return out
+        out.append(f"R {sorted(step.config)} {step.probes} {step.stop_after} {step.kind.value} {step.purpose}")
+        bad = any(t <= set(step.config) for t in terms)
+        passes = failures = 0
+        for _ in range(step.probes):
+            if bad and rng.random() < detection:
+                failures += 1
+                if failures >= step.stop_after:
+                    break
+            else:
+                passes += 1
+        s.observe(Observation(step.config, passes, failures=failures, free=step.free))
+    return out
+
+
+def digest() -> str:
+    h = hashlib.sha256()
+    for i, units, terms, detection in _cases():
+        for name in sorted(POLICIES):
+            for line in _play(POLICIES[name], units, terms, detection, 1000 + i):
+                h.update(line.encode() + b"\n")
+    return h.hexdigest()
+
+
+def test_requests_and_verdicts_without_another_failure_are_unchanged():
+    assert digest() == EXPECTED
