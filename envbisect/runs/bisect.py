@@ -28,7 +28,7 @@ from envbisect.state.deltas import Delta, Diff, linked_units, same_change
 from envbisect.state.sourced import verdict_notes
 from envbisect.runs.deployment import Deployment
 from envbisect.trials.diagnose import PathReport, check_path
-from envbisect.errors import EnvbisectError, ExitStatus, LockLost, RemoteError, UsageError
+from envbisect.errors import EnvbisectError, ExitStatus, LockLost, ProbeBroken, RemoteError, UsageError
 from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal, journal_dir
 from envbisect.inputs.playbook import Probe
 from envbisect.hosts.restart import co_restart
@@ -40,6 +40,7 @@ from envbisect.state.rundir import RunDir, Runs
 from envbisect.state.corrections import Correction, Corrections, append_corrections, read_corrections
 from envbisect.runs.corrections import check_correctable, feed, recorded_refine
 from envbisect.state.store import Store
+from envbisect.trials.probe_check import broken_line, refuse_broken_probe
 from envbisect.trials.runner import Trial, TrialRunner
 
 # an undecided perf trial is a start too few, not broken infrastructure: up to 3 more starts of it
@@ -339,6 +340,7 @@ class BisectRun:
         probe = self.probe()
         deltas = select_deltas(diff, self.opts.only, self.opts.exclude)
         check_applicable(deltas)
+        refuse_broken_probe(probe, self.playbook, self.dep.transports)  # before any edit or restart
         units, notes = make_units(deltas, self.declared_links, self.opts.auto_link)
         self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
         self.run_dir = Runs(self.dep.store.runs_dir).new(self.run_id).path
@@ -525,6 +527,8 @@ class BisectRun:
                 self.on_event("trial-end", {"trial": trial})
                 if trial.aborted:
                     raise UsageError(f"probe asked to abort the bisection: {trial.reason}")
+                if trial.cause is Cause.PROBE_BROKEN:  # no evidence: stop (and restore, below)
+                    raise ProbeBroken(broken_line(probe, f"trial {trial.n}: {trial.reason}", restored=True))
                 search.observe(_observation(trial))
                 if trial.cause is Cause.SSH_LOST:
                     self.on_event("step", {"message": "the ssh connection was lost: reconnecting"})

@@ -18,7 +18,7 @@ from envbisect.errors import RemoteError
 from envbisect.hosts.journal import HostEditor
 from envbisect.outcome import Cause, Outcome
 from envbisect.inputs.playbook import Playbook, Probe
-from envbisect.trials.probe import ABORT, CANNOT_TEST, FAIL, PASS, ProbeRun, run_probe
+from envbisect.trials.probe import ABORT, BROKEN, CANNOT_TEST, FAIL, PASS, ProbeRun, run_probe
 from envbisect.hosts.restart import RestartResult, co_restart
 from envbisect.search import TrialKind
 from envbisect.hosts.transport import Transport
@@ -112,6 +112,8 @@ def probe_repeatedly(probe: Probe, transports: Mapping[str, Transport], runs: in
             return Outcome.CANNOT_TEST, tuple(done), "probe said it cannot test (exit 125)"
         if r.outcome == ABORT:
             return Outcome.ABORT, tuple(done), r.reason
+        if r.outcome == BROKEN:
+            return Outcome.BROKEN, tuple(done), r.reason
     if failed:
         return Outcome.FAIL, tuple(done), (f"{len(failed)}/{len(done)} probe runs failed; first: {failed[0].reason}"
                                            if len(done) > 1 else failed[0].reason)
@@ -190,6 +192,9 @@ class TrialRunner:
         if outcome is Outcome.ABORT:
             return replace(base, outcome=Outcome.UNRESOLVED, cause=Cause.ABORTED, reason=reason, probe_runs=runs,
                            probe_s=probe_s, aborted=True)
+        if outcome is Outcome.BROKEN:  # no evidence at all: the bisection stops (bisect.py)
+            return replace(base, outcome=Outcome.UNRESOLVED, cause=Cause.PROBE_BROKEN, reason=reason,
+                           probe_runs=runs, probe_s=probe_s)
         return replace(base, outcome=outcome, reason=reason, probe_runs=runs, probe_s=probe_s)
 
     def _run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int,
