@@ -158,6 +158,9 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
     if env.quiet:  # -q: the verdict and its culprits are the result
         return
     env.out.print(f"  {v.explanation}")
+    proof = getattr(result, "baseline_proof", None)
+    for line in proof.lines() if proof is not None else ():
+        env.out.print(f"  {line}")
     g = getattr(result, "guard", None)
     if g is not None:
         word, style = {True: ("safe to revert", "bold green"), False: ("NOT safe to revert", "bold red"),

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from envbisect.state.configuration import check_applicable, touched
 from envbisect.state.deltas import Delta, Diff, linked_units, same_change
 from envbisect.state.sourced import verdict_notes
+from envbisect.runs.baseline_proof import BaselineProof, build_proof, not_reproduced
 from envbisect.runs.deployment import Deployment
 from envbisect.trials.diagnose import PathReport, check_path
 from envbisect.errors import EnvbisectError, ExitStatus, LockLost, ProbeBroken, RemoteError, UsageError
@@ -79,6 +80,7 @@ class BisectResult:
     refined: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # auto-linked unit -> guilty members
     guard: "GuardResult | None" = None  # --guard: what reverting the culprits costs in speed
     corrections: Corrections = Corrections()  # the operator's (state/corrections.py): retracted trials stay listed
+    baseline_proof: BaselineProof | None = None  # not-config (or inconclusive for want of it): runs/baseline_proof.py
 
     @property
     def culprit_deltas(self) -> tuple[str, ...]:
@@ -108,6 +110,7 @@ class BisectResult:
             "state_left": self.state_left, "notes": list(self.notes),
             "guard": self.guard.to_json() if self.guard else None,
             "corrections": [c.to_json() for c in self.corrections.entries],
+            "baseline_proof": self.baseline_proof.to_json() if self.baseline_proof else None,
         }
 
     def _trial_json(self, t: Trial) -> dict[str, Any]:
@@ -538,6 +541,15 @@ class BisectRun:
                 verdict = dataclasses.replace(verdict, explanation=verdict.explanation
                                               + " Observed, testing auto-linked members apart: " + "; ".join(apart) + ".")
             guard = self._guard_revert(verdict, units, refined, runner, notes)
+            proof = None
+            if verdict.kind == "not-config":  # only with proof that the baseline trial was the baseline
+                proof = build_proof(seen=_seen_ids(diff, diff_doc), deltas=deltas, original=original,
+                                    contents=contents, playbook=self.playbook, probe=probe,
+                                    trials=[t for t in self.trials if not self.corrections.retracted(t.n)],
+                                    diff_notes=diff.notes if diff else (diff_doc or {}).get("notes", ()),
+                                    conflicts=editor.conflicts)
+                if not proof.reproduced:
+                    verdict = not_reproduced(verdict, proof)
             if verdict.kind == "not-config":
                 # "the baseline fails too" clears only what envbisect saw: a file an env file
                 # sources that it could not snapshot is named (state/sourced.py)
@@ -593,7 +605,7 @@ class BisectRun:
                          "it, co-restarted - which is itself the fix for a stack restarted piecemeal")
             drift_hint = tuple(_drift_hint(diff.to_json(self.dep.masker) if diff else diff_doc or {}))
         result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, units, path_report, drift_hint,
-                              final, tuple(notes), refined, guard, self.corrections)
+                              final, tuple(notes), refined, guard, self.corrections, proof)
         RunDir(self.run_dir).write(rundir.VERDICT, self.dep.masker.redact_json(result.to_json()))
         return result
 
@@ -779,6 +791,13 @@ def _observation(t: Trial) -> Observation:
     failed = t.outcome.failed
     return Observation(frozenset(t.units), passes=t.passes, failed=failed, failures=max(t.failures, int(failed)),
                        free=t.free, trial=t.n)
+
+
+def _seen_ids(diff: Diff | None, diff_doc: Mapping[str, Any] | None) -> list[str]:
+    """Every delta the diff saw (the run's and those it left out); a resumed run reads its record."""
+    if diff is not None:
+        return [d.id for d in diff.deltas]
+    return [d["id"] for d in (diff_doc or {}).get("deltas", [])]
 
 
 def _drift_hint(diff_doc: Mapping[str, Any]) -> list[str]:
