@@ -202,3 +202,24 @@ def test_a_probe_that_breaks_mid_run_stops_restores_and_exits_2(scenario, tmp_pa
     assert err.value.exit_status is ExitStatus.USAGE
     assert "cmd" in str(err.value) and "127" in str(err.value) and "\n" not in str(err.value)
     assert tree_fingerprint(s.sim) == before
+
+
+# --- part 0: a not-reproduced verdict names the drift it saw ------------------------------------
+
+def test_not_reproduced_names_a_value_no_file_sets(scenario):
+    """decode was started by hand with SGLANG_SM120_MMA_TARGET_CTAS=256 (it hangs with it), and its
+    file says 128 today as at the baseline: the running state was the fault, not the files. The
+    verdict must say so, not "check the probe"."""
+    s = scenario()
+    s.baseline()
+    plant(s.sim, INNOCENT[:2])
+    s.sim.set_env("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")
+    s.sim.restart("decode")
+    s.sim.set_env("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "128")
+    s.sim.age_files()
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind == "not-reproduced", r.verdict
+    text = r.verdict.explanation
+    assert "check the probe" not in text, text
+    assert "decode" in text and "SGLANG_SM120_MMA_TARGET_CTAS=256" in text and "no file sets" in text, text
+    assert any("no file sets" in h for h in r.drift_hint), r.drift_hint

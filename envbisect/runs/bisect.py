@@ -28,6 +28,7 @@ from envbisect.state.deltas import Delta, Diff, linked_units, same_change
 from envbisect.state.sourced import verdict_notes
 from envbisect.runs.baseline_proof import BaselineProof, build_proof, not_reproduced
 from envbisect.runs.deployment import Deployment
+from envbisect.runs.drift import drift_hints, with_drift
 from envbisect.trials.diagnose import PathReport, check_path
 from envbisect.errors import EnvbisectError, ExitStatus, LockLost, ProbeBroken, RemoteError, UsageError
 from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal, journal_dir
@@ -603,7 +604,9 @@ class BisectRun:
         elif verdict.kind == "not-reproduced":
             notes.append("after a full ordered co-restart the current configuration passes; the hosts were left at "
                          "it, co-restarted - which is itself the fix for a stack restarted piecemeal")
-            drift_hint = tuple(_drift_hint(diff.to_json(self.dep.masker) if diff else diff_doc or {}))
+            recorded = diff.to_json(self.dep.masker) if diff else diff_doc or {}
+            drift_hint = tuple(drift_hints(recorded))
+            verdict = with_drift(verdict, recorded, list(drift_hint))
         result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, units, path_report, drift_hint,
                               final, tuple(notes), refined, guard, self.corrections, proof)
         RunDir(self.run_dir).write(rundir.VERDICT, self.dep.masker.redact_json(result.to_json()))
@@ -800,16 +803,7 @@ def _seen_ids(diff: Diff | None, diff_doc: Mapping[str, Any] | None) -> list[str
     return [d["id"] for d in (diff_doc or {}).get("deltas", [])]
 
 
-def _drift_hint(diff_doc: Mapping[str, Any]) -> list[str]:
-    hints = []
-    for dr in diff_doc.get("drift", []):
-        hints.append(f"{dr['service']} (pid {dr['pid']}) was running with {dr['key']}={dr['process']} while its file "
-                     f"says {dr['file']}: it was not restarted after an edit, or restarted alone")
-    for s in diff_doc.get("unknown_processes", []):
-        hints.append(f"{s}: start environment unknown (overwritten by the program); cannot tell whether it was stale")
-    if not hints:
-        hints.append("no drift was recorded; the failure may have needed a co-restart, load, or time to appear")
-    return hints
+_drift_hint = drift_hints  # the name runs/replay.py imports (the sentences live in runs/drift.py)
 
 
 def _find_run_dir(store: Store, run_id: str | None, deployment: str, finished: bool | None = False) -> RunDir:
