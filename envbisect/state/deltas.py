@@ -575,6 +575,14 @@ def _repo_delta(host: str, path: str, repo: RepoState, base: RepoState | None, b
     return Delta(f"git:{host}:{path}", "git", host, None, path, None, "changed", old, repo.head, source, tuple(detail))
 
 
+REPO_FILE_MARK = "in the deployed repo"  # in the first detail of a file delta made by _dirty_deltas
+
+
+def is_repo_file(d: Delta) -> bool:
+    """Is this file delta an uncommitted change to a tracked file of a deployed repo (a hotfix)?"""
+    return d.kind == "file" and bool(d.detail) and REPO_FILE_MARK in d.detail[0]
+
+
 def _dirty_deltas(host: str, rpath: str, repo: RepoState, cur: HostState, base: HostState | None,
                   base_id: str | None, since: float | None, contents: dict[str, bytes], covered: set[str],
                   notes: list[str]) -> list[Delta]:
@@ -609,8 +617,8 @@ def _dirty_deltas(host: str, rpath: str, repo: RepoState, cur: HostState, base: 
             if g is not None:
                 old = _Old(f"git:{str(g.get('commit'))[:12]}", g.get("content"), absent=bool(g.get("absent")),
                            sha=g.get("sha256"))
-        why = (f"uncommitted change to {rel} in the deployed repo {rpath} (tracked, not committed: a hotfix on "
-               "the box?)" if path in now else f"{rel} in {rpath} had uncommitted changes at the baseline")
+        why = (f"uncommitted change to {rel} {REPO_FILE_MARK} {rpath} (tracked, not committed: a hotfix on "
+               "the box?)" if path in now else f"{rel} {REPO_FILE_MARK} {rpath} had uncommitted changes at the baseline")
         out.extend(replace(d, detail=(why, *d.detail)) for d in _file_delta(host, path, f, old, since, contents))
     return out
 
