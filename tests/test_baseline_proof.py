@@ -153,3 +153,11 @@ def test_a_broken_probe_trial_reads_back():
     t = Trial(3, "bisect", (), (), Outcome.UNRESOLVED, "exit status 127 (command not found)",
               cause=Cause.PROBE_BROKEN)
     assert Trial.from_json(t.to_json()).cause is Cause.PROBE_BROKEN
+
+
+def test_an_http_probe_whose_host_name_is_unknown_is_broken(tmp_path):
+    """A name that cannot resolve (.invalid never does) never reached the stack: broken, not a failure."""
+    pb = _playbook(tmp_path)
+    probe = pb.probes["e2e"].__class__(**{**pb.probes["e2e"].__dict__, "url": "http://no-such-host.invalid:8000/v1"})
+    r = run_probe(probe, {})
+    assert r.outcome is Outcome.BROKEN and "no-such-host.invalid" in r.reason, r.reason

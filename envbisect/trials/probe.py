@@ -29,6 +29,9 @@ BROKEN = Outcome.BROKEN
 # nothing about the configuration (git's bisect run double-checks them too); every other status,
 # 1-124 and 128 and above (a probe killed by a signal: a crash, the OOM killer) is a failure.
 BROKEN_EXITS = {126: "cannot execute", 127: "command not found"}
+# an HTTP probe's host name that does not resolve where it runs from (getaddrinfo's messages)
+DNS_FAILURE = re.compile(r"Name or service not known|nodename nor servname|Temporary failure in name resolution|"
+                         r"No address associated with hostname|getaddrinfo failed")
 EXCERPT = 160
 
 
@@ -126,6 +129,10 @@ def run_probe(probe: Probe, transports: Mapping[str, Transport], *, url: str | N
             with ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
                 recs = list(pool.map(one, range(probe.concurrency)))
     bad = [r for r in recs if not r.ok]
+    if bad and len(bad) == len(recs) and all(r.error and DNS_FAILURE.search(r.error) for r in bad):
+        # no request left this machine: a probe whose host name is unknown never reached the stack
+        return ProbeRun(probe.name, probe.kind, BROKEN, f"the host name {host!r} is unknown (DNS): {bad[0].error}",
+                        tuple(recs), time.monotonic() - t0, target)
     if bad:
         first = bad[0]
         where = f"round {first.n} of {probe.rounds} on one reused connection" if probe.kind == "multi_round" else (
