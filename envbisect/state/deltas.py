@@ -617,8 +617,8 @@ def _dirty_deltas(host: str, rpath: str, repo: RepoState, cur: HostState, base: 
             if g is not None:
                 old = _Old(f"git:{str(g.get('commit'))[:12]}", g.get("content"), absent=bool(g.get("absent")),
                            sha=g.get("sha256"))
-        why = (f"uncommitted change to {rel} {REPO_FILE_MARK} {rpath} (tracked, not committed: a hotfix on "
-               "the box?)" if path in now else f"{rel} {REPO_FILE_MARK} {rpath} had uncommitted changes at the baseline")
+        why = (f"uncommitted change to {rel} {REPO_FILE_MARK} {rpath} (tracked, not committed: a hotfix on the box?)"
+               if path in now else f"{rel} {REPO_FILE_MARK} {rpath} had uncommitted changes at the baseline")
         out.extend(replace(d, detail=(why, *d.detail)) for d in _file_delta(host, path, f, old, since, contents))
     return out
 
