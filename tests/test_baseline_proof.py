@@ -161,3 +161,21 @@ def test_an_http_probe_whose_host_name_is_unknown_is_broken(tmp_path):
     probe = pb.probes["e2e"].__class__(**{**pb.probes["e2e"].__dict__, "url": "http://no-such-host.invalid:8000/v1"})
     r = run_probe(probe, {})
     assert r.outcome is Outcome.BROKEN and "no-such-host.invalid" in r.reason, r.reason
+
+
+def test_an_http_probe_refused_by_a_port_no_service_listens_on_never_reached_the_stack(tmp_path):
+    import socket
+
+    from envbisect.trials.probe_check import unreached
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    closed = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    pb = _playbook(tmp_path, port=closed)
+    r = run_probe(pb.probes["e2e"], {})
+    assert r.outcome is Outcome.FAIL  # one run: a failure to the probe itself ...
+    why = unreached(pb.probes["e2e"], (r,), pb)  # ... which the runner turns into a broken probe
+    assert why and str(closed) in why, why
+    served = _playbook(tmp_path / "svc", port=30001) if (tmp_path / "svc").mkdir() is None else None
+    assert unreached(served.probes["e2e"], (_run("ConnectError: [Errno 111] Connection refused"),), served) is None

@@ -55,6 +55,23 @@ def service_ports(playbook: Playbook) -> set[tuple[str, int]]:
     return out
 
 
+def unreached(probe: Probe, runs, playbook: Playbook) -> str | None:  # noqa: ANN001 - ProbeRuns
+    """Why an HTTP probe's runs never reached the stack, or None: every request of every run was
+    refused a connection on a port no service of the playbook listens on (a probe aimed at the wrong
+    place, or at a client-side path that is down), so no request was ever answered by the stack."""
+    if probe.kind == "command" or not probe.url or not runs:
+        return None
+    port = split_url(probe.url)[1]
+    if port in {p for _h, p in service_ports(playbook)}:
+        return None
+    recs = [q for r in runs for q in r.requests]
+    if recs and all(q.status is None and "ConnectError" in (q.error or "") and "refused" in (q.error or "").lower()
+                    for q in recs):
+        return (f"{probe.url}: connection refused on port {port}, which no service of the playbook listens on "
+                f"({recs[0].error})")
+    return None
+
+
 def refuse_broken_probe(probe: Probe, playbook: Playbook, transports: Mapping[str, Transport]) -> None:
     """Raise `ProbeBroken` when the probe cannot reach the stack at all, seen without any edit or
     restart: a command probe is run once against the running stack (exit 126/127 means stop);
@@ -86,4 +103,4 @@ def refuse_broken_probe(probe: Probe, playbook: Playbook, transports: Mapping[st
                                       restored=False))
 
 
-__all__ = ["refuse_broken_probe", "broken_line", "service_ports"]
+__all__ = ["refuse_broken_probe", "broken_line", "service_ports", "unreached"]

@@ -19,6 +19,7 @@ from envbisect.hosts.journal import HostEditor
 from envbisect.outcome import Cause, Outcome
 from envbisect.inputs.playbook import Playbook, Probe
 from envbisect.trials.probe import ABORT, BROKEN, CANNOT_TEST, FAIL, PASS, ProbeRun, run_probe
+from envbisect.trials.probe_check import unreached
 from envbisect.hosts.restart import RestartResult, co_restart
 from envbisect.search import TrialKind
 from envbisect.hosts.transport import Transport
@@ -169,10 +170,15 @@ class TrialRunner:
         return self._finish(self._probed(base, outcome, runs, reason, time.monotonic() - p0))
 
     def _probe(self, config: tuple[str, ...], probes: int, stop_after: int) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
-        """Pass/fail probe runs; for a perf probe, samples judged against the baseline's (perf.py)."""
+        """Pass/fail probe runs; for a perf probe, samples judged against the baseline's (perf.py). A
+        probe whose every request was refused by a port no service listens on never reached the
+        stack: broken, not a failure (trials/probe_check.py)."""
         if self.perf is not None:
-            return self.perf.judge_start(self.transports, config)
-        return probe_repeatedly(self.probe, self.transports, probes, stop_after)
+            outcome, runs, reason = self.perf.judge_start(self.transports, config)
+        else:
+            outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after)
+        why = unreached(self.probe, runs, self.playbook) if outcome is Outcome.FAIL else None
+        return (Outcome.BROKEN, runs, why) if why else (outcome, runs, reason)
 
     def _finish(self, trial: Trial) -> Trial:
         dead = [h for h, t in self.transports.items() if not t.alive()]
