@@ -221,6 +221,9 @@ def checkout(op):
             raise Conflict(repo, op["expect"], found, "HEAD moved during the run (expected %s, found %s %s)" % (
                 " or ".join("%s %s" % (e[0][:12], e[1] or "detached") for e in op["expect"]), found[0][:12],
                 found[1] or "detached"))
+    if repo_state(repo) == [op["commit"], op.get("ref")]:
+        # already there: nothing to check out, so uncommitted changes (a hotfix on the box) are no obstacle
+        return {"repo": repo, "head": op["commit"]}
     status = dirty_paths(repo)
     if status and op.get("skip_conflict"):  # restore: someone's uncommitted work is theirs; left alone
         raise Conflict(repo, op.get("expect", []), repo_state(repo), "has uncommitted changes (%s); not touched"
