@@ -179,3 +179,20 @@ def test_an_http_probe_refused_by_a_port_no_service_listens_on_never_reached_the
     assert why and str(closed) in why, why
     served = _playbook(tmp_path / "svc", port=30001) if (tmp_path / "svc").mkdir() is None else None
     assert unreached(served.probes["e2e"], (_run("ConnectError: [Errno 111] Connection refused"),), served) is None
+
+
+def test_a_moved_head_with_a_hotfix_in_the_same_repo_is_refused_before_anything_is_touched():
+    """A checkout never runs over uncommitted changes: with both, the trials could not make the
+    baseline (or the restore could leave HEAD moved), so the run is refused with the way out."""
+    from envbisect.errors import UsageError
+    from envbisect.state.configuration import check_applicable
+
+    git_d = Delta("git:node1:/srv/src", "git", "node1", None, "/srv/src", None, "changed", "a" * 40, "b" * 40,
+                  "snapshot:x")
+    hotfix = Delta("file:node1:/srv/src/configs/f.yaml", "file", "node1", None, "/srv/src/configs/f.yaml", None,
+                   "changed", "a" * 64, "b" * 64, "git:aaaa",
+                   ("uncommitted change to configs/f.yaml in the deployed repo /srv/src (tracked, not committed)",))
+    with pytest.raises(UsageError, match="--exclude git:node1:/srv/src"):
+        check_applicable([git_d, hotfix])
+    check_applicable([hotfix])  # HEAD did not move: fine
+    check_applicable([git_d, _delta("/srv/other/a.yaml")])  # a watched file elsewhere: fine
