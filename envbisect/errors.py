@@ -90,6 +90,12 @@ class EnvCheckFailed(UsageError):
         self.host, self.path, self.key = host, path, key
 
 
+class ProbeBroken(UsageError):
+    """The probe cannot run (a command that exits 126 or 127: not executable, not found): it says
+    nothing about the configuration, so the run stops (restoring what it changed) instead of
+    counting it as a failure. The message names the probe and what it printed, on one line."""
+
+
 class ConnectionFailed(EnvbisectError):
     exit_status = ExitStatus.CONNECTION
 

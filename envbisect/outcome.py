@@ -17,6 +17,7 @@ class Outcome(str, Enum):
     UNRESOLVED = "unresolved"  # no evidence: infrastructure trouble (see Cause)
     CANNOT_TEST = "cannot-test"  # a probe run said it cannot test this config (exit 125, like git bisect)
     ABORT = "abort"  # a probe run asked to stop the whole bisection
+    BROKEN = "broken-probe"  # the probe itself cannot run (exit 126/127): no evidence, the run stops
 
     def __str__(self) -> str:  # f"{o}" gives "fail", as the plain strings did
         return self.value
@@ -35,6 +36,7 @@ class Cause(str, Enum):
     PROBE_ERROR = "probe-error"
     CANNOT_TEST = "cannot-test"
     ABORTED = "aborted"
+    PROBE_BROKEN = "probe-broken"  # the probe could not run at all (exit 126/127): the run stops
 
     def __str__(self) -> str:
         return self.value

@@ -159,3 +159,18 @@ def test_stale_lock_of_dead_controller_is_recognized(dep_and_tree, tmp_path):
     editor.lock()
     editor.unlock()
     assert not os.path.exists(lock)
+
+
+def test_restoring_a_dirty_repo_whose_head_never_moved_leaves_no_conflict(dep_and_tree, tmp_path):
+    """A deployed repo with a hotfix edited in place (uncommitted), journaled by a run whose trials
+    never moved its HEAD: restore's checkout has nothing to do, so it must not refuse ("has
+    uncommitted changes; not touched: left as found") and record the hotfix as someone's conflict."""
+    dep, tree = dep_and_tree
+    head = git(tree.repo, "rev-parse", "HEAD")
+    (tree.repo / "VERSION").write_text("hotfix on the box\n")
+    editor = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-1")
+    editor.begin(set(), {("node1", str(tree.repo))})
+    assert editor.restore() == []
+    editor.finish()
+    assert (tree.repo / "VERSION").read_text() == "hotfix on the box\n"
+    assert git(tree.repo, "rev-parse", "HEAD") == head

@@ -27,7 +27,7 @@ def when(t: float | None) -> str:
 
 
 def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
-    from envbisect.state.deltas import Diff, fallback_sources
+    from envbisect.state.deltas import Diff, fallback_sources, is_repo_file
 
     assert isinstance(result, Diff)
     b = result.baseline
@@ -46,7 +46,9 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
         env.out.print(Text("no deltas", style="green"))
     groups: dict[tuple[str, str], list] = {}
     for d in result.deltas:
-        title = f"{d.service} ({d.path})" if d.kind == "env" else ("repo " + d.path if d.kind == "git" else "watched files")
+        title = f"{d.service} ({d.path})" if d.kind == "env" else ("repo " + d.path if d.kind == "git" else
+                                                                  "uncommitted changes in deployed repos"
+                                                                  if is_repo_file(d) else "watched files")
         groups.setdefault((d.host, title), []).append(d)
     for (host, title), items in groups.items():
         env.out.print(Text(f"\n{host} · {title}", style="bold"))
@@ -182,6 +184,9 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
         env.out.print(Text("  dependencies (another failure, not the symptom):", style="bold"))
         for d in deps:
             env.out.print(f"    {d['text']}")
+    proof = getattr(result, "baseline_proof", None)
+    for line in proof.lines() if proof is not None else ():
+        env.out.print(f"  {line}")
     g = getattr(result, "guard", None)
     if g is not None:
         word, style = {True: ("safe to revert", "bold green"), False: ("NOT safe to revert", "bold red"),

@@ -15,15 +15,18 @@ from envbisect.state.snapshot import HostState, Snapshot, host_state_from_raw, n
 
 def collect_host(playbook: Playbook, host: str, transport: Transport, *, since: float | None = None,
                  log_from: Mapping[str, str] | None = None, clock_only: bool = False,
-                 keep_sourced: Mapping[str, list[str]] | None = None) -> HostState:
+                 keep_sourced: Mapping[str, list[str]] | None = None,
+                 keep_dirty: Mapping[str, list[str]] | None = None) -> HostState:
     """One round trip: run the collector on `host` and parse what it saw. `keep_sourced`: env file ->
-    files a baseline saw it source (state/sourced.keep_sourced), snapshotted even if no longer sourced."""
+    files a baseline saw it source (state/sourced.keep_sourced), snapshotted even if no longer sourced.
+    `keep_dirty`: repo -> files a baseline saw dirty there, snapshotted even if clean now."""
     services = playbook.services_on(host)
     req = {
         "max_size": playbook.max_file_size,
         "env_files": [s.env_file for s in services],
         "watch": list(playbook.watch_paths.get(host, ())),
-        "repos": [{"path": r.path, "log_from": (log_from or {}).get(r.path)} for r in playbook.repos_on(host)],
+        "repos": [{"path": r.path, "log_from": (log_from or {}).get(r.path),
+                   "keep": list((keep_dirty or {}).get(r.path, ()))} for r in playbook.repos_on(host)],
         "processes": [{"service": s.name, "pid_file": s.pid_file, "env_file": s.env_file} for s in services],
         "since": since,
         "backups": list(playbook.backups),
@@ -51,11 +54,12 @@ def for_each_host(playbook: Playbook, transports: Mapping[str, Transport],
 def take_snapshot(playbook: Playbook, transports: Mapping[str, Transport], *, label: str | None = None,
                   since_by_host: Mapping[str, float] | None = None,
                   log_from: Mapping[str, Mapping[str, str]] | None = None,
-                  keep_sourced: Mapping[str, Mapping[str, list[str]]] | None = None) -> Snapshot:
+                  keep_sourced: Mapping[str, Mapping[str, list[str]]] | None = None,
+                  keep_dirty: Mapping[str, Mapping[str, list[str]]] | None = None) -> Snapshot:
     now = time.time()
     states = for_each_host(
         playbook, transports,
         lambda h, t: collect_host(playbook, h, t, since=(since_by_host or {}).get(h), log_from=(log_from or {}).get(h),
-                                  keep_sourced=(keep_sourced or {}).get(h)),
+                                  keep_sourced=(keep_sourced or {}).get(h), keep_dirty=(keep_dirty or {}).get(h)),
     )
     return Snapshot(id=new_snapshot_id(label, now), label=label, taken_at=now, playbook=playbook.name, hosts=states)

@@ -26,9 +26,11 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from envbisect.state.configuration import check_applicable, touched
 from envbisect.state.deltas import Delta, Diff, linked_units, same_change
 from envbisect.state.sourced import verdict_notes
+from envbisect.runs.baseline_proof import BaselineProof, build_proof, not_reproduced
 from envbisect.runs.deployment import Deployment
+from envbisect.runs.drift import drift_hints, with_drift
 from envbisect.trials.diagnose import PathReport, check_path
-from envbisect.errors import EnvbisectError, ExitStatus, LockLost, RemoteError, UsageError
+from envbisect.errors import EnvbisectError, ExitStatus, LockLost, ProbeBroken, RemoteError, UsageError
 from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal, journal_dir
 from envbisect.inputs.playbook import Probe
 from envbisect.hosts.restart import co_restart
@@ -41,6 +43,7 @@ from envbisect.state.corrections import Correction, Corrections, append_correcti
 from envbisect.runs.corrections import check_correctable, feed, recorded_refine
 from envbisect.state.store import Store
 from envbisect.runs.symptom import SymptomWatch, dependency_records, leave_pairs_whole
+from envbisect.trials.probe_check import broken_line, refuse_broken_probe
 from envbisect.trials.runner import Trial, TrialRunner
 
 # an undecided perf trial is a start too few, not broken infrastructure: up to 3 more starts of it
@@ -81,6 +84,7 @@ class BisectResult:
     corrections: Corrections = Corrections()  # the operator's (state/corrections.py): retracted trials stay listed
     symptom: Mapping[str, Any] | None = None  # how the current configuration fails (runs/symptom.py)
     dependencies: tuple[Mapping[str, Any], ...] = ()  # deltas that fail differently without a partner
+    baseline_proof: BaselineProof | None = None  # not-config (or inconclusive for want of it): runs/baseline_proof.py
 
     @property
     def culprit_deltas(self) -> tuple[str, ...]:
@@ -112,6 +116,7 @@ class BisectResult:
             "corrections": [c.to_json() for c in self.corrections.entries],
             "symptom": dict(self.symptom) if self.symptom else None,
             "dependencies": [dict(d) for d in self.dependencies],
+            "baseline_proof": self.baseline_proof.to_json() if self.baseline_proof else None,
         }
 
     def _trial_json(self, t: Trial) -> dict[str, Any]:
@@ -351,6 +356,7 @@ class BisectRun:
         probe = self.probe()
         deltas = select_deltas(diff, self.opts.only, self.opts.exclude)
         check_applicable(deltas)
+        refuse_broken_probe(probe, self.playbook, self.dep.transports)  # before any edit or restart
         units, notes = make_units(deltas, self.declared_links, self.opts.auto_link)
         self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
         self.run_dir = Runs(self.dep.store.runs_dir).new(self.run_id).path
@@ -542,6 +548,8 @@ class BisectRun:
                 self.on_event("trial-end", {"trial": trial})
                 if trial.aborted:
                     raise UsageError(f"probe asked to abort the bisection: {trial.reason}")
+                if trial.cause is Cause.PROBE_BROKEN:  # no evidence: stop (and restore, below)
+                    raise ProbeBroken(broken_line(probe, f"trial {trial.n}: {trial.reason}", restored=True))
                 search.observe(_observation(trial))
                 if trial.cause is Cause.SSH_LOST:
                     self.on_event("step", {"message": "the ssh connection was lost: reconnecting"})
@@ -551,6 +559,15 @@ class BisectRun:
                 verdict = dataclasses.replace(verdict, explanation=verdict.explanation
                                               + " Observed, testing auto-linked members apart: " + "; ".join(apart) + ".")
             guard = self._guard_revert(verdict, units, refined, runner, notes)
+            proof = None
+            if verdict.kind == "not-config":  # only with proof that the baseline trial was the baseline
+                proof = build_proof(seen=_seen_ids(diff, diff_doc), deltas=deltas, original=original,
+                                    contents=contents, playbook=self.playbook, probe=probe,
+                                    trials=[t for t in self.trials if not self.corrections.retracted(t.n)],
+                                    diff_notes=diff.notes if diff else (diff_doc or {}).get("notes", ()),
+                                    conflicts=editor.conflicts)
+                if not proof.reproduced:
+                    verdict = not_reproduced(verdict, proof)
             if verdict.kind == "not-config":
                 # "the baseline fails too" clears only what envbisect saw: a file an env file
                 # sources that it could not snapshot is named (state/sourced.py)
@@ -607,10 +624,12 @@ class BisectRun:
         elif verdict.kind == "not-reproduced":
             notes.append("after a full ordered co-restart the current configuration passes; the hosts were left at "
                          "it, co-restarted - which is itself the fix for a stack restarted piecemeal")
-            drift_hint = tuple(_drift_hint(diff.to_json(self.dep.masker) if diff else diff_doc or {}))
+            recorded = diff.to_json(self.dep.masker) if diff else diff_doc or {}
+            drift_hint = tuple(drift_hints(recorded))
+            verdict = with_drift(verdict, recorded, list(drift_hint))
         result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, units, path_report, drift_hint,
                               final, tuple(notes), refined, guard, self.corrections, watch.to_json(),
-                              tuple(dependencies))
+                              tuple(dependencies), proof)
         RunDir(self.run_dir).write(rundir.VERDICT, self.dep.masker.redact_json(result.to_json()))
         return result
 
@@ -800,16 +819,14 @@ def _observation(t: Trial) -> Observation:
                        free=t.free, trial=t.n)
 
 
-def _drift_hint(diff_doc: Mapping[str, Any]) -> list[str]:
-    hints = []
-    for dr in diff_doc.get("drift", []):
-        hints.append(f"{dr['service']} (pid {dr['pid']}) was running with {dr['key']}={dr['process']} while its file "
-                     f"says {dr['file']}: it was not restarted after an edit, or restarted alone")
-    for s in diff_doc.get("unknown_processes", []):
-        hints.append(f"{s}: start environment unknown (overwritten by the program); cannot tell whether it was stale")
-    if not hints:
-        hints.append("no drift was recorded; the failure may have needed a co-restart, load, or time to appear")
-    return hints
+def _seen_ids(diff: Diff | None, diff_doc: Mapping[str, Any] | None) -> list[str]:
+    """Every delta the diff saw (the run's and those it left out); a resumed run reads its record."""
+    if diff is not None:
+        return [d.id for d in diff.deltas]
+    return [d["id"] for d in (diff_doc or {}).get("deltas", [])]
+
+
+_drift_hint = drift_hints  # the name runs/replay.py imports (the sentences live in runs/drift.py)
 
 
 def _find_run_dir(store: Store, run_id: str | None, deployment: str, finished: bool | None = False) -> RunDir:

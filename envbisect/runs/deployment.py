@@ -161,12 +161,13 @@ class Deployment:
             since_by_host = self.resolve_since(since or "")
             # The baseline must predate TIME on every host (hosts may sit in different timezones).
             baseline = self.store.newest_at_or_before(self.playbook.name, min(since_by_host.values()))
-        log_from = {}
+        log_from, keep_dirty = {}, {}
         if baseline:
             for h, hs in baseline.hosts.items():
                 log_from[h] = {p: r.head for p, r in hs.repos.items() if r.head}
+                keep_dirty[h] = {p: list(r.dirty_files) for p, r in hs.repos.items() if r.dirty_files}
         current = take_snapshot(self.playbook, self.transports, label="diff", since_by_host=since_by_host,
-                                log_from=log_from, keep_sourced=keep_sourced(baseline))
+                                log_from=log_from, keep_sourced=keep_sourced(baseline), keep_dirty=keep_dirty)
         self.learn_secrets(baseline, current)
         if save:  # first, so the diff names the id it was stored under (unique in the store)
             current = dataclasses.replace(current, id=self.store.save(without_fallback(current)).id)

@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from envbisect.errors import UsageError
+from envbisect.errors import ProbeBroken, UsageError
 from envbisect.hosts.journal import HostEditor, describe_conflict
 from envbisect.hosts.restart import co_restart, health_ok
 from envbisect.outcome import Cause, Outcome
 from envbisect.runs.bisect import (BisectOptions, BisectResult, _observation, check_applicable, judge_apart,
                                    linked_to_refine, make_units, select_deltas)
+from envbisect.runs.baseline_proof import build_proof, not_reproduced
 from envbisect.runs.deployment import Deployment
 from envbisect.search import POLICIES, TrialKind, Verdict
 from envbisect.search.rounds import observe_round, plan_round
@@ -43,6 +44,7 @@ from envbisect.state.configuration import touched
 from envbisect.state.rundir import RunDir, Runs
 from envbisect.state.sourced import verdict_notes
 from envbisect.state.store import Store
+from envbisect.trials.probe_check import broken_line, refuse_broken_probe
 from envbisect.trials.runner import Trial, TrialRunner
 
 
@@ -129,6 +131,8 @@ class FleetRun:
                                  "bisect them one by one")
         for ds in chosen.values():
             check_applicable(ds)
+        for r in self.replicas:  # before any edit or restart (trials/probe_check.py)
+            refuse_broken_probe(probes[r.name], r.dep.playbook, r.dep.transports)
         units, notes = make_units(chosen[first], self.declared_links, self.opts.auto_link)
         self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-fleet-" + uuid.uuid4().hex[:6]
         rd = Runs(self.store.runs_dir).new(self.run_id)
@@ -157,11 +161,21 @@ class FleetRun:
             self._restore_all(notes=None)
             raise
         self._restore_all(notes)
+        proof = None
+        if verdict.kind == "not-config":  # only with proof that the baseline trial was the baseline
+            r0 = self.replicas[0]
+            proof = build_proof(seen=[d.id for d in diffs[first].deltas], deltas=chosen[first],
+                                original=r0.runner.original, contents=diffs[first].contents,  # type: ignore
+                                trials=[t for t in self.trials if self.trial_replica.get(t.n) == first],
+                                playbook=r0.dep.playbook, probe=probes[first], diff_notes=diffs[first].notes,
+                                conflicts=[c for r in self.replicas if r.editor for c in r.editor.conflicts])
+            if not proof.reproduced:
+                verdict = not_reproduced(verdict, proof)
         if verdict.kind == "not-config":  # what it could not see, as a single deployment's verdict says
             notes.extend(n for n in verdict_notes(diffs[first].notes) if n not in notes)
         excluded = {r.name: r.excluded for r in self.replicas if r.excluded}
         result = BisectResult(self.run_id, verdict, tuple(self.trials), "original", units, notes=tuple(notes),
-                              refined=refined)
+                              refined=refined, baseline_proof=proof)
         fleet = FleetResult(result, rounds, tuple(r.name for r in self.replicas), excluded, dict(self.trial_replica),
                             time.monotonic() - t0)
         RunDir(self.run_dir).write(rundir.VERDICT, self.replicas[0].dep.masker.redact_json(fleet.to_json()))
@@ -285,6 +299,10 @@ class FleetRun:
             line = r.dep.masker.redact_json({**t.to_json(), "replica": r.name}, indent=None)
             RunDir(self.run_dir).append_line(rundir.TRIALS, line)
             self.on_event("trial-end", {"trial": t})
+        for r, t in got:
+            if t.cause is Cause.PROBE_BROKEN:  # no evidence from any replica: stop (start() restores)
+                raise ProbeBroken(broken_line(r.runner.probe, f"trial {t.n} [{r.name}]: {t.reason}",  # type: ignore
+                                              restored=True))
         return got
 
     def _restore_all(self, notes: list[str] | None) -> None:

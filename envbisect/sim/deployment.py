@@ -13,7 +13,7 @@ Layout written under *root*::
     bin/stop SERVICE          TERM, up to 5 s, then KILL; idempotent
     rules.json                fault rules (named by ENVBISECT_SIM_RULES, set by bin/start)
     model/                    tiny tokenizer the router loads
-    src/                      a git repository (VERSION file) when with_repo
+    src/                      a git repository (VERSION, configs/feature_flags.yaml) when with_repo
     backups/<date>/           dated copies of the default serve-env files (when backups)
     log/SERVICE.log, run/SERVICE.pid
 
@@ -60,6 +60,14 @@ DEFAULT_RULES: dict[str, Any] = {
     "kv_layout_vars": ["SGLANG_KV_PAGE_SIZE", "SGLANG_KV_CACHE_DTYPE"],
     "typed": {"SGLANG_KV_PAGE_SIZE": {"type": "int", "default": "1"}},
 }
+
+# The deployed repo's feature flags (src/configs/feature_flags.yaml, committed). A worker reads the
+# file at start when a rule names it (SimDeployment.flag_rule): `enable_overlap_schedule: true` set
+# by an edit in place is a hotfix on the box.
+FEATURE_FLAGS = ("# feature flags of the deployed serving code (read at start)\n"
+                 "enable_overlap_schedule: false\n"
+                 "enable_mixed_chunk: false\n"
+                 "disaggregation_decode_polling: 1\n")
 
 # Speed knobs (issue 11): with a per-token time, decode's tokens/s follows these values. Part of
 # each request is not decode (router, prefill, the KV hand-off), so the factors are calibrated on
@@ -404,6 +412,27 @@ class SimDeployment:
 
     def set_rules(self, rules: dict) -> None:
         self.rules_path.write_text(json.dumps(rules, indent=2) + "\n")
+
+    @property
+    def flags_file(self) -> Path:
+        """The deployed repo's feature flags (committed), read by a worker at start through a
+        `flag_rule`: a hotfix edited there in place is part of the configuration."""
+        assert self.src_dir is not None, "built with_repo=False"
+        return self.src_dir / "configs" / "feature_flags.yaml"
+
+    def flag_rule(self, flag: str, service: str = "decode", fault: str = "hang") -> dict[str, Any]:
+        """A fault rule that fires when `flag: true` is in the repo's feature flags at start."""
+        return {"service": service, "when_file": {"path": str(self.flags_file), "contains": f"{flag}: true"},
+                "fault": fault}
+
+    def set_flag(self, flag: str, value: str) -> None:
+        """Edit one flag of configs/feature_flags.yaml in place (not committed: a hotfix on the box)."""
+        lines = self.flags_file.read_text().splitlines(keepends=True)
+        hit = [i for i, line in enumerate(lines) if line.split(":", 1)[0].strip() == flag]
+        if not hit:
+            raise ValueError(f"no flag {flag!r} in {self.flags_file}")
+        lines[hit[0]] = f"{flag}: {value}\n"
+        self.flags_file.write_text("".join(lines))
 
     def running_pids(self) -> dict[str, int]:
         return {s: p for s in self.services + (("proxy",) if self.has_proxy else ())
@@ -752,9 +781,11 @@ def build(root: Path, *, ssh: str = "local", env: dict[str, dict[str, str]] | No
         src_dir.mkdir(exist_ok=True)
         (src_dir / "VERSION").write_text("v1.0.0\n")
         (src_dir / "README.md").write_text("Simulated serving code deployed on node1.\n")
+        (src_dir / "configs").mkdir(exist_ok=True)
+        (src_dir / "configs" / "feature_flags.yaml").write_text(FEATURE_FLAGS)
         if not (src_dir / ".git").exists():
             _git(src_dir, "init", "-q")
-            _git(src_dir, "add", "VERSION", "README.md")
+            _git(src_dir, "add", "VERSION", "README.md", "configs/feature_flags.yaml")
             _git(src_dir, "commit", "-q", "-m", "release v1.0.0")
 
     start = root / "bin" / "start"

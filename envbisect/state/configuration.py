@@ -21,7 +21,7 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
-from envbisect.state.deltas import Delta
+from envbisect.state.deltas import Delta, is_repo_file
 from envbisect.inputs.argstring import ArgStringError, diff_args, parse_args, rebuild
 from envbisect.inputs.envfile import EnvFile, EnvFileError, meaning_refs, parse_env, shell_quote, word_meaning
 from envbisect.errors import UsageError
@@ -132,6 +132,15 @@ def check_applicable(deltas: Sequence[Delta]) -> None:
     if bad:
         raise UsageError(f"cannot re-create the baseline of {bad[0].id}: its old content is unknown "
                          f"({'; '.join(bad[0].detail) or bad[0].baseline_source}); exclude it with --exclude {bad[0].id}")
+    for g in (d for d in deltas if d.kind == "git"):
+        inside = [d for d in deltas if is_repo_file(d) and d.host == g.host
+                  and d.path.startswith(g.path.rstrip("/") + "/")]
+        if inside:
+            # a checkout never runs over uncommitted changes (hosts/agent/hostops.py), and the trials
+            # would need one over the hotfix, or leave HEAD moved at the end
+            raise UsageError(f"{g.id}: its HEAD moved and {inside[0].path} has uncommitted changes too; envbisect "
+                             "does not check out over uncommitted changes: commit or stash them and take the diff "
+                             f"again, or bisect the rest with --exclude {g.id}")
 
 
 def target_state(original: OriginalState, deltas: Sequence[Delta], applied: Iterable[str],

@@ -417,6 +417,7 @@ def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float |
                 elif proc.status == "unknown":
                     unknown.append(service)
         # --- repos -------------------------------------------------------------------------
+        covered = set(cur.env_files.values()) | {p for ms in cur.watched.values() for p in ms}
         for rpath, repo in cur.repos.items():
             if repo.error:
                 notes.append(f"{hname}:{rpath}: {repo.error}")
@@ -424,6 +425,7 @@ def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float |
             d = _repo_delta(hname, rpath, repo, base.repos.get(rpath) if base else None, base_id)
             if d:
                 deltas.append(d)
+            deltas.extend(_dirty_deltas(hname, rpath, repo, cur, base, base_id, since, contents, covered, notes))
         # --- watched files -----------------------------------------------------------------
         env_paths = set(cur.env_files.values())
         members = sorted({p for ms in cur.watched.values() for p in ms} - env_paths)
@@ -589,15 +591,62 @@ def _repo_delta(host: str, path: str, repo: RepoState, base: RepoState | None, b
         old, source = repo.head_at_since, "reflog"
     else:
         return None
+    if old == repo.head:
+        return None  # HEAD did not move; uncommitted changes are file deltas of their own (_dirty_deltas)
     detail: list[str] = []
     if repo.dirty:
         detail.append(f"working tree has uncommitted changes: {', '.join(repo.dirty_files[:10])}")
-    if old == repo.head:
-        if not repo.dirty:
-            return None
     detail.extend(f"+ {c}" for c in repo.commits_since)
     detail.extend(f"- {c}" for c in repo.commits_rewound)
     return Delta(f"git:{host}:{path}", "git", host, None, path, None, "changed", old, repo.head, source, tuple(detail))
+
+
+REPO_FILE_MARK = "in the deployed repo"  # in the first detail of a file delta made by _dirty_deltas
+
+
+def is_repo_file(d: Delta) -> bool:
+    """Is this file delta an uncommitted change to a tracked file of a deployed repo (a hotfix)?"""
+    return d.kind == "file" and bool(d.detail) and REPO_FILE_MARK in d.detail[0]
+
+
+def _dirty_deltas(host: str, rpath: str, repo: RepoState, cur: HostState, base: HostState | None,
+                  base_id: str | None, since: float | None, contents: dict[str, bytes], covered: set[str],
+                  notes: list[str]) -> list[Delta]:
+    """Uncommitted changes to tracked files of a deployed repo (a hotfix edited on the box), one
+    file delta each, like a watched file's. The baseline side is the baseline snapshot's copy when
+    the file was dirty there too, else the file at the baseline HEAD (read from git on the host by
+    the collector). A file a watch root or an env file covers is compared there."""
+    base_repo = base.repos.get(rpath) if base is not None else None
+    now, then = repo.dirty_paths(), base_repo.dirty_paths() if base_repo is not None else {}
+    repo_base = cur.fallback.repo_base if cur.fallback is not None else {}
+    out: list[Delta] = []
+    for path in sorted(set(now) | set(then)):
+        if path in covered:
+            continue
+        rel = now.get(path) or then.get(path)
+        f = cur.files.get(path)
+        if f is None or f.error or f.exists is None:
+            notes.append(f"{host}:{path}: an uncommitted change in {rpath} that could not be read "
+                         f"({f.error if f is not None and f.error else 'not snapshotted'}); its delta is unknown")
+            continue
+        old: _Old | None = None
+        if path in then and base is not None:
+            bf = base.files.get(path)
+            if bf is not None and bf.exists is False:
+                old = _Old(f"snapshot:{base_id}", None, absent=True)
+            elif bf is not None and (bf.content is not None or bf.sha256):
+                old = _Old(f"snapshot:{base_id}", bf.content, sha=bf.sha256)
+        else:
+            g = repo_base.get(path)
+            if base is None and since is not None and path in now and f.mtime is not None and f.mtime <= since:
+                continue  # edited before TIME: part of the baseline
+            if g is not None:
+                old = _Old(f"git:{str(g.get('commit'))[:12]}", g.get("content"), absent=bool(g.get("absent")),
+                           sha=g.get("sha256"))
+        why = (f"uncommitted change to {rel} {REPO_FILE_MARK} {rpath} (tracked, not committed: a hotfix on the box?)"
+               if path in now else f"{rel} {REPO_FILE_MARK} {rpath} had uncommitted changes at the baseline")
+        out.extend(replace(d, detail=(why, *d.detail)) for d in _file_delta(host, path, f, old, since, contents))
+    return out
 
 
 def _file_delta(host: str, path: str, f: FileState, old: _Old | None, since: float | None,

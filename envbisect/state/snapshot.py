@@ -42,6 +42,17 @@ class RepoState:
     commits_since: tuple[str, ...] = ()  # "sha subject" from the baseline HEAD to this one
     commits_rewound: tuple[str, ...] = ()  # in the baseline but not here (HEAD moved back)
     head_at_since: str | None = None  # from the reflog, when asked for a time
+    # the top of the working tree (dirty_files are relative to it); its dirty files' bytes are in
+    # HostState.files by absolute path (`dirty_paths`), snapshotted like watched files
+    top: str | None = None
+    # `git status --porcelain=v1 -z`, parsed: {"xy": " M", "path": ..., "orig": rename source or None}
+    dirty_entries: tuple[Mapping[str, Any], ...] = ()
+
+    def dirty_paths(self) -> dict[str, str]:
+        """Absolute path -> path relative to the top of the working tree, of each dirty file
+        (a rename's original path too)."""
+        top = self.top or self.path
+        return {top.rstrip("/") + "/" + rel: rel for rel in self.dirty_files}
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,9 @@ class FallbackSources:
 
     backups: Mapping[str, FileState] = field(default_factory=dict)  # path -> newest backup copy at/before TIME
     git: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # path -> {repo, commit, content}
+    # a deployed repo's dirty file (absolute path) -> its bytes at the baseline HEAD:
+    # {repo, rel, commit, sha256, content} or {repo, rel, commit, absent: True}
+    repo_base: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -201,7 +215,13 @@ def host_state_from_raw(host: str, raw: Mapping[str, Any], env_files: Mapping[st
             if "content_b64" in g:
                 g["content"] = base64.b64decode(g.pop("content_b64"))
             git[path] = g
-        fallback = FallbackSources({p: _file_state(d) for p, d in fb.get("backups", {}).items()}, git)
+        repo_base = {}
+        for path, g in (fb.get("repo_base") or {}).items():
+            g = dict(g)
+            if "content_b64" in g:
+                g["content"] = base64.b64decode(g.pop("content_b64"))
+            repo_base[path] = g
+        fallback = FallbackSources({p: _file_state(d) for p, d in fb.get("backups", {}).items()}, git, repo_base)
     repos = {}
     for p, r in raw.get("repos", {}).items():
         log = r.get("log_since") or {}
@@ -209,7 +229,8 @@ def host_state_from_raw(host: str, raw: Mapping[str, Any], env_files: Mapping[st
             path=p, head=r.get("head"), branch=r.get("branch"), dirty=bool(r.get("dirty")),
             dirty_files=tuple(r.get("dirty_files", ())), describe=r.get("describe"), error=r.get("error"),
             commits_since=tuple(log.get("commits", ())), commits_rewound=tuple(log.get("rewound", ())),
-            head_at_since=r.get("head_at_since"),
+            head_at_since=r.get("head_at_since"), top=r.get("top"),
+            dirty_entries=tuple(r.get("dirty_entries") or ()),
         )
     procs = {
         s: ProcessState(service=s, status=p.get("status", "unknown"), pid=p.get("pid"), started_at=p.get("started_at"),

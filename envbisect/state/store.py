@@ -318,7 +318,7 @@ def snapshot_from_json(doc: dict[str, Any], get_blob) -> Snapshot:  # noqa: ANN0
         repos = {}
         for p, r in hd.get("repos", {}).items():
             r = dict(r)
-            for k in ("dirty_files", "commits_since", "commits_rewound"):
+            for k in ("dirty_files", "commits_since", "commits_rewound", "dirty_entries"):
                 r[k] = tuple(r.get(k) or ())
             repos[p] = RepoState(**r)
         hosts[name] = HostState(

@@ -23,6 +23,15 @@ from envbisect.hosts.transport import LocalTransport, Transport
 
 # a probe run's outcomes (the shared vocabulary: envbisect.outcome)
 PASS, FAIL, CANNOT_TEST, ABORT = Outcome.PASS, Outcome.FAIL, Outcome.CANNOT_TEST, Outcome.ABORT
+BROKEN = Outcome.BROKEN
+# A command probe's exit status, as `git bisect run` reads it: 0 pass; 125 cannot test this
+# configuration; 126 (cannot execute) and 127 (not found) a probe that did not run at all, which says
+# nothing about the configuration (git's bisect run double-checks them too); every other status,
+# 1-124 and 128 and above (a probe killed by a signal: a crash, the OOM killer) is a failure.
+BROKEN_EXITS = {126: "cannot execute", 127: "command not found"}
+# an HTTP probe's host name that does not resolve where it runs from (getaddrinfo's messages)
+DNS_FAILURE = re.compile(r"Name or service not known|nodename nor servname|Temporary failure in name resolution|"
+                         r"No address associated with hostname|getaddrinfo failed")
 EXCERPT = 160
 
 
@@ -120,6 +129,10 @@ def run_probe(probe: Probe, transports: Mapping[str, Transport], *, url: str | N
             with ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
                 recs = list(pool.map(one, range(probe.concurrency)))
     bad = [r for r in recs if not r.ok]
+    if bad and len(bad) == len(recs) and all(r.error and DNS_FAILURE.search(r.error) for r in bad):
+        # no request left this machine: a probe whose host name is unknown never reached the stack
+        return ProbeRun(probe.name, probe.kind, BROKEN, f"the host name {host!r} is unknown (DNS): {bad[0].error}",
+                        tuple(recs), time.monotonic() - t0, target)
     if bad:
         first = bad[0]
         where = f"round {first.n} of {probe.rounds} on one reused connection" if probe.kind == "multi_round" else (
@@ -141,8 +154,13 @@ def _run_command(probe: Probe, transport: Transport, t0: float) -> ProbeRun:
             return ProbeRun(probe.name, "command", FAIL, rec.error or "", (rec,), time.monotonic() - t0, probe.command or "")
         raise
     code = res.exit_code
-    outcome = PASS if code == 0 else CANNOT_TEST if code == 125 else FAIL if 0 < code < 128 else ABORT
     text = (res.stdout + res.stderr).decode("utf-8", "replace")
+    if code in BROKEN_EXITS:
+        said = " ".join(text.split())[-EXCERPT:]
+        reason = f"exit status {code} ({BROKEN_EXITS[code]})" + (f": {said}" if said else "")
+        rec = RequestRecord(1, False, code, time.monotonic() - t0, reason, said)
+        return ProbeRun(probe.name, "command", BROKEN, reason, (rec,), time.monotonic() - t0, probe.command or "")
+    outcome = PASS if code == 0 else CANNOT_TEST if code == 125 else FAIL
     rec = RequestRecord(1, code == 0, code, time.monotonic() - t0, None if code == 0 else f"exit status {code}",
                         text[-EXCERPT:].replace("\n", " "))
     return ProbeRun(probe.name, "command", outcome, f"exit status {code}", (rec,), time.monotonic() - t0, probe.command or "")

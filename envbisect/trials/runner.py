@@ -18,7 +18,8 @@ from envbisect.errors import RemoteError
 from envbisect.hosts.journal import HostEditor
 from envbisect.outcome import Cause, Outcome
 from envbisect.inputs.playbook import Playbook, Probe
-from envbisect.trials.probe import ABORT, CANNOT_TEST, FAIL, PASS, ProbeRun, run_probe
+from envbisect.trials.probe import ABORT, BROKEN, CANNOT_TEST, FAIL, PASS, ProbeRun, run_probe
+from envbisect.trials.probe_check import unreached
 from envbisect.hosts.restart import RestartResult, co_restart
 from envbisect.search import TrialKind
 from envbisect.hosts.transport import Transport
@@ -117,6 +118,8 @@ def probe_repeatedly(probe: Probe, transports: Mapping[str, Transport], runs: in
             return Outcome.CANNOT_TEST, tuple(done), "probe said it cannot test (exit 125)"
         if r.outcome == ABORT:
             return Outcome.ABORT, tuple(done), r.reason
+        if r.outcome == BROKEN:
+            return Outcome.BROKEN, tuple(done), r.reason
     if failed:
         return Outcome.FAIL, tuple(done), (f"{len(failed)}/{len(done)} probe runs failed; first: {failed[0].reason}"
                                            if len(done) > 1 else failed[0].reason)
@@ -172,10 +175,15 @@ class TrialRunner:
         return self._finish(self._probed(base, outcome, runs, reason, time.monotonic() - p0))
 
     def _probe(self, config: tuple[str, ...], probes: int, stop_after: int) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
-        """Pass/fail probe runs; for a perf probe, samples judged against the baseline's (perf.py)."""
+        """Pass/fail probe runs; for a perf probe, samples judged against the baseline's (perf.py). A
+        probe whose every request was refused by a port no service listens on never reached the
+        stack: broken, not a failure (trials/probe_check.py)."""
         if self.perf is not None:
-            return self.perf.judge_start(self.transports, config)
-        return probe_repeatedly(self.probe, self.transports, probes, stop_after)
+            outcome, runs, reason = self.perf.judge_start(self.transports, config)
+        else:
+            outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after)
+        why = unreached(self.probe, runs, self.playbook) if outcome is Outcome.FAIL else None
+        return (Outcome.BROKEN, runs, why) if why else (outcome, runs, reason)
 
     def _finish(self, trial: Trial) -> Trial:
         dead = [h for h, t in self.transports.items() if not t.alive()]
@@ -195,6 +203,9 @@ class TrialRunner:
         if outcome is Outcome.ABORT:
             return replace(base, outcome=Outcome.UNRESOLVED, cause=Cause.ABORTED, reason=reason, probe_runs=runs,
                            probe_s=probe_s, aborted=True)
+        if outcome is Outcome.BROKEN:  # no evidence at all: the bisection stops (bisect.py)
+            return replace(base, outcome=Outcome.UNRESOLVED, cause=Cause.PROBE_BROKEN, reason=reason,
+                           probe_runs=runs, probe_s=probe_s)
         return replace(base, outcome=outcome, reason=reason, probe_runs=runs, probe_s=probe_s)
 
     def _run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int,

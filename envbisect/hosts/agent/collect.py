@@ -113,16 +113,18 @@ def git(repo, *args):
     return p.returncode, p.stdout.decode("utf-8", "replace").strip(), p.stderr.decode("utf-8", "replace").strip()
 
 
-def repo_state(path, log_from):
+def repo_state(path, log_from, keep=()):
     rc, head, err = git(path, "rev-parse", "--verify", "HEAD")
     if rc != 0:
         return {"path": path, "error": (err.splitlines() or ["not a git repository"])[-1]}
     out = {"path": path, "head": head}
     rc, branch, _ = git(path, "symbolic-ref", "--short", "-q", "HEAD")
     out["branch"] = branch if rc == 0 else None
-    rc, status, _ = git(path, "status", "--porcelain", "--untracked-files=no")
-    out["dirty"] = bool(status)
-    out["dirty_files"] = [line[3:] for line in status.splitlines()][:50]
+    entries = dirty_entries(path)
+    status = bool(entries)
+    out["dirty"] = status
+    out["dirty_files"] = sorted({p for e in entries for p in (e["path"], e["orig"]) if p})[:MAX_DIRTY]
+    out["dirty_entries"] = entries[:MAX_DIRTY]
     # not `describe --dirty`: it refreshes the index whatever GIT_OPTIONAL_LOCKS says
     rc, desc, _ = git(path, "describe", "--always", "--tags")
     out["describe"] = (desc + ("-dirty" if status else "")) if rc == 0 else None
@@ -148,7 +150,71 @@ def repo_state(path, log_from):
                         at = parts[0]
                         break
         out["head_at_since"] = at
+    snapshot_dirty(path, out, log_from, keep)
     return out
+
+
+# --- uncommitted changes to tracked files of a deployed repo ---------------------------------
+# A hotfix edited in place and never committed is part of the configuration as much as an env file
+# is: each such file is snapshotted like a watched file (result["files"], by absolute path), and,
+# for a diff, its bytes at the baseline HEAD are read from git (result["fallback"]["repo_base"]),
+# so the baseline trial can put the baseline's bytes back.
+MAX_DIRTY = 50
+
+
+def dirty_entries(repo):
+    """Tracked files with uncommitted changes, parsed from `git status --porcelain=v1 -z` by its
+    format: "XY PATH\0", and for a rename or copy the original path as the next field. Paths are
+    relative to the top of the repository, never quoted, never cut."""
+    p = subprocess.run(["git", "-C", repo, "status", "--porcelain=v1", "-z", "--untracked-files=no"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=GIT_ENV)
+    if p.returncode != 0:
+        return []
+    fields = p.stdout.split(b"\0")
+    out, i = [], 0
+    while i < len(fields):
+        f = fields[i]
+        i += 1
+        if len(f) < 4 or f[2:3] != b" ":
+            continue
+        xy = f[:2].decode("ascii", "replace")
+        orig = None
+        if "R" in xy or "C" in xy:
+            orig = fields[i].decode("utf-8", "surrogateescape") if i < len(fields) else None
+            i += 1
+        out.append({"xy": xy, "path": f[3:].decode("utf-8", "surrogateescape"), "orig": orig})
+    return out
+
+
+def git_blob(repo, rev, rel):
+    """The file `rel` at commit `rev`: {sha256, content_b64} or {absent: True}."""
+    p = subprocess.run(["git", "-C", repo, "show", rev + ":" + rel], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       env=GIT_ENV)
+    if p.returncode != 0:
+        return {"commit": rev, "absent": True}
+    out = {"commit": rev, "sha256": hashlib.sha256(p.stdout).hexdigest()}
+    if len(p.stdout) <= MAX:
+        out["content_b64"] = b64(p.stdout)
+    return out
+
+
+def snapshot_dirty(repo, out, log_from, keep):
+    """Each dirty file (and each file a baseline saw dirty: `keep`) into result["files"]; for a
+    diff, its bytes at the baseline HEAD (log_from, else HEAD at TIME from the reflog, else HEAD)."""
+    rc, top, _ = git(repo, "rev-parse", "--show-toplevel")
+    top = top if rc == 0 and top else repo
+    out["top"] = top
+    rels = sorted(set(out["dirty_files"]) | set(keep))
+    base = log_from or out.get("head_at_since") or out["head"]
+    for rel in rels:
+        path = os.path.join(top, rel)
+        if path not in result["files"]:
+            result["files"][path] = file_state(path)
+        if SINCE is not None:
+            repo_base[path] = dict(git_blob(repo, base, rel), repo=repo, rel=rel)
+
+
+repo_base = {}
 
 
 def top_of_repo(path):
@@ -748,7 +814,7 @@ for root in req.get("watch", []):
         if path not in result["files"]:
             result["files"][path] = file_state(path)
 for item in req.get("repos", []):
-    result["repos"][item["path"]] = repo_state(item["path"], item.get("log_from"))
+    result["repos"][item["path"]] = repo_state(item["path"], item.get("log_from"), item.get("keep") or ())
 for item in req.get("processes", []):
     ps = process_state(item["service"], item.get("pid_file"))
     if ps.get("status") == "ok" and item.get("env_file"):
@@ -764,13 +830,14 @@ for path in req.get("env_files", []):
 if SINCE is not None:
     fb = {"backups": {}, "git": {}}
     for path, st in result["files"].items():
-        if st.get("kind") not in ("file", None):
-            continue
+        if st.get("kind") not in ("file", None) or path in repo_base:
+            continue  # a deployed repo's dirty file: its baseline is the repo's, in repo_base
         cands = backup_candidates(path)
         if cands:
             fb["backups"][path] = cands[0]
         g = git_fallback(path) if (st.get("exists") or st.get("exists") is False) else None
         if g:
             fb["git"][path] = g
+    fb["repo_base"] = repo_base
     result["fallback"] = fb
 json.dump(result, sys.stdout)

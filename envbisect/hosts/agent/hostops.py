@@ -193,6 +193,26 @@ def write_file(op):
     return {"path": path, "bytes": len(data)}
 
 
+def dirty_paths(repo):
+    """Tracked files with uncommitted changes, from `git status --porcelain=v1 -z` by its format
+    ("XY PATH\\0", a rename's original path as the next field), never by cutting stripped lines."""
+    p = subprocess.run(["git", "-C", repo, "status", "--porcelain=v1", "-z", "--untracked-files=no"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=GIT_ENV)
+    if p.returncode != 0:
+        raise OpError("git status in %s: %s" % (repo, (p.stderr.decode("utf-8", "replace").strip().splitlines()
+                                                      or ["failed"])[-1]))
+    fields, out, i = p.stdout.split(b"\0"), [], 0
+    while i < len(fields):
+        f = fields[i]
+        i += 1
+        if len(f) < 4:
+            continue
+        out.append(f[3:].decode("utf-8", "replace"))
+        if f[:1] in (b"R", b"C") or f[1:2] in (b"R", b"C"):
+            i += 1  # the original path of a rename or copy
+    return out
+
+
 def checkout(op):
     repo = op["repo"]
     if "expect" in op:
@@ -201,13 +221,16 @@ def checkout(op):
             raise Conflict(repo, op["expect"], found, "HEAD moved during the run (expected %s, found %s %s)" % (
                 " or ".join("%s %s" % (e[0][:12], e[1] or "detached") for e in op["expect"]), found[0][:12],
                 found[1] or "detached"))
-    status = git(repo, "status", "--porcelain", "--untracked-files=no")
+    if repo_state(repo) == [op["commit"], op.get("ref")]:
+        # already there: nothing to check out, so uncommitted changes (a hotfix on the box) are no obstacle
+        return {"repo": repo, "head": op["commit"]}
+    status = dirty_paths(repo)
     if status and op.get("skip_conflict"):  # restore: someone's uncommitted work is theirs; left alone
         raise Conflict(repo, op.get("expect", []), repo_state(repo), "has uncommitted changes (%s); not touched"
-                       % ", ".join(l[3:] for l in status.splitlines()[:5]))
+                       % ", ".join(status[:5]))
     if status:
         raise OpError("%s has uncommitted changes (%s); commit or stash them before envbisect checks out another commit"
-                      % (repo, ", ".join(l[3:] for l in status.splitlines()[:5])))
+                      % (repo, ", ".join(status[:5])))
     if op.get("ref"):
         # back onto the branch it was on, at the exact commit it had. envbisect never moves a branch:
         # a branch whose tip is not that commit was advanced by someone else, and stays where it is.

@@ -1,0 +1,63 @@
+"""What a not-reproduced verdict says about the running state it saw (the diff's drift).
+
+The current configuration failed as it ran, or was co-restarted first because a process did not
+run its files (drift); after a full ordered co-restart from the files it passes. Then the fault was
+in the running state, not in the files, and the verdict names it: which service ran with which
+value, and whether that value was the baseline's (not restarted after an edit) or one no file sets,
+neither today's nor the baseline's (a hand start with it, or a file edited back since). Without
+drift the verdict keeps its "check the probe, or run again while the fault shows".
+
+Pure: reads the diff as recorded (`Diff.to_json`, masked), so a resumed run says the same.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from envbisect.search import Verdict
+
+
+def _baseline_values(diff_doc: Mapping[str, Any]) -> dict[tuple[str, str], str | None]:
+    """(service, key) -> the key's value in the baseline's file, for every env delta."""
+    return {(d.get("service") or "", d.get("key") or ""): d.get("old") for d in diff_doc.get("deltas", [])
+            if d.get("kind") == "env"}
+
+
+def drift_hints(diff_doc: Mapping[str, Any]) -> list[str]:
+    """One sentence per drifting key (and per service whose start environment is unknown)."""
+    base = _baseline_values(diff_doc)
+    hints = []
+    for dr in diff_doc.get("drift", []):
+        svc, key, proc, file = dr["service"], dr["key"], dr["process"], dr["file"]
+        who = f"{svc} (pid {dr['pid']}) was running with {key}={proc}"
+        changed = (svc, key) in base
+        old = base.get((svc, key), file)
+        if proc is not None and proc != file and proc != old:
+            said = f"today's file says {file}" + (f", the baseline's {old}" if changed else ", as at the baseline")
+            if file is None:
+                said = "no file sets it"
+            hints.append(f"{who}, which no file sets ({said}): started by hand with it, or its file was edited "
+                         "back since")
+        elif changed and proc == old:
+            hints.append(f"{who}, the baseline's value, while its file says {file}: not restarted after the edit")
+        else:
+            hints.append(f"{who} while its file says {file}: it was not restarted after an edit, or restarted alone")
+    for s in diff_doc.get("unknown_processes", []):
+        hints.append(f"{s}: start environment unknown (overwritten by the program); cannot tell whether it was stale")
+    if not hints:
+        hints.append("no drift was recorded; the failure may have needed a co-restart, load, or time to appear")
+    return hints
+
+
+def with_drift(verdict: Verdict, diff_doc: Mapping[str, Any], hints: list[str]) -> Verdict:
+    """The not-reproduced verdict naming the drift it saw (unchanged when there was none)."""
+    if verdict.kind != "not-reproduced" or not diff_doc.get("drift"):
+        return verdict
+    text = verdict.explanation.replace(" (check the probe, or run again while the fault shows)", "")
+    named = "; ".join(h for h in hints if "start environment unknown" not in h)
+    return dataclasses.replace(verdict, explanation=(
+        f"{text} The running processes did not run their files: {named}. The running state was the fault, not "
+        "the files: a full ordered co-restart from the files is the fix (the hosts were left co-restarted)."))
+
+
+__all__ = ["drift_hints", "with_drift"]

@@ -1,0 +1,198 @@
+"""Fast checks of issue 21's pure parts: the not-config proof (runs/baseline_proof.py), what a
+not-reproduced verdict says about drift (runs/drift.py), and a command probe's exit statuses
+(trials/probe.py, run for real on this machine)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from envbisect.inputs.playbook import load_playbook
+from envbisect.outcome import Cause, Outcome
+from envbisect.runs.baseline_proof import build_proof, not_reproduced, probe_reached
+from envbisect.runs.drift import drift_hints, with_drift
+from envbisect.search import TrialKind, Verdict
+from envbisect.state.configuration import FileOriginal, OriginalState
+from envbisect.state.deltas import Delta
+from envbisect.trials.probe import ProbeRun, RequestRecord, run_probe
+from envbisect.trials.runner import Trial, probe_repeatedly
+
+PLAYBOOK = """
+[deployment]
+name = "t"
+[hosts.node1]
+ssh = "local"
+[services.decode]
+host = "node1"
+env_file = "{root}/decode.serve-env"
+start = "true"
+stop = "true"
+health = "http://127.0.0.1:30001/health"
+[restart]
+order = ["decode"]
+[probes.e2e]
+kind = "http"
+url = "http://127.0.0.1:{port}/v1/chat/completions"
+[probes.cmd]
+kind = "command"
+command = {command}
+"""
+
+
+def _playbook(tmp_path: Path, port: int = 30001, command: str = "true"):
+    (tmp_path / "decode.serve-env").write_text("export X=1\n")
+    p = tmp_path / "envbisect.toml"
+    p.write_text(PLAYBOOK.format(root=tmp_path, port=port, command=json.dumps(command)))
+    return load_playbook(p)
+
+
+def _delta(path: str) -> Delta:
+    return Delta("file:node1:" + path, "file", "node1", None, path, None, "changed", "a" * 64, "b" * 64,
+                 "snapshot:x")
+
+
+def _baseline_trial(outcome=Outcome.FAIL, runs=()) -> Trial:
+    return Trial(2, "premise: baseline must pass", (), (), outcome, "x", tuple(runs), restart_s=3.0,
+                 kind=TrialKind.PREMISE_BASELINE)
+
+
+def _run(error: str | None, status: int | None = None) -> ProbeRun:
+    return ProbeRun("e2e", "http", Outcome.FAIL, error or "", (RequestRecord(1, False, status, 0.1, error),), 0.1)
+
+
+def _proof(tmp_path, *, seen, deltas, trials, port=30001, notes=(), conflicts=()):
+    pb = _playbook(tmp_path, port)
+    original = OriginalState({("node1", d.path): FileOriginal(True, b"new") for d in deltas}, {})
+    contents = {"a" * 64: b"old"}
+    return build_proof(seen=seen, deltas=deltas, original=original, contents=contents, trials=trials, playbook=pb,
+                       probe=pb.probes["e2e"], diff_notes=notes, conflicts=conflicts)
+
+
+def test_proof_holds_when_every_delta_seen_was_put_back(tmp_path):
+    d = _delta("/srv/a.yaml")
+    p = _proof(tmp_path, seen=[d.id], deltas=[d], trials=[_baseline_trial(runs=[_run(None, 200)])])
+    assert p.reproduced, p.problems()
+    assert p.files[0].baseline == __import__("hashlib").sha256(b"old").hexdigest()
+    assert [s.service for s in p.services] == ["decode"] and p.services[0].restarted_in == 2
+    assert any("baseline proof (trial 2)" in line for line in p.lines())
+
+
+def test_an_excluded_delta_an_unreadable_file_or_a_conflict_is_named_and_makes_it_inconclusive(tmp_path):
+    d, other = _delta("/srv/a.yaml"), _delta("/srv/hotfix.yaml")
+    p = _proof(tmp_path, seen=[d.id, other.id], deltas=[d], trials=[_baseline_trial(runs=[_run(None, 200)])],
+               notes=["node1:/srv/x.env: cannot read (Permission denied); its deltas are unknown"],
+               conflicts=[{"host": "node1", "path": "/srv/b", "why": "changed by someone else"}])
+    assert not p.reproduced
+    assert any(other.id in s and "left out" in s for s in p.stayed)
+    assert any("/srv/x.env" in s for s in p.stayed) and any("/srv/b" in s for s in p.stayed)
+    v = not_reproduced(Verdict("not-config", (), 1.0, (), "Observed: ..."), p)
+    assert v.kind == "inconclusive" and other.id in v.explanation and "could not be reproduced" in v.explanation
+
+
+def test_a_free_probe_of_the_running_stack_is_no_baseline_trial(tmp_path):
+    d = _delta("/srv/a.yaml")
+    free = Trial(1, "premise", (), (), Outcome.FAIL, "x", (_run(None, 200),), free=True,
+                 kind=TrialKind.PREMISE_CURRENT)
+    p = _proof(tmp_path, seen=[d.id], deltas=[d], trials=[free])
+    assert not p.reproduced and p.trial is None
+
+
+def test_a_restart_that_kept_the_old_process_breaks_the_proof(tmp_path):
+    """The hook the restart proof fills (hosts/restart.py): an old pid still alive is no new process."""
+    d = _delta("/srv/a.yaml")
+    pb = _playbook(tmp_path)
+    original = OriginalState({("node1", d.path): FileOriginal(True, b"new")}, {})
+    p = build_proof(seen=[d.id], deltas=[d], original=original, contents={"a" * 64: b"old"},
+                    trials=[_baseline_trial(runs=[_run(None, 200)])], playbook=pb, probe=pb.probes["e2e"],
+                    diff_notes=(), conflicts=(), restart_facts={"decode": {"old_pid": 10, "new_pid": 10,
+                                                                           "old_pid_gone": False}})
+    assert not p.reproduced and any("decode" in x for x in p.problems())
+
+
+def test_probe_reached_the_stack(tmp_path):
+    pb = _playbook(tmp_path, port=30001)
+    probe = pb.probes["e2e"]
+    assert probe_reached(probe, _baseline_trial(runs=[_run("HTTP 500, expected 200", 500)]), pb)
+    assert probe_reached(probe, _baseline_trial(runs=[_run("no answer within 1.5 s (hang)")]), pb)
+    # refused by a port a service listens on: the stack answered (it is down)
+    assert probe_reached(probe, _baseline_trial(runs=[_run("ConnectError: [Errno 111] refused")]), pb)
+    pb2 = _playbook(tmp_path, port=39999)  # no service listens there: never reached the stack
+    assert not probe_reached(pb2.probes["e2e"], _baseline_trial(runs=[_run("ConnectError: refused")]), pb2)
+
+
+def test_drift_of_a_value_no_file_sets_is_named_in_the_verdict():
+    doc = {"drift": [{"service": "decode", "key": "SGLANG_SM120_MMA_TARGET_CTAS", "file": "128", "process": "1024",
+                      "pid": 4242}],
+           "deltas": [{"kind": "env", "service": "prefill", "key": "NCCL_DEBUG", "old": "WARN", "new": "INFO"}]}
+    hints = drift_hints(doc)
+    assert "SGLANG_SM120_MMA_TARGET_CTAS=1024, which no file sets" in hints[0], hints
+    v = with_drift(Verdict("not-reproduced", (), 0.99, (), "Observed: passed (check the probe, or run again while "
+                                                          "the fault shows)."), doc, hints)
+    assert "check the probe" not in v.explanation and "decode (pid 4242)" in v.explanation
+    stale = {"drift": [{"service": "decode", "key": "K", "file": "2", "process": "1", "pid": 1}],
+             "deltas": [{"kind": "env", "service": "decode", "key": "K", "old": "1", "new": "2"}]}
+    assert "the baseline's value" in drift_hints(stale)[0]
+    assert with_drift(Verdict("not-reproduced", (), 1.0, (), "x"), {"drift": []}, []).explanation == "x"
+
+
+@pytest.mark.parametrize("command,want", [
+    ("exit 0", Outcome.PASS), ("exit 1", Outcome.FAIL), ("exit 124", Outcome.FAIL), ("exit 125", Outcome.CANNOT_TEST),
+    ("exit 126", Outcome.BROKEN), ("curlx-no-such-command", Outcome.BROKEN), ("exit 137", Outcome.FAIL),
+])
+def test_command_probe_exit_statuses(tmp_path, command, want):
+    pb = _playbook(tmp_path, command=command)
+    assert run_probe(pb.probes["cmd"], {}).outcome is want
+    outcome, _runs, reason = probe_repeatedly(pb.probes["cmd"], {}, 3)
+    assert outcome is (want if want is not Outcome.PASS else Outcome.PASS)
+    if want is Outcome.BROKEN:
+        assert "127" in reason or "126" in reason
+
+
+def test_a_broken_probe_trial_reads_back():
+    t = Trial(3, "bisect", (), (), Outcome.UNRESOLVED, "exit status 127 (command not found)",
+              cause=Cause.PROBE_BROKEN)
+    assert Trial.from_json(t.to_json()).cause is Cause.PROBE_BROKEN
+
+
+def test_an_http_probe_whose_host_name_is_unknown_is_broken(tmp_path):
+    """A name that cannot resolve (.invalid never does) never reached the stack: broken, not a failure."""
+    pb = _playbook(tmp_path)
+    probe = pb.probes["e2e"].__class__(**{**pb.probes["e2e"].__dict__, "url": "http://no-such-host.invalid:8000/v1"})
+    r = run_probe(probe, {})
+    assert r.outcome is Outcome.BROKEN and "no-such-host.invalid" in r.reason, r.reason
+
+
+def test_an_http_probe_refused_by_a_port_no_service_listens_on_never_reached_the_stack(tmp_path):
+    import socket
+
+    from envbisect.trials.probe_check import unreached
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    closed = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    pb = _playbook(tmp_path, port=closed)
+    r = run_probe(pb.probes["e2e"], {})
+    assert r.outcome is Outcome.FAIL  # one run: a failure to the probe itself ...
+    why = unreached(pb.probes["e2e"], (r,), pb)  # ... which the runner turns into a broken probe
+    assert why and str(closed) in why, why
+    served = _playbook(tmp_path / "svc", port=30001) if (tmp_path / "svc").mkdir() is None else None
+    assert unreached(served.probes["e2e"], (_run("ConnectError: [Errno 111] Connection refused"),), served) is None
+
+
+def test_a_moved_head_with_a_hotfix_in_the_same_repo_is_refused_before_anything_is_touched():
+    """A checkout never runs over uncommitted changes: with both, the trials could not make the
+    baseline (or the restore could leave HEAD moved), so the run is refused with the way out."""
+    from envbisect.errors import UsageError
+    from envbisect.state.configuration import check_applicable
+
+    git_d = Delta("git:node1:/srv/src", "git", "node1", None, "/srv/src", None, "changed", "a" * 40, "b" * 40,
+                  "snapshot:x")
+    hotfix = Delta("file:node1:/srv/src/configs/f.yaml", "file", "node1", None, "/srv/src/configs/f.yaml", None,
+                   "changed", "a" * 64, "b" * 64, "git:aaaa",
+                   ("uncommitted change to configs/f.yaml in the deployed repo /srv/src (tracked, not committed)",))
+    with pytest.raises(UsageError, match="--exclude git:node1:/srv/src"):
+        check_applicable([git_d, hotfix])
+    check_applicable([hotfix])  # HEAD did not move: fine
+    check_applicable([git_d, _delta("/srv/other/a.yaml")])  # a watched file elsewhere: fine
