@@ -43,6 +43,7 @@ class Service:
     pid_file: str | None = None
     log: str | None = None
     metrics: str | None = None
+    insecure: bool = False  # https health / metrics: skip TLS verification (said in the playbook, never implied)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class Probe:
     # start cannot see it, so "worse" must clear it too (search/perf.py); 0 trusts one start fully
     start_noise: float = 0.02
     warmup: int | None = None  # untimed requests first (default: concurrency)
+    insecure: bool = False  # https: skip TLS verification (the headers may carry API keys: verified by default)
 
     @property
     def is_perf(self) -> bool:
@@ -95,6 +97,9 @@ class Restart:
     health_timeout_s: float = 600.0
     poll_interval_s: float = 2.0
     command_timeout_s: float = 300.0  # a stop or start command that runs longer is killed (infra failure)
+    # after the stop commands, how long each stopped process may take to be gone (a GPU process
+    # releasing its memory); one still running then makes the co-restart fail (hosts/restart.py)
+    stop_wait_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -236,6 +241,7 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
         services[sname] = Service(
             sname, host, env_file, r.get("start", str, required=True), r.get("stop", str, required=True), health,
             pid_file=r.get("pid_file", str, None), log=r.get("log", str, None), metrics=r.get("metrics", str, None),
+            insecure=r.get("insecure", bool, False),
         )
         r.finish()
     if not services:
@@ -252,9 +258,11 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
     if len(set(order)) != len(order):
         raise PlaybookError(path, "restart.order", "lists a service twice")
     restart = Restart(order, rr.get("health_timeout_s", float, 600.0), rr.get("poll_interval_s", float, 2.0),
-                      rr.get("command_timeout_s", float, 300.0))
+                      rr.get("command_timeout_s", float, 300.0), rr.get("stop_wait_s", float, 30.0))
     if restart.command_timeout_s <= 0:
         raise PlaybookError(path, "restart.command_timeout_s", "must be > 0")
+    if not 0 < restart.stop_wait_s <= 3600:
+        raise PlaybookError(path, "restart.stop_wait_s", f"must be > 0 seconds (at most an hour), got {restart.stop_wait_s!r}")
     rr.finish()
 
     repos = []
@@ -416,7 +424,7 @@ def _parse_probe(path: Path, name: str, table: Any, hosts: Mapping[str, Host]) -
         name=name, kind=kind, vantage=vantage, url=url, method=method, body=body,
         headers=tuple((str(k), str(v)) for k, v in headers.items()), expect_status=expect_status,
         expect_body=expect_body, timeout_s=timeout_s, latency_budget_s=latency_budget_s, repeat=repeat,
-        rounds=rounds, concurrency=concurrency, command=command, **perf,
+        rounds=rounds, concurrency=concurrency, command=command, insecure=r.get("insecure", bool, False), **perf,
     )
     r.finish()
     return p

@@ -69,6 +69,10 @@ FEATURE_FLAGS = ("# feature flags of the deployed serving code (read at start)\n
                  "enable_mixed_chunk: false\n"
                  "disaggregation_decode_polling: 1\n")
 
+# A decode that ignores SIGTERM (worker fault "ignore_sigterm"): append it to a scenario's rules; a
+# stop that only sends TERM then leaves the old process serving (bin/stop sends KILL after 5 s).
+IGNORE_SIGTERM_RULE: dict[str, Any] = {"service": "decode", "fault": "ignore_sigterm"}
+
 # Speed knobs (issue 11): with a per-token time, decode's tokens/s follows these values. Part of
 # each request is not decode (router, prefill, the KV hand-off), so the factors are calibrated on
 # what the throughput probe measures on 2 cores (5 samples each: factor 1.0 647 tok/s, 0.887 706,

@@ -34,7 +34,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULT_KINDS = ("hang", "5xx", "slow", "fail_after_reused", "intermittent", "crash", "speed")
+FAULT_KINDS = ("hang", "5xx", "slow", "fail_after_reused", "intermittent", "crash", "speed", "ignore_sigterm")
 DEFAULT_KV_LAYOUT_VARS = ("SGLANG_KV_PAGE_SIZE", "SGLANG_KV_CACHE_DTYPE")
 SIM_VERSION = "0.5.4-sim"
 
@@ -87,6 +87,10 @@ def load_rules(path: str | None) -> dict[str, Any]:
     ``when_file`` (one object or a list) matches when the file exists and contains the string
     (``"contains": null`` = just exists; ``"exists": false`` = absent).
     Fault parameters sit either on the rule or in ``"params"``.
+
+    An ``"ignore_sigterm"`` rule makes the worker ignore SIGTERM (a service stuck releasing GPU
+    memory, or one that never installed a handler): a stop that only sends TERM (``kill $(cat
+    PIDFILE)``) leaves it running and answering; only SIGKILL ends it.
     """
     if not path:
         return {"rules": [], "kv_layout_vars": list(DEFAULT_KV_LAYOUT_VARS)}
@@ -943,7 +947,12 @@ def main(argv: list[str] | None = None) -> int:
         for s in servers:
             threading.Thread(target=s.shutdown, daemon=True).start()
 
-    signal.signal(signal.SIGTERM, on_signal)
+    stubborn = sim.fault("ignore_sigterm")
+    if stubborn is not None:
+        log(f"ignoring SIGTERM (ignore_sigterm fault, rule #{stubborn['index']}): only SIGKILL stops this process")
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
     threads = []

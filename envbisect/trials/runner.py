@@ -12,7 +12,7 @@ from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
-from envbisect.state.configuration import OriginalState, target_state
+from envbisect.state.configuration import OriginalState, TargetState, target_state
 from envbisect.state.deltas import Delta
 from envbisect.errors import RemoteError
 from envbisect.hosts.journal import HostEditor
@@ -20,7 +20,7 @@ from envbisect.outcome import Cause, Outcome
 from envbisect.inputs.playbook import Playbook, Probe
 from envbisect.trials.probe import ABORT, BROKEN, CANNOT_TEST, FAIL, PASS, ProbeRun, run_probe
 from envbisect.trials.probe_check import unreached
-from envbisect.hosts.restart import RestartResult, co_restart
+from envbisect.hosts.restart import RestartResult, ServiceRestart, co_restart
 from envbisect.search import TrialKind
 from envbisect.hosts.transport import Transport
 
@@ -48,6 +48,10 @@ class Trial:
     # a failure against the symptom's fingerprint (trials/symptom.py; set by the run): "same", or
     # "other" (it failed differently: no evidence about the symptom); None: not a failure, or not judged
     symptom: str | None = None
+    # what the trial's co-restart proved, per service in restart order (hosts/restart.ServiceRestart:
+    # old pid gone, new pid, its start after the stop, the environment keys checked): the proof that
+    # the configuration probed is the one named; empty for a free trial (no restart)
+    restart_proof: tuple[ServiceRestart, ...] = ()
 
     @property
     def passes(self) -> int:
@@ -65,7 +69,8 @@ class Trial:
                                                           "passes": self.passes},
                 "log_tail": self.log_tail[-2000:], "aborted": self.aborted, "free": self.free,
                 "kind": self.kind.value, "cause": self.cause.value if self.cause else None,
-                "symptom": self.symptom}
+                "symptom": self.symptom,
+                "restart_proof": [f.to_json() for f in self.restart_proof]}
 
     @classmethod
     def from_json(cls, d: Mapping) -> "Trial":
@@ -84,7 +89,8 @@ class Trial:
         return cls(d["n"], d["purpose"], tuple(d["units"]), tuple(d["config"]), Outcome(d["outcome"]), d["reason"],
                    runs, d["restart_s"], d["probe_s"], d.get("restart_durations", {}), d.get("started_at", 0.0),
                    d.get("log_tail", ""), d.get("aborted", False), d.get("free", False), kind, cause,
-                   d.get("symptom"))
+                   d.get("symptom"),
+                   tuple(ServiceRestart.from_json(f) for f in d.get("restart_proof") or ()))
 
 
 def _kind_from_purpose(purpose: str) -> TrialKind:
@@ -149,8 +155,24 @@ class TrialRunner:
     def delta_ids(self, unit_ids: Sequence[str]) -> tuple[str, ...]:
         return tuple(sorted(d for u in unit_ids for d in self.units[u]))
 
-    def apply(self, delta_ids: Sequence[str]) -> None:
-        self.editor.apply(target_state(self.original, self.deltas, delta_ids, self.contents))
+    def apply(self, delta_ids: Sequence[str]) -> TargetState:
+        target = target_state(self.original, self.deltas, delta_ids, self.contents)
+        self.editor.apply(target)
+        return target
+
+    def expected_env(self, target: TargetState) -> dict[str, dict[str, str | None]]:
+        """service -> key -> the value the trial's env file gives it (a value a snapshot recorded;
+        keys only known by evaluating a reference text on the host are left out): what the new
+        process's environment must hold (hosts/restart.co_restart)."""
+        out: dict[str, dict[str, str | None]] = {}
+        for s in self.playbook.services.values():
+            chk = target.checks.get((s.host, s.env_file))
+            if chk is None:
+                continue
+            known = {e.key: e.value for e in chk.expect if e.ref is None and e.key not in chk.skipped}
+            if known:
+                out[s.name] = known
+        return out
 
     def run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int = 1,
             kind: TrialKind = TrialKind.CHECK) -> Trial:
@@ -215,12 +237,14 @@ class TrialRunner:
         t0 = time.monotonic()
         try:
             self.on_step(f"applying {len(config)} of {len(self.deltas)} deltas")
-            self.apply(config)
+            target = self.apply(config)
         except RemoteError as e:
             return replace(base, reason=f"could not apply: {e}", cause=Cause.APPLY_FAILED)
         # a HostConflict (someone else changed a host) is not a trial outcome: it stops the run
-        rs: RestartResult = co_restart(self.playbook, self.transports, on_step=self.on_step, guard=self.editor.guard)
-        base = replace(base, restart_s=time.monotonic() - t0, restart_durations=rs.durations)
+        rs: RestartResult = co_restart(self.playbook, self.transports, on_step=self.on_step, guard=self.editor.guard,
+                                       expect_env=self.expected_env(target))
+        base = replace(base, restart_s=time.monotonic() - t0, restart_durations=rs.durations,
+                       restart_proof=rs.services)
         if not rs.ok:
             if rs.failure == "start-failure":
                 return replace(base, outcome=Outcome.START_FAILURE, reason=rs.message, log_tail=rs.log_tail)
@@ -273,6 +297,8 @@ def capture_evidence(playbook: Playbook, transports: Mapping[str, Transport], ou
         if t is None or not s.metrics:
             continue
         try:
-            write_private(out / f"{name}.metrics.txt", fetch(t, s.metrics).text.encode())
+            got = fetch(t, s.metrics, insecure=s.insecure)
+            note = f"\n# envbisect: {got.cut_note()}\n".encode() if got.cut else b""
+            write_private(out / f"{name}.metrics.txt", got.body + note)
         except Exception as e:  # noqa: BLE001 - evidence is best effort
             failed(name, e)

@@ -434,6 +434,78 @@ def alive(op):
     return out
 
 
+# --- process identity (the proof that a co-restart replaced each process; hosts/restart.py) ------
+def uptime_s():
+    """Seconds since boot: the clock of /proc/PID/stat start times, on this host (no clock skew)."""
+    with open("/proc/uptime") as f:
+        return float(f.read().split()[0])
+
+
+def proc_start_ticks(pid):
+    """(state, start time in clock ticks since boot) of a process, or None when there is none."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def proc_running(pid, ticks):
+    """Is process `pid` that started at `ticks` still there (not a zombie, not a reused pid)?"""
+    st = proc_start_ticks(pid)
+    return st is not None and st[0] != "Z" and st[1] == ticks
+
+
+def proc_ids(op):
+    """The process each pid file names: {"now_s": uptime, "hz": ticks per second, "procs": {pid_file:
+    {"pid", "ticks", "start_s" (seconds since boot), "env" (the op["env_keys"][pid_file] keys of its
+    /proc/PID/environ, null when unreadable), "env_why"} or null: no live process}}."""
+    hz = os.sysconf("SC_CLK_TCK")
+    out = {"now_s": uptime_s(), "hz": hz, "procs": {}}
+    for pf in op["pid_files"]:
+        try:
+            with open(pf) as f:
+                pid = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            out["procs"][pf] = None
+            continue
+        st = proc_start_ticks(pid)
+        if st is None or st[0] == "Z":
+            out["procs"][pf] = None
+            continue
+        got = {"pid": pid, "ticks": st[1], "start_s": st[1] / float(hz), "env": None, "env_why": None}
+        keys = (op.get("env_keys") or {}).get(pf)
+        if keys:
+            try:
+                with open("/proc/%d/environ" % pid, "rb") as f:
+                    raw = f.read()
+                env = {}
+                for entry in raw.split(b"\0"):
+                    k, sep, v = entry.partition(b"=")
+                    if sep:
+                        env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+                if not env:
+                    got["env_why"] = "its /proc/%d/environ is empty (process title rewritten?)" % pid
+                else:
+                    got["env"] = dict((k, env.get(k)) for k in keys)
+            except OSError as e:
+                got["env_why"] = "cannot read /proc/%d/environ: %s" % (pid, e.strerror or e)
+        out["procs"][pf] = got
+    return out
+
+
+def wait_gone(op):
+    """Wait up to op["timeout_s"] until each [pid, ticks] of op["procs"] is gone; {"left": [those
+    still running], "waited_s"}."""
+    t0 = time.monotonic()
+    left = [p for p in op["procs"] if proc_running(p[0], p[1])]
+    while left and time.monotonic() - t0 < op["timeout_s"]:
+        time.sleep(0.1)
+        left = [p for p in left if proc_running(p[0], p[1])]
+    return {"left": left, "waited_s": time.monotonic() - t0}
+
+
 def tail(op):
     out = {}
     for path in op["paths"]:
@@ -639,6 +711,8 @@ OPS = {"read_state": read_state, "write": write_file, "checkout": checkout, "loc
        "assert_lock": assert_lock, "check": check, "put": put, "get": get, "remove": remove, "alive": alive,
        "tail": tail}
 OPS["env_check"] = env_check
+OPS["proc_ids"] = proc_ids
+OPS["wait_gone"] = wait_gone
 results = []
 error = None
 conflict = None

@@ -1,0 +1,179 @@
+"""HTTP requests with a total deadline and a body cap: every probe, health check and evidence fetch.
+
+httpx's timeouts bound each read, not the request: a server that sends one byte every half second
+keeps a request with a 1-second timeout alive for as long as it likes, and a body is read whole,
+however large. Here the deadline is enforced under httpx, in the network stream itself (every
+connect, read, write and TLS handshake is given at most the time left, and none is started once it
+has passed), so a trickle of headers is cut as surely as a trickle of body; and the body is read
+in chunks up to a cap, the rest left unread and the connection closed.
+
+TLS is verified unless the playbook says `insecure = true` for that probe or service; the name
+verified (and sent as SNI) is the URL's host, not the address of the SSH forward it travels through.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Mapping
+
+import httpcore
+import httpx
+
+HEALTH_MAX_BODY = 64 << 10  # a health answer's status is what counts
+EVIDENCE_MAX_BODY = 4 << 20  # /metrics
+PROBE_MAX_BODY = 8 << 20  # an LLM answer bigger than this is a flood, not an answer
+
+_deadline = threading.local()  # the calling thread's deadline (sync httpx reads in the calling thread)
+
+
+class DeadlinePassed(httpcore.ReadTimeout):
+    """The request's total deadline passed (httpx raises it as an httpx.ReadTimeout)."""
+
+
+def _left(timeout: float | None) -> float | None:
+    """`timeout` (httpx's per-operation one) cut to what is left of this thread's deadline."""
+    end = getattr(_deadline, "at", None)
+    if end is None:
+        return timeout
+    left = end - time.monotonic()
+    if left <= 0:
+        raise DeadlinePassed("the request's total deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _Stream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream):
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _left(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _left(timeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None):  # noqa: ANN001, ANN201
+        return _Stream(self._inner.start_tls(ssl_context, server_hostname, _left(timeout)))
+
+    def get_extra_info(self, info: str):  # noqa: ANN201
+        return self._inner.get_extra_info(info)
+
+
+class _Backend(httpcore.NetworkBackend):
+    def __init__(self) -> None:
+        self._inner = httpcore.SyncBackend()
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):  # noqa: ANN001, ANN201
+        return _Stream(self._inner.connect_tcp(host, port, _left(timeout), local_address, socket_options))
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):  # noqa: ANN001, ANN201
+        return _Stream(self._inner.connect_unix_socket(path, _left(timeout), socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def client(*, insecure: bool = False, limits: httpx.Limits | None = None) -> httpx.Client:
+    """An httpx client whose requests `request` can bound; TLS verified unless `insecure`."""
+    c = httpx.Client(verify=not insecure, limits=limits or httpx.Limits())
+    for t in [c._transport, *c._mounts.values()]:  # noqa: SLF001 - the pools are httpx's, the backend ours
+        pool = getattr(t, "_pool", None)
+        if pool is not None:
+            pool._network_backend = _Backend()  # noqa: SLF001
+    return c
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A response read within the deadline: status, the body up to the cap, whether it was cut."""
+
+    status_code: int
+    body: bytes
+    cut: bool  # the body went on past the cap: what is here is its beginning
+    first_byte_s: float | None  # seconds from sending to the first body bytes (a stream's TTFT)
+    seconds: float
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    def cut_note(self) -> str:
+        return f"body cut at {_size(len(self.body))} (over the cap)" if self.cut else ""
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n >> 10} KiB" if n >= 1024 else f"{n} bytes"
+
+
+def request(c: httpx.Client, method: str, url: str, *, deadline_s: float, max_body: int,
+            headers: Mapping[str, str] | None = None, content: str | bytes | None = None,
+            sni_host: str | None = None) -> Answer:
+    """One request, finished (or cut) within `deadline_s` seconds in all: connect, TLS, headers and
+    body. Raises httpx.TimeoutException when the deadline passes (a hang), httpx.HTTPError for the
+    rest. A body longer than `max_body` is cut there (`Answer.cut`): the rest is never read.
+    `sni_host`: the name TLS verifies (and sends), when `url` points at a forward of it."""
+    t0 = time.monotonic()
+    _deadline.at = t0 + deadline_s
+    ext = {"sni_hostname": sni_host} if sni_host and url.startswith("https:") else None
+    try:
+        with c.stream(method, url, headers={"Accept-Encoding": "identity", **dict(headers or {})}, content=content, timeout=deadline_s,
+                      extensions=ext) as resp:
+            chunks: list[bytes] = []
+            size, cut, first = 0, False, None
+            for chunk in resp.iter_raw():
+                if first is None and chunk:
+                    first = time.monotonic() - t0
+                if size + len(chunk) > max_body:
+                    chunks.append(chunk[: max_body - size])
+                    size, cut = max_body, True
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            body = b"".join(chunks)
+            if not cut and resp.headers.get("content-encoding"):
+                body = _decoded(resp, body, max_body)
+            return Answer(resp.status_code, body, cut, first, time.monotonic() - t0)
+    finally:
+        _deadline.at = None
+
+
+def _decoded(resp: httpx.Response, raw: bytes, max_body: int) -> bytes:
+    """A gzip/deflate body (sent although identity was asked for), decoded up to the cap: a small
+    compressed body must not expand without bound either. Other encodings stay as they came."""
+    import zlib
+
+    if resp.headers.get("content-encoding", "").strip().lower() not in ("gzip", "deflate"):
+        return raw
+    try:
+        return zlib.decompressobj(zlib.MAX_WBITS | 32).decompress(raw, max_body)
+    except zlib.error:
+        return raw
+
+
+def tls_problem(e: BaseException) -> str | None:
+    """"TLS verification failed: ..." when `e` is a certificate that did not verify, else None."""
+    import ssl
+
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(cur):
+            why = getattr(cur, "verify_message", None) or str(cur)
+            return f"TLS verification failed: {why}"
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def describe(e: BaseException, deadline_s: float) -> str:
+    """One line for a request that did not finish."""
+    if isinstance(e, httpx.TimeoutException):
+        return f"no answer within {deadline_s:g} s (hang)"
+    tls = tls_problem(e)
+    if tls:
+        return tls
+    return f"{type(e).__name__}: {e}"[:200]
+
