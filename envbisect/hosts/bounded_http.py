@@ -154,17 +154,19 @@ def _decoded(resp: httpx.Response, raw: bytes, max_body: int) -> bytes:
 
 
 def tls_problem(e: BaseException) -> str | None:
-    """"TLS verification failed: ..." when `e` is a certificate that did not verify, else None."""
+    """"TLS verification failed: WHY" when `e` is a certificate that did not verify, else None."""
     import ssl
 
-    seen: set[int] = set()
+    chain: list[BaseException] = []
     cur: BaseException | None = e
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(cur):
-            why = getattr(cur, "verify_message", None) or str(cur)
-            return f"TLS verification failed: {why}"
+    while cur is not None and all(cur is not c for c in chain):
+        chain.append(cur)
         cur = cur.__cause__ or cur.__context__
+    for c in chain:
+        if isinstance(c, ssl.SSLCertVerificationError):
+            return f"TLS verification failed: {c.verify_message or c.reason or c}"
+    if any("CERTIFICATE_VERIFY_FAILED" in str(c) for c in chain):
+        return f"TLS verification failed: {e}"
     return None
 
 

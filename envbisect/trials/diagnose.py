@@ -76,7 +76,7 @@ def check_path(playbook: Playbook, transports: Mapping[str, Transport], probe: P
     layers: list[Layer] = []
     for name in playbook.restart.order:
         s = playbook.services[name]
-        ok, why = health_ok(transports[s.host], s.health)
+        ok, why = health_ok(transports[s.host], s.health, insecure=s.insecure)
         layers.append(Layer(f"health: {name}", s.health, ok, why))
     if probe.kind != "command" and probe.url:
         entry = playbook.services[entry_service(playbook)]

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from envbisect.hosts import bounded_http
 from envbisect.inputs.playbook import LOCAL, Probe
 from envbisect.hosts.restart import split_url
 from envbisect.outcome import Outcome
@@ -64,14 +65,16 @@ class ProbeRun:
                               "error": r.error, "excerpt": r.excerpt} for r in self.requests]}
 
 
-def _check(probe: Probe, n: int, resp: httpx.Response | None, latency: float, error: str | None,
+def _check(probe: Probe, n: int, resp: bounded_http.Answer | None, latency: float, error: str | None,
            conn: int = 0) -> RequestRecord:
     if resp is None:
         return RequestRecord(n, False, None, latency, error, "", conn)
     body = resp.text
     excerpt = body[:EXCERPT].replace("\n", " ")
     problem = None
-    if resp.status_code != probe.expect_status:
+    if resp.cut:  # a flood, not an answer: judged like a hang, and said so
+        problem = f"{resp.cut_note()}: an answer is not that big"
+    elif resp.status_code != probe.expect_status:
         problem = f"HTTP {resp.status_code}, expected {probe.expect_status}"
     elif probe.expect_body and not re.search(probe.expect_body, body):
         problem = f"body does not match {probe.expect_body!r}"
@@ -86,12 +89,23 @@ def _send(client: httpx.Client, probe: Probe, base: str, path: str, netloc: str,
         headers.setdefault("Content-Type", "application/json")
     t0 = time.monotonic()
     try:
-        resp = client.request(probe.method, base + path, content=probe.body, headers=headers, timeout=probe.timeout_s)
+        resp = bounded_http.request(client, probe.method, base + path, content=probe.body, headers=headers,
+                                    deadline_s=probe.timeout_s, max_body=bounded_http.PROBE_MAX_BODY,
+                                    sni_host=urlsplit("//" + netloc).hostname)
         return _check(probe, n, resp, time.monotonic() - t0, None, conn)
-    except httpx.TimeoutException:
-        return _check(probe, n, None, time.monotonic() - t0, f"no answer within {probe.timeout_s:g} s (hang)", conn)
     except httpx.HTTPError as e:
-        return _check(probe, n, None, time.monotonic() - t0, f"{type(e).__name__}: {e}"[:200], conn)
+        _refuse_unverified(probe, e)
+        return _check(probe, n, None, time.monotonic() - t0, bounded_http.describe(e, probe.timeout_s), conn)
+
+
+def _refuse_unverified(probe: Probe, e: BaseException) -> None:
+    """A certificate that does not verify says nothing about the configuration: the probe cannot run."""
+    tls = bounded_http.tls_problem(e)
+    if tls:
+        from envbisect.errors import RemoteError
+
+        raise RemoteError(f"probe {probe.name}: {tls} for {probe.url} (when that is meant, say "
+                          f"`insecure = true` in [probes.{probe.name}] to skip verification)") from None
 
 
 def run_probe(probe: Probe, transports: Mapping[str, Transport], *, url: str | None = None) -> ProbeRun:
@@ -110,13 +124,13 @@ def run_probe(probe: Probe, transports: Mapping[str, Transport], *, url: str | N
         if probe.kind == "perf":
             return _perf_sample(probe, base, path, netloc, target, t0)
         if probe.kind == "http":
-            with httpx.Client(verify=False) as c:
+            with bounded_http.client(insecure=probe.insecure) as c:
                 recs = [_send(c, probe, base, path, netloc, 1)]
         elif probe.kind == "multi_round":
             # One connection, reused: the rounds after the first ride a keep-alive connection.
             limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=600)
             recs = []
-            with httpx.Client(verify=False, limits=limits) as c:
+            with bounded_http.client(insecure=probe.insecure, limits=limits) as c:
                 for i in range(probe.rounds):
                     rec = _send(c, probe, base, path, netloc, i + 1)
                     recs.append(rec)
@@ -124,7 +138,7 @@ def run_probe(probe: Probe, transports: Mapping[str, Transport], *, url: str | N
                         break
         else:  # concurrent
             def one(i: int) -> RequestRecord:
-                with httpx.Client(verify=False) as c:
+                with bounded_http.client(insecure=probe.insecure) as c:
                     return _send(c, probe, base, path, netloc, i + 1, conn=i)
             with ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
                 recs = list(pool.map(one, range(probe.concurrency)))
@@ -193,26 +207,25 @@ def _perf_sample(probe: Probe, base: str, path: str, netloc: str, target: str, t
 
     def one(c: httpx.Client, n: int) -> tuple[RequestRecord, int, float | None]:
         s0 = time.monotonic()
-        first = None
         try:
-            with c.stream(probe.method, base + path, content=body, headers=headers, timeout=probe.timeout_s) as resp:
-                chunks = []
-                for chunk in resp.iter_bytes():
-                    if first is None:
-                        first = time.monotonic() - s0
-                    chunks.append(chunk)
-                text = b"".join(chunks).decode("utf-8", "replace")
-        except httpx.TimeoutException:
-            return RequestRecord(n, False, None, time.monotonic() - s0, f"no answer within {probe.timeout_s:g} s (hang)"), 0, None
+            resp = bounded_http.request(c, probe.method, base + path, content=body, headers=headers,
+                                        deadline_s=probe.timeout_s, max_body=bounded_http.PROBE_MAX_BODY,
+                                        sni_host=urlsplit(target).hostname)
         except httpx.HTTPError as e:
-            return RequestRecord(n, False, None, time.monotonic() - s0, f"{type(e).__name__}: {e}"[:200]), 0, None
+            _refuse_unverified(probe, e)
+            return RequestRecord(n, False, None, time.monotonic() - s0, bounded_http.describe(e, probe.timeout_s)), 0, None
         latency = time.monotonic() - s0
+        text = resp.text
+        if resp.cut:
+            return RequestRecord(n, False, resp.status_code, latency, f"{resp.cut_note()}: an answer is not that big",
+                                 text[:EXCERPT]), 0, resp.first_byte_s
         if resp.status_code != probe.expect_status:
             return (RequestRecord(n, False, resp.status_code, latency, f"HTTP {resp.status_code}, expected "
-                                  f"{probe.expect_status}", text[:EXCERPT]), 0, first)
-        return RequestRecord(n, True, resp.status_code, latency, None, ""), _completion_tokens(text), first
+                                  f"{probe.expect_status}", text[:EXCERPT]), 0, resp.first_byte_s)
+        return RequestRecord(n, True, resp.status_code, latency, None, ""), _completion_tokens(text), resp.first_byte_s
 
-    with httpx.Client(verify=False, limits=limits) as c, ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
+    with bounded_http.client(insecure=probe.insecure, limits=limits) as c, \
+            ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
         warm = probe.concurrency if probe.warmup is None else probe.warmup
         list(pool.map(lambda i: one(c, -i), range(warm)))
         w0 = time.monotonic()

@@ -59,7 +59,7 @@ def verify(playbook: Playbook, transports: Mapping[str, Transport], probes: Sequ
     for name in playbook.restart.order:
         s = playbook.services[name]
         t0 = time.monotonic()
-        ok, why = health_ok(transports[s.host], s.health)
+        ok, why = health_ok(transports[s.host], s.health, insecure=s.insecure)
         layers.append(Layer(f"health: {name}", s.health, ok, why, seconds=time.monotonic() - t0))
         if not ok and failed is None:
             failed = f"health: {name}"
