@@ -13,9 +13,11 @@ import contextlib
 import logging
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,11 +210,27 @@ class LocalTransport(Transport):
         self._close_agent()
 
     def _run(self, command: str, *, stdin: bytes | None, timeout: float | None) -> CommandResult:
+        # its own process group: past the timeout the whole command goes (bash and what it started,
+        # `sleep 1000 &` included), not bash alone; a child still holding the pipes would otherwise
+        # keep the read going forever. A service started detached (setsid) is in a group of its own.
+        p = subprocess.Popen(["bash", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, start_new_session=True)
         try:
-            p = subprocess.run(["bash", "-c", command], input=stdin or b"", capture_output=True, timeout=timeout)
-        except subprocess.TimeoutExpired as e:
-            raise RemoteError(f"{self.host}: command timed out after {timeout}s: {command[:60]}") from e
-        return CommandResult(p.returncode, p.stdout, p.stderr)
+            out, err = p.communicate(stdin or b"", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(p.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.communicate(timeout=5)
+            raise RemoteError(f"{self.host}: command timed out after {timeout}s: {command[:60]}") from None
+        except BaseException:
+            _kill_group(p.pid)
+            raise
+        return CommandResult(p.returncode, out, err)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 # --- SSH ------------------------------------------------------------------------------------
@@ -226,6 +244,15 @@ class _OnlyWhenDebugging(logging.Filter):
 # came) as ERROR tracebacks from its own thread; envbisect says what failed in one line instead
 _PARAMIKO_LOG = logging.getLogger("envbisect.paramiko")
 _PARAMIKO_LOG.addFilter(_OnlyWhenDebugging())
+
+_POLL_S = 0.2  # how often a command's reads look at its deadline
+_GROUP_MARK = b"\0envbisect-pgid="
+# each command runs as a process group of its own (a job of a bash with job control on: `set -m`), and
+# the group is said first on stderr, so a command past its deadline can be killed whole on the host
+# (`sleep 1000 &` inside it included, not bash alone); the wrapper's own job messages go nowhere
+_GROUP_WRAPPER = ("exec bash -c 'set -m; bash -c \"$1\" 2>&3 3>&- & printf \"\\0envbisect-pgid=%d\\n\" \"$!\" >&3; "
+                  "wait \"$!\"' envbisect-run ")
+_GROUP_REDIRECTS = " 3>&2 2>/dev/null"
 
 MAX_JUMP_HOPS = 8  # a longer chain is a loop (say `Host *` with a ProxyJump that matches the jump host too)
 
@@ -690,41 +717,99 @@ class SSHTransport(Transport):
         return t is not None and t.is_active()
 
     def _run(self, command: str, *, stdin: bytes | None, timeout: float | None) -> CommandResult:
+        """Run `command` on the host within `timeout` seconds in all (not per read): past it the
+        channel is closed and the command's whole process group is killed on the host (it runs as a
+        process group of its own, `_GROUP_WRAPPER`), children included."""
         if not self.alive():
             raise RemoteError(f"{self.host}: lost the ssh connection")
+        deadline = None if not timeout else time.monotonic() + timeout
+        chan = None
         try:
             chan = self.client.get_transport().open_session(timeout=self.target.connect_timeout)
-            if timeout:
-                chan.settimeout(timeout)
-            chan.exec_command(command)
+            chan.settimeout(_POLL_S)  # reads wake up to look at the deadline
+            chan.exec_command(_GROUP_WRAPPER + shlex.quote(command) + _GROUP_REDIRECTS)
             if stdin:
+                chan.settimeout(timeout or None)
                 chan.sendall(stdin)
+                chan.settimeout(_POLL_S)
             chan.shutdown_write()
             # stderr is drained on a thread: both streams share one flow-control window,
             # so a chatty stderr left unread would stall stdout.
             err = bytearray()
+            group: list[int] = []
+            known = threading.Event()  # the command's process group is known (it has started)
+            done = threading.Event()
+
             def drain_stderr() -> None:
-                while True:
-                    chunk = chan.recv_stderr(65536)
+                while not done.is_set():
+                    try:
+                        chunk = chan.recv_stderr(65536)
+                    except socket.timeout:
+                        continue
+                    except Exception:  # noqa: BLE001 - a closed channel ends the drain
+                        return
                     if not chunk:
-                        break
+                        return
                     err.extend(chunk)
+                    if not group and _GROUP_MARK in err:  # the wrapper's first line: its process group
+                        head, _, rest = bytes(err).partition(_GROUP_MARK)
+                        num, nl, rest = rest.partition(b"\n")
+                        if nl and num.isdigit():
+                            group.append(int(num))
+                            err[:] = head + rest
+                            known.set()
+
             t = threading.Thread(target=drain_stderr, daemon=True)
             t.start()
             out = bytearray()
             while True:
-                chunk = chan.recv(65536)
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._kill_remote_group(group, known)
+                    done.set()
+                    raise socket.timeout()
+                try:
+                    chunk = chan.recv(65536)
+                except socket.timeout:
+                    continue
                 if not chunk:
                     break
                 out += chunk
-            t.join(timeout)
+            while not chan.status_event.wait(_POLL_S):
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._kill_remote_group(group, known)
+                    done.set()
+                    raise socket.timeout()
+            t.join(_POLL_S * 5 if deadline is None else max(0.0, min(_POLL_S * 5, deadline - time.monotonic())))
+            done.set()
             status = chan.recv_exit_status()
-            chan.close()
-            return CommandResult(status, bytes(out), bytes(err))
+            return CommandResult(status, bytes(out), bytes(err).replace(_GROUP_MARK, b""))
         except socket.timeout:
             raise RemoteError(f"{self.host}: command timed out after {timeout}s: {command[:60]}") from None
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise RemoteError(f"{self.host}: lost the ssh connection: {e or type(e).__name__}") from None
+        finally:
+            if chan is not None:
+                with contextlib.suppress(Exception):
+                    chan.close()
+
+    def _kill_remote_group(self, group: list[int], known: threading.Event) -> None:
+        """SIGKILL a timed-out command's process group on the host (best effort, on a channel of its own).
+        A command the host has not even started yet (a loaded host, a slow login) is waited for a
+        little: closing its channel alone would not stop it from starting afterwards."""
+        if not known.wait(self.target.connect_timeout):
+            log.warning("%s: a timed-out command had not started after %g s more; its channel is closed",
+                        self.host, self.target.connect_timeout)
+            return
+        try:
+            chan = self.client.get_transport().open_session(timeout=self.target.connect_timeout)
+            try:
+                chan.settimeout(self.target.connect_timeout)
+                chan.exec_command(f"kill -KILL -- -{group[0]}")
+                chan.recv_exit_status()
+            finally:
+                chan.close()
+        except Exception as e:  # noqa: BLE001 - the timeout is what gets reported
+            log.warning("%s: could not kill the timed-out command (process group %d): %s", self.host, group[0], e)
 
     @contextlib.contextmanager
     def forward(self, host: str, port: int) -> Iterator[tuple[str, int]]:

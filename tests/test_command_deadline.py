@@ -1,0 +1,69 @@
+"""A command's timeout is a total deadline, over SSH as locally, and past it the whole command goes:
+its process group on the host, children included, not bash alone (issue 22, F10). A line from the
+host agent is capped (F11). Real sshd, real processes. See docs/safety.md."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from envbisect.errors import RemoteError
+from envbisect.hosts.transport import LocalTransport, SSHTransport
+from envbisect.inputs.playbook import Host
+
+
+@pytest.fixture
+def ssh(sshd):
+    t = SSHTransport(Host("h", sshd.alias), ssh_config=str(sshd.ssh_config))
+    yield t
+    t.close()
+
+
+def gone(marker: str, wait_s: float = 3.0) -> bool:
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        if subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode != 0:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture(params=["ssh", "local"])
+def transport(request):
+    if request.param == "local":
+        return LocalTransport()
+    return request.getfixturevalue("ssh")
+
+
+def test_a_command_past_its_timeout_returns_at_the_deadline_and_its_children_are_gone(transport):
+    t0 = time.monotonic()
+    with pytest.raises(RemoteError, match="timed out after 1"):
+        transport.run("sleep 987601 & bash -c 'sleep 987602'; wait", timeout=1)
+    assert time.monotonic() - t0 < 2.5
+    assert gone("sleep 98760[12]"), "the command's children were left running on the host"
+
+
+def test_a_command_that_trickles_output_is_still_bounded(transport):
+    """A timeout per read never fires for a command that prints a line every 0.2 s."""
+    t0 = time.monotonic()
+    with pytest.raises(RemoteError, match="timed out after 1"):
+        transport.run("for i in $(seq 1000); do echo tick-987603; sleep 0.2; done", timeout=1)
+    assert time.monotonic() - t0 < 2.5
+    assert gone("tick-987603")
+
+
+def test_a_command_still_runs_as_before(transport):
+    """Output, stderr, exit status and stdin pass unchanged through the wrapper; a detached child
+    (setsid, as a start command leaves a service) outlives the command."""
+    r = transport.run("cat; echo to-err >&2; exit 3", stdin=b"in\n", timeout=10)
+    assert (r.exit_code, r.stdout, r.stderr) == (3, b"in\n", b"to-err\n")
+    r = transport.run("setsid sleep 987604 >/dev/null 2>&1 </dev/null & echo started", timeout=10)
+    assert r.ok and r.stdout == b"started\n"
+    try:
+        assert not gone("sleep 987604", wait_s=0.5)
+    finally:
+        for pid in subprocess.run(["pgrep", "-f", "sleep 987604"], capture_output=True, text=True).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)  # the one this test started
