@@ -15,6 +15,7 @@ import json
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -24,6 +25,10 @@ from envbisect.errors import RemoteError
 
 log = logging.getLogger("envbisect.hosts.session")
 
+# the longest line the controller reads from a host's agent (one answer: a snapshot's files, base64, in
+# JSON): a host is trusted for itself only, and a line without end must not take the controller's memory
+MAX_LINE = 128 << 20
+_TOO_LONG = b"\0too long"  # what the reader thread hands on for a line over MAX_LINE (never valid JSON)
 
 
 @lru_cache(maxsize=None)
@@ -36,7 +41,7 @@ class AgentStream(Protocol):
     """The two ends of a started `python3 -u -c SERVER` on the host."""
 
     def send(self, data: bytes) -> None: ...
-    def readline(self) -> bytes: ...  # b"" at end of stream
+    def readline(self, limit: int) -> bytes: ...  # b"" at end of stream; at most `limit` bytes
     def stderr_tail(self) -> bytes: ...
     def exit_status(self, wait_s: float) -> int | None: ...
     def close(self) -> None: ...
@@ -101,7 +106,10 @@ class AgentSession:
         def pump() -> None:
             try:
                 while True:
-                    line = stream.readline()
+                    line = stream.readline(MAX_LINE + 1)
+                    if len(line) > MAX_LINE:
+                        lines.put(_TOO_LONG)  # the rest is not read: the session ends
+                        return
                     lines.put(line)
                     if not line:
                         return
@@ -126,12 +134,17 @@ class AgentSession:
             self._stream.send((json.dumps(req) + "\n").encode())
         except Exception:  # noqa: BLE001 - the agent (or the connection) is gone
             self._died()
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
-                line = self._lines.get(timeout=timeout)
+                line = self._lines.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 self._stop()  # as a one-shot command's channel would be: the next call starts afresh
                 raise RemoteError(f"{self.host}: command timed out after {timeout}s: {name}") from None
+            if line == _TOO_LONG:
+                self._stop()
+                raise RemoteError(f"{self.host}: the agent answered {name} with a line over {MAX_LINE >> 20} MiB: "
+                                  "refused (the session is closed)")
             if not line:
                 self._died()
             try:

@@ -174,9 +174,9 @@ class _ProcessStream:
         self.p.stdin.write(data)
         self.p.stdin.flush()
 
-    def readline(self) -> bytes:
+    def readline(self, limit: int) -> bytes:
         assert self.p.stdout is not None
-        return self.p.stdout.readline()
+        return self.p.stdout.readline(limit)
 
     def stderr_tail(self) -> bytes:
         return self._err.get()
@@ -880,8 +880,8 @@ class _ChannelStream:
     def send(self, data: bytes) -> None:
         self.chan.sendall(data)
 
-    def readline(self) -> bytes:
-        return self._out.readline()
+    def readline(self, limit: int) -> bytes:
+        return self._out.readline(limit)
 
     def stderr_tail(self) -> bytes:
         return self._err.get()

@@ -21,6 +21,8 @@ import os
 import sys
 import traceback
 
+MAX_LINE = 128 << 20  # a request line (the controller's: its scripts and stdin); longer ones are refused
+
 
 def main():
     proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
@@ -32,9 +34,15 @@ def main():
     code_cache = {}
     reader = io.BufferedReader(proto_in, 1 << 16)
     while True:
-        line = reader.readline()
+        line = reader.readline(MAX_LINE + 1)
         if not line:
             return
+        if len(line) > MAX_LINE:
+            while line and not line.endswith(b"\n"):  # skip the rest of it, unread into memory
+                line = reader.readline(1 << 20)
+            send(proto_out, {"id": None, "rc": 2, "stdout": "",
+                             "stderr": "envbisect agent: a request line over %d MiB: refused" % (MAX_LINE >> 20)})
+            continue
         try:
             req = json.loads(line.decode("utf-8"))
         except ValueError:
