@@ -154,7 +154,8 @@ class Progress:
             t = data["trial"]
             style = {"pass": "green", "fail": "red", "start-failure": "red", "unresolved": "yellow"}[t.outcome]
             self.env.err.print(Text.assemble("  → ", (t.outcome.upper(), style),
-                                    f"  restart {fmt_s(t.restart_s)}, probe {t.probe_s:.1f}s: {t.reason}"))
+                                    f"  restart {fmt_s(t.restart_s)}, probe {t.probe_s:.1f}s: "
+                                    f"{f'{t.cause}: ' if t.cause else ''}{t.reason}"))
         elif kind == "step":
             self.env.err.print(Text(f"    {data['message']}", style="dim"))
         elif kind in ("interrupted", "restore-failed", "warning"):
