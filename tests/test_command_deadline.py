@@ -81,3 +81,12 @@ def test_an_over_long_line_from_the_agent_is_one_clear_error(ssh, monkeypatch):
         ssh.run_agent_script("flood.py", "import sys\nsys.stdout.write('x' * (3 << 20))\n", timeout=30)
     r = ssh.run_agent_script("ok.py", "print('fine')\n", timeout=30)
     assert r.ok and r.stdout == b"fine\n" and ssh._session.started == 2
+
+
+def test_a_flood_of_command_output_over_ssh_is_refused_and_killed(ssh, monkeypatch):
+    from envbisect.hosts import transport
+
+    monkeypatch.setattr(transport, "MAX_OUTPUT", 1 << 20, raising=False)
+    with pytest.raises(RemoteError, match=r"h: command printed more than 1 MiB: refused, and killed"):
+        ssh.run("while :; do head -c 65536 /dev/zero; done; : flood-987605", timeout=30)
+    assert gone("flood-987605")

@@ -246,6 +246,8 @@ _PARAMIKO_LOG = logging.getLogger("envbisect.paramiko")
 _PARAMIKO_LOG.addFilter(_OnlyWhenDebugging())
 
 _POLL_S = 0.2  # how often a command's reads look at its deadline
+MAX_OUTPUT = 256 << 20  # a command's stdout (a snapshot's one-shot collector prints every file, base64)
+_ERR_KEEP = 1 << 20  # of its stderr, the last MiB
 _GROUP_MARK = b"\0envbisect-pgid="
 # each command runs as a process group of its own (a job of a bash with job control on: `set -m`), and
 # the group is said first on stderr, so a command past its deadline can be killed whole on the host
@@ -751,6 +753,8 @@ class SSHTransport(Transport):
                     if not chunk:
                         return
                     err.extend(chunk)
+                    if len(err) > 2 * _ERR_KEEP:  # the tail is what is reported (stderr_line)
+                        del err[:-_ERR_KEEP]
                     if not group and _GROUP_MARK in err:  # the wrapper's first line: its process group
                         head, _, rest = bytes(err).partition(_GROUP_MARK)
                         num, nl, rest = rest.partition(b"\n")
@@ -774,6 +778,11 @@ class SSHTransport(Transport):
                 if not chunk:
                     break
                 out += chunk
+                if len(out) > MAX_OUTPUT:  # a host is trusted for itself only: its output cannot take our memory
+                    self._kill_remote_group(group, known)
+                    done.set()
+                    raise RemoteError(f"{self.host}: command printed more than {MAX_OUTPUT >> 20} MiB: refused, and "
+                                      f"killed: {command[:60]}")
             while not chan.status_event.wait(_POLL_S):
                 if deadline is not None and time.monotonic() >= deadline:
                     self._kill_remote_group(group, known)
