@@ -164,7 +164,8 @@ def test_co_restart_refuses_a_new_process_without_the_trials_environment(tmp_pat
     wait_healthy(port)
     try:
         rs = co_restart(pb, ssh_to(), expect_env={"svc": {"VALUE": "new"}})  # the file still says old
-        assert not rs.ok and "svc pid" in rs.message and "was started with VALUE not as this trial sets it" in rs.message
+        assert not rs.ok and "svc pid" in rs.message
+        assert "was started with VALUE not as this trial sets it" in rs.message
         assert "old" not in rs.message.split("VALUE")[1][:20]  # names the key, never the value
     finally:
         kill(pid_of(d))

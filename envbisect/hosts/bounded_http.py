@@ -119,8 +119,8 @@ def request(c: httpx.Client, method: str, url: str, *, deadline_s: float, max_bo
     _deadline.at = t0 + deadline_s
     ext = {"sni_hostname": sni_host} if sni_host and url.startswith("https:") else None
     try:
-        with c.stream(method, url, headers={"Accept-Encoding": "identity", **dict(headers or {})}, content=content, timeout=deadline_s,
-                      extensions=ext) as resp:
+        with c.stream(method, url, headers={"Accept-Encoding": "identity", **dict(headers or {})}, content=content,
+                      timeout=deadline_s, extensions=ext) as resp:
             chunks: list[bytes] = []
             size, cut, first = 0, False, None
             for chunk in resp.iter_raw():

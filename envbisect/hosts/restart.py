@@ -103,7 +103,8 @@ def health_ok(transport: Transport, url: str, timeout: float = 5.0, *, insecure:
         return _get(h, p, path, url, timeout, insecure)
 
 
-def _response(c: httpx.Client, h: str, p: int, path: str, url: str, timeout: float, max_body: int) -> bounded_http.Answer:
+def _response(c: httpx.Client, h: str, p: int, path: str, url: str, timeout: float,
+              max_body: int) -> bounded_http.Answer:
     u = urlsplit(url)
     return bounded_http.request(c, "GET", f"{u.scheme or 'http'}://{h}:{p}{path}", deadline_s=timeout,
                                 max_body=max_body, headers={"Host": u.netloc}, sni_host=u.hostname)
@@ -249,7 +250,8 @@ def _prove_new(playbook: Playbook, transports: Mapping[str, Transport], name: st
     _, procs = _identify(playbook, transports, {name: tuple(sorted(expect_env))}, (name,))
     new = procs.get(name)
     if new is None:
-        return _replace(fact, problem=f"{name}: healthy, but no live process in its pid file {s.pid_file} after the start")
+        return _replace(fact, problem=f"{name}: healthy, but no live process in its pid file {s.pid_file} "
+                                      "after the start")
     since = float(new["start_s"]) - before.now_s[s.host]
     fact = _replace(fact, new_pid=new["pid"], started_after_stop_s=since)
     if old is not None and (new["pid"], new["ticks"]) == (old["pid"], old["ticks"]):

@@ -262,7 +262,8 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
     if restart.command_timeout_s <= 0:
         raise PlaybookError(path, "restart.command_timeout_s", "must be > 0")
     if not 0 < restart.stop_wait_s <= 3600:
-        raise PlaybookError(path, "restart.stop_wait_s", f"must be > 0 seconds (at most an hour), got {restart.stop_wait_s!r}")
+        raise PlaybookError(path, "restart.stop_wait_s",
+                            f"must be > 0 seconds (at most an hour), got {restart.stop_wait_s!r}")
     rr.finish()
 
     repos = []

@@ -264,7 +264,8 @@ class FleetRun:
             bad = []
             for name, s in r.dep.playbook.services.items():
                 t = r.dep.transports.get(s.host)
-                ok, why = health_ok(t, s.health, timeout=5.0, insecure=s.insecure) if t is not None else (False, "no connection")
+                ok, why = (health_ok(t, s.health, timeout=5.0, insecure=s.insecure) if t is not None
+                           else (False, "no connection"))
                 if not ok:
                     bad.append(f"{name}: {why}")
             last = next((t for t in reversed(self.trials) if self.trial_replica.get(t.n) == r.name), None)

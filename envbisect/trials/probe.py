@@ -213,7 +213,8 @@ def _perf_sample(probe: Probe, base: str, path: str, netloc: str, target: str, t
                                         sni_host=urlsplit(target).hostname)
         except httpx.HTTPError as e:
             _refuse_unverified(probe, e)
-            return RequestRecord(n, False, None, time.monotonic() - s0, bounded_http.describe(e, probe.timeout_s)), 0, None
+            why = bounded_http.describe(e, probe.timeout_s)
+            return RequestRecord(n, False, None, time.monotonic() - s0, why), 0, None
         latency = time.monotonic() - s0
         text = resp.text
         if resp.cut:
