@@ -103,14 +103,14 @@ def test_a_trickling_server_is_a_hang_at_the_deadline(server, mode):
     r = run_probe(probe(port), T)
     took = time.monotonic() - t0
     assert r.outcome == FAIL and "no answer within 1 s (hang)" in r.reason, r.reason
-    assert 0.9 < took < 1.6, took  # was 8 s and a pass (per-read timeouts)
+    assert 0.9 < took < 2.5, took  # the whole 40 s of the trickle before (per-read timeouts)
 
 
 def test_a_multi_round_and_a_perf_probe_are_bounded_too(server):
     port = server("trickle-body")
     t0 = time.monotonic()
     r = run_probe(probe(port, kind="multi_round", rounds=3), T)
-    assert r.outcome == FAIL and "hang" in r.reason and time.monotonic() - t0 < 1.6
+    assert r.outcome == FAIL and "hang" in r.reason and time.monotonic() - t0 < 2.5
     t0 = time.monotonic()
     r = run_probe(probe(port, kind="perf", requests=2, concurrency=2, warmup=0), T)
     assert r.outcome == FAIL and "hang" in r.reason and time.monotonic() - t0 < 2.6
@@ -121,7 +121,7 @@ def test_a_health_check_is_bounded(server):
     t0 = time.monotonic()
     ok, why = health_ok(LocalTransport(), f"http://127.0.0.1:{port}/health", timeout=1.0)
     assert not ok and why == "no answer within 1 s (hang)"
-    assert time.monotonic() - t0 < 1.6
+    assert time.monotonic() - t0 < 2.5
 
 
 def test_a_chunked_flood_is_cut_at_the_cap_and_said_so(server):
@@ -164,14 +164,15 @@ def self_signed(tmp_path):
 
 def test_https_probe_verifies_tls_by_default_and_insecure_is_explicit(server, self_signed):
     port = server("tls", *self_signed)
+    slow = {"timeout_s": 10.0}  # a TLS handshake on a loaded 2-core machine: no hang is tested here
     with pytest.raises(RemoteError, match=r"probe p: TLS verification failed: self[- ]signed certificate .*"
                                           r"`insecure = true` in \[probes.p\]"):
-        run_probe(probe(port, "https"), T)
-    r = run_probe(probe(port, "https", insecure=True), T)
+        run_probe(replace(probe(port, "https"), **slow), T)
+    r = run_probe(replace(probe(port, "https", insecure=True), **slow), T)
     assert r.outcome == PASS, r.reason
-    ok, why = health_ok(LocalTransport(), f"https://127.0.0.1:{port}/health", timeout=2.0)
+    ok, why = health_ok(LocalTransport(), f"https://127.0.0.1:{port}/health", timeout=10.0)
     assert not ok and why.startswith("TLS verification failed: self"), why
-    assert health_ok(LocalTransport(), f"https://127.0.0.1:{port}/health", timeout=2.0, insecure=True)[0]
+    assert health_ok(LocalTransport(), f"https://127.0.0.1:{port}/health", timeout=10.0, insecure=True)[0]
 
 
 def test_insecure_is_read_from_the_playbook(tmp_path):
