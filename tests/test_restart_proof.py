@@ -191,6 +191,7 @@ def test_co_restart_proves_a_real_restart(tmp_path, sshd, ssh_to):
 
 # --- end to end: the simulated deployment over the real sshd ---------------------------------------------
 
+@pytest.mark.sim
 def test_a_decode_that_ignores_sigterm_never_passes_the_old_configuration(scenario, sshd):
     """The review's reproduction: a decode that ignores SIGTERM, stopped by `kill $(cat decode.pid)`,
     among 10 deltas with one guilty. The old decode (current configuration) must never answer for
