@@ -31,11 +31,29 @@ ctx = None
 if mode == "tls":
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(sys.argv[3], sys.argv[4])
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 23\r\nConnection: close\r\n\r\n"
+def read_request(c):
+    # the whole request: a close with unread bytes is a reset, which can lose the answer on its way
+    data = b""
+    while b"\r\n\r\n" not in data:
+        got = c.recv(65536)
+        if not got:
+            return
+        data += got
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    while len(body) < length:
+        got = c.recv(65536)
+        if not got:
+            return
+        body += got
 def serve(c):
     try:
         if ctx is not None:
             c = ctx.wrap_socket(c, server_side=True)
-        c.recv(65536)
+        read_request(c)
         if mode == "trickle-body":
             c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
             for _ in range(200):
