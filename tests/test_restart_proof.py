@@ -140,7 +140,7 @@ def test_co_restart_refuses_when_the_new_process_is_the_old_one(tmp_path, sshd, 
     """No pid file before the restart (someone deleted it), and a start command that adopts the
     process it finds running: healthy, but not a process this restart started."""
     d, port, pb = one_service(tmp_path, sshd, stubborn=False,
-                              start="pgrep -f '{d}/server.py' > {d}/svc.pid || {{ {run}; }}",
+                              start="pgrep -o -f '{d}/[s]erver.py' > {d}/svc.pid || {{ {run}; }}",
                               stop="true")
     wait_healthy(port)
     old = pid_of(d)
