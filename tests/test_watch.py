@@ -266,8 +266,11 @@ def test_service_forms(stack, tmp_path, monkeypatch):
     doc = json.loads(c.out)
     (text,) = doc["files"].values()
     assert "Type=simple" in text and "Restart=on-failure" in text and "--leave fixed" in text
-    assert doc["command"][-10:] == ["watch", "--every", "5m", "--leave", "fixed", "--notify", "cat > /tmp/x",
-                                    "--notify-timeout", "60s", "--listen"][-10:] or "--listen" in doc["command"]
+    assert doc["command"][-11:] == ["watch", "--every", "5m", "--leave", "fixed", "--notify", "cat > /tmp/x",
+                                    "--notify-timeout", "60s", "--listen", "127.0.0.1:9798"]
+    i = doc["command"].index("--store")  # absolute paths, as schedule writes them
+    assert doc["command"][i + 1] == str(stack.store.absolute()) and doc["command"][i - 1] == str(stack.playbook)
+    assert 'ExecStart=' in text and '"cat > /tmp/x"' in text
     assert doc["enable"].endswith(f"enable --now envbisect-watch-{stack.name}.service")
     rc, c = cli(*base(stack), "watch", "--print", "--cron", "--every", "15m")
     assert rc == ExitStatus.OK and c.out.splitlines()[1].startswith("*/15 * * * * ") and "watch --once" in c.out
