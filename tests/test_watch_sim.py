@@ -87,11 +87,17 @@ def test_sim_watch_turns_red_bisects_on_its_own_and_notifies_once(sshd, tmp_path
     s = Scenario(tmp_path / "s", ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
     w = None
     try:
+        first = Watch(s, tmp_path, "--once")  # as the crontab line runs it: one observation, a pass
+        assert first.proc.wait(timeout=120) == 0, first.proc.stderr.read()
+        assert first.observations() == ["pass"]
+        # the fault, co-restarted while no watch runs (a watch probing every 0.5 s would see the restart
+        # itself fail twice); the watch remembers its state in the store across restarts
+        plant(s.sim, INNOCENT[:2] + [CULPRIT])
         w = Watch(s, tmp_path, "--every", "0.5s")
-        wait_for("a passing observation", lambda: "pass" in w.observations(), 120, w.proc)
-        plant(s.sim, INNOCENT[:2] + [CULPRIT])  # the fault, after a passing observation, co-restarted
         planted = tree_fingerprint(s.sim)
+        texts = {svc: s.sim.env_file(svc).read_text() for svc in ("prefill", "decode", "router")}
         docs = wait_for("the verdict on --notify", lambda: notified(w.notify), 400, w.proc)
+        assert {svc: s.sim.env_file(svc).read_text() for svc in texts} == texts, w.proc.stderr
         n_obs = len(w.observations())
         wait_for("two more failing cycles", lambda: w.observations()[n_obs:].count("fail") >= 2, 120, w.proc)
         assert w.stop() == 130  # SIGTERM, as `systemctl stop` sends it
