@@ -141,7 +141,7 @@ def test_sim_watch_acts_on_a_real_alertmanager_webhook_once_and_leaves_it_fixed(
         assert doc["watch"]["trigger"] == "alert" and doc["watch"]["incident"].startswith("alert:"), doc["watch"]
         assert doc["state_left"] == "fixed" and doc["final_probe"]["outcome"] == "pass"
         decode = s.sim.env_file("decode").read_text()
-        assert "SGLANG_SM120_MMA_TARGET_CTAS" not in decode and "SGLANG_ENABLE_JIT_DEEPGEMM=1" in decode
+        assert "SGLANG_SM120_MMA_TARGET_CTAS=128" in decode and "SGLANG_ENABLE_JIT_DEEPGEMM=1" in decode
         check_bundle(doc)
         got = [e for e in events(w.events) if e["event"] == "watch-alert"]
         mine = next(e for e in got if e["alertname"] == ALERT)
