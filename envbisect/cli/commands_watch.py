@@ -45,7 +45,8 @@ def watch(ctx: typer.Context,
                                                           "even where systemd runs."),
           systemd: bool = typer.Option(False, "--systemd", help="With --install/--print: a systemd user service "
                                                                 "even where systemd is not detected."),
-          as_json: bool = typer.Option(False, "--json", help="With --install/--print: machine-readable output.")) -> int:
+          as_json: bool = typer.Option(False, "--json",
+                                       help="With --install/--print: machine-readable output.")) -> int:
     """Probe the running stack on an interval; when it turns from pass to fail twice in a row (or a named alert
     fires), bisect against the last good snapshot, write the bundle and run --notify."""
     env = env_of(ctx)
@@ -99,7 +100,7 @@ def watch(ctx: typer.Context,
 
     stop = _sigterm_as_interrupt()
     try:
-        summary = Watcher(o.deployment, o.store, opts, on_event=progress, say=say, masker=o.masker).run()
+        summary = Watcher(o.deployment, o.store, opts, on_event=progress, say=say).run()
     finally:
         stop()
     verdicts = [b for b in summary.bisections if "verdict" in b]
@@ -124,7 +125,8 @@ def _sigterm_as_interrupt():  # noqa: ANN202
     return lambda: signal.signal(signal.SIGTERM, old)
 
 
-def _service(env, o, every: str, passed: list[str], kind: Optional[str], install: bool, as_json: bool) -> int:  # noqa: ANN001
+def _service(env, o, every: str, passed: list[str], kind: Optional[str], install: bool,  # noqa: ANN001
+             as_json: bool) -> int:
     from envbisect.runs.schedule import install as do_install
     from envbisect.runs.watch import make_service
 

@@ -29,7 +29,6 @@ import json
 import os
 import queue
 import re
-import shlex
 import socket
 import subprocess
 import sys
@@ -410,16 +409,13 @@ class Watcher:
     receives every event (watch-* and the bisection's own); `say(line)` the human lines."""
 
     def __init__(self, open_deployment: Callable[[], Any], store_root: Path, opts: WatchOptions, *,
-                 on_event: Callable[[str, dict], None], say: Callable[[str], None], masker: Callable[[], Any],
-                 sleep: Callable[[float], None] | None = None):
+                 on_event: Callable[[str, dict], None], say: Callable[[str], None]):
         self.open_deployment, self.store_root, self.opts = open_deployment, Path(store_root), opts
-        self.on_event, self.say, self.masker = on_event, say, masker
+        self.on_event, self.say = on_event, say
         self.listener: AlertListener | None = None
 
     # one cycle: observe, decide, act
     def run(self) -> WatchSummary:
-        from envbisect.inputs.playbook import load_playbook  # noqa: F401 - the deployment loads it
-
         with self.open_deployment() as dep:
             pb = dep.playbook
             if self.opts.probe not in pb.probes:
@@ -480,8 +476,6 @@ class Watcher:
                 self.say(f"{time.strftime('%H:%M:%S')} probe {o.name}: {o.outcome} ({o.reason}); snapshot {snap.id}")
                 return self._handle(dep, state, obs, summary)
         except EnvbisectError as e:  # a host down, a damaged store: an unresolved observation, said, not fatal
-            if isinstance(e, LockHeld) and "watch" in str(e):
-                raise
             self.event("watch-observation", {"snapshot": None, "outcome": "unresolved", "reason": str(e)})
             self.say(f"{time.strftime('%H:%M:%S')} could not observe the stack: {e}")
             new, _ = decide(state, Observation("unresolved", None, str(e)))
@@ -650,10 +644,6 @@ def _service_base() -> type:
 
 
 WatchService = _service_base()
-
-
-def shell_words(args: Sequence[str]) -> str:
-    return " ".join(shlex.quote(a) for a in args)
 
 
 __all__ = ["Observation", "Alert", "WatchState", "Act", "Decision", "decide", "acted", "parse_webhook",
