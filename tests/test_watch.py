@@ -276,3 +276,58 @@ def test_service_forms(stack, tmp_path, monkeypatch):
     assert rc == ExitStatus.OK and c.out.splitlines()[1].startswith("*/15 * * * * ") and "watch --once" in c.out
     rc, c = cli(*base(stack), "watch", "--print", "--cron", "--listen", "127.0.0.1:9798")
     assert rc == ExitStatus.USAGE and "systemd service" in c.err
+
+
+def test_watch_events_to_stdout_and_listen_refusals(stack):
+    b = base(stack)
+    rc, c = cli(*b, "--events", "-", "watch", "--every", "0.1s", "--max-cycles", "2")
+    assert rc == ExitStatus.OK, c.err
+    lines = [json.loads(x) for x in c.out.splitlines()]  # stdout is only the stream
+    kinds = [e["event"] for e in lines]
+    assert kinds[0] == "watch-start" and kinds[-1] == "watch-stop" and kinds.count("watch-observation") == 2
+    assert all("time" in e for e in lines) and "watch: 2 cycle(s)" in c.err
+    rc, c = cli(*b, "watch", "--once", "--listen", "127.0.0.1:9798")
+    assert rc == ExitStatus.USAGE and "names no alerts" in c.err and "[watch] alerts" in c.err, c.err
+    rc, c = cli(*b, "watch", "--once", "--listen", "0.0.0.0:9798")
+    assert rc == ExitStatus.USAGE and c.err.count("\n") == 1 and "--listen-remote" in c.err
+    rc, c = cli(*b, "watch", "--once", "--probe", "nosuch")
+    assert rc == ExitStatus.USAGE and "no probe 'nosuch'" in c.err
+
+
+def test_the_guides_slack_hook_posts_slack_text(monkeypatch):
+    """The one line of shell docs/guide.md shows for Slack, run as --notify runs it, against a local
+    endpoint standing in for the incoming webhook."""
+    import re
+    import shutil
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from pathlib import Path
+
+    if not (shutil.which("jq") and shutil.which("curl")):
+        pytest.skip("jq and curl are needed to run the guide's Slack line")
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "guide.md").read_text()
+    line = next(ln for ln in guide.splitlines() if ln.startswith("envbisect watch --notify '") and "SLACK" in ln)
+    cmd = re.fullmatch(r"envbisect watch --notify '(.*)'", line).group(1)
+    got: list[bytes] = []
+
+    class Slack(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            got.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Slack)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    monkeypatch.setenv("SLACK_WEBHOOK_URL", f"http://127.0.0.1:{srv.server_address[1]}/hook")
+    try:
+        res = notify(cmd, {"verdict": "culprit", "culprits": ["decode:BAD"], "watch": {"event": "verdict"}}, 20)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert res.ok, res.detail
+    assert json.loads(got[0]) == {"text": "envbisect: culprit decode:BAD"}
