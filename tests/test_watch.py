@@ -91,6 +91,18 @@ def test_an_open_journal_waits_says_so_once_and_acts_once_it_is_restored():
     assert d4.act is Act.BISECT and d4.incident == d2.incident
 
 
+def test_a_waiting_alert_is_said_once_across_passing_observations():
+    a = Alert("Down", "firing", fingerprint="abc", starts_at="t")
+    state = WatchState(armed=True, last_pass="s0")
+    said = []
+    for e in (a, P, a, P, a):
+        state, d = decide(state, e, journal_open=True, alerts=("Down",))
+        if d.act is Act.WAIT:
+            said.append(d.say)
+    assert said == [True, False, False]
+    assert decide(state, a, alerts=("Down",))[1].act is Act.BISECT
+
+
 def test_the_state_reads_back():
     s = acted(WatchState(armed=True, fails=2, last_pass="x"), "probe:x")
     assert WatchState.from_json(json.loads(json.dumps(s.to_json()))) == s
@@ -331,3 +343,45 @@ def test_the_guides_slack_hook_posts_slack_text(monkeypatch):
         srv.server_close()
     assert res.ok, res.detail
     assert json.loads(got[0]) == {"text": "envbisect: culprit decode:BAD"}
+
+
+def test_an_alert_that_came_over_an_unrestored_journal_is_acted_on_once_it_is_restored(stack, tmp_path, free_port):
+    b = base(stack)
+    text = stack.playbook.read_text()
+    assert "[watch]\n" in text
+    stack.playbook.write_text(text.replace("[watch]\n", '[watch]\nalerts = ["Down"]\n', 1))
+    got, ev = tmp_path / "notified", tmp_path / "events.jsonl"
+    assert cli(*b, "watch", "--once")[0] == ExitStatus.OK  # a pass: armed
+    assert cli(*b, "snapshot", "--label", "noon")[0] == ExitStatus.OK
+    stack.tree.edit("decode", DECODE + "export BAD=1\n")
+    r = stack.cli("bisect", "--against", "noon", env={**os.environ, "ENVBISECT_TEST_CRASH_AT": "write:1"})
+    assert r.returncode == -9, r.stderr.decode()[-500:]  # the journal is active
+    stack.tree.edit("decode", DECODE)  # the probe passes: only the alert can trigger
+    p = subprocess.Popen([*stack_cli(stack), "--events", str(ev), "watch", "--every", "0.3s",
+                          "--listen", f"127.0.0.1:{free_port}", "--notify", f"cat >> {got}; echo >> {got}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not any(e["event"] == "watch-listen" for e in _events(ev)):
+            assert time.monotonic() < deadline and p.poll() is None, p.stderr.read() if p.poll() is not None else ""
+            time.sleep(0.1)
+        assert _post(f"http://127.0.0.1:{free_port}/", json.dumps(WEBHOOK).encode())[0] == 200
+        while not got.exists() or not got.read_text().strip():
+            assert time.monotonic() < deadline + 30 and p.poll() is None
+            time.sleep(0.1)
+        blocked = json.loads(got.read_text())
+        assert blocked["watch"]["event"] == "blocked" and blocked["watch"]["trigger"] == "alert"
+        time.sleep(1)  # several cycles: still waiting, said once
+        assert not any(e["event"] == "watch-bisect" for e in _events(ev))
+        assert cli(*b, "restore")[0] == ExitStatus.OK
+        while not any(e["event"] == "verdict" for e in _events(ev)):
+            assert time.monotonic() < deadline + 120 and p.poll() is None, p.stderr.read() if p.poll() else ""
+            time.sleep(0.2)
+        time.sleep(1)
+    finally:
+        p.terminate()
+        p.wait(timeout=60)
+    docs = [json.loads(x) for x in got.read_text().split("\n\n") if x.strip()]
+    assert [d["watch"]["event"] for d in docs] == ["blocked", "verdict"]
+    assert docs[1]["watch"]["trigger"] == "alert" and docs[1]["watch"]["incident"] == blocked["watch"]["incident"]
+    assert [e["event"] for e in _events(ev)].count("watch-bisect") == 1

@@ -96,6 +96,10 @@ def test_sim_watch_turns_red_bisects_on_its_own_and_notifies_once(sshd, tmp_path
         w = Watch(s, tmp_path, "--every", "0.5s")
         planted = tree_fingerprint(s.sim)
         texts = {svc: s.sim.env_file(svc).read_text() for svc in ("prefill", "decode", "router")}
+        wait_for("a failing observation", lambda: "fail" in w.observations(), 60, w.proc)
+        second = s.cli("watch", "--once", timeout=60)  # one watch per deployment
+        assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+        assert f"another watch is watching {s.name!r} (pid {w.proc.pid} on this host" in second.stderr
         docs = wait_for("the verdict on --notify", lambda: notified(w.notify), 400, w.proc)
         assert {svc: s.sim.env_file(svc).read_text() for svc in texts} == texts, w.proc.stderr
         n_obs = len(w.observations())

@@ -122,7 +122,7 @@ def decide(state: WatchState, event: Observation | Alert, *, journal_open: bool 
 
 def _observed(state: WatchState, o: Observation, journal_open: bool) -> tuple[WatchState, Decision]:
     if o.outcome == "pass":
-        return (dataclasses.replace(state, armed=True, fails=0, last_pass=o.snapshot or state.last_pass, blocked=None),
+        return (dataclasses.replace(state, armed=True, fails=0, last_pass=o.snapshot or state.last_pass),
                 Decision(Act.NOTHING, "the probe passed" + ("" if state.armed else "; armed again")))
     if o.outcome != "fail":  # unresolved: the probe could not tell; no symptom, and the streak is broken
         return (dataclasses.replace(state, fails=0),
@@ -413,6 +413,7 @@ class Watcher:
         self.open_deployment, self.store_root, self.opts = open_deployment, Path(store_root), opts
         self.on_event, self.say = on_event, say
         self.listener: AlertListener | None = None
+        self.pending: Alert | None = None  # an alert that came while a journal was un-restored: tried each cycle
 
     # one cycle: observe, decide, act
     def run(self) -> WatchSummary:
@@ -474,7 +475,10 @@ class Watcher:
                 obs = Observation(o.outcome, snap.id, o.reason)
                 self.event("watch-observation", {"snapshot": snap.id, "outcome": o.outcome, "reason": o.reason})
                 self.say(f"{time.strftime('%H:%M:%S')} probe {o.name}: {o.outcome} ({o.reason}); snapshot {snap.id}")
-                return self._handle(dep, state, obs, summary)
+                state = self._handle(dep, state, obs, summary)
+                if self.pending is not None:  # Alertmanager repeats it only after repeat_interval
+                    state = self._handle(dep, state, self.pending, summary)
+                return state
         except EnvbisectError as e:  # a host down, a damaged store: an unresolved observation, said, not fatal
             self.event("watch-observation", {"snapshot": None, "outcome": "unresolved", "reason": str(e)})
             self.say(f"{time.strftime('%H:%M:%S')} could not observe the stack: {e}")
@@ -521,6 +525,8 @@ class Watcher:
             self.say(f"{time.strftime('%H:%M:%S')} {d.reason}")
         self.event("watch-decision", {"act": d.act.value, "reason": d.reason, "incident": d.incident,
                                       "trigger": d.trigger})
+        if isinstance(event, Alert):
+            self.pending = event if d.act is Act.WAIT else None
         if d.act is Act.WAIT:
             if d.say:
                 self._notify({"watch": {"event": "blocked", "deployment": self.deployment, "incident": d.incident,
