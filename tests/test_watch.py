@@ -288,6 +288,9 @@ def test_service_forms(stack, tmp_path, monkeypatch):
     assert rc == ExitStatus.OK and c.out.splitlines()[1].startswith("*/15 * * * * ") and "watch --once" in c.out
     rc, c = cli(*base(stack), "watch", "--print", "--cron", "--listen", "127.0.0.1:9798")
     assert rc == ExitStatus.USAGE and "systemd service" in c.err
+    for kind in ("--cron", "--systemd"):  # a line break in --notify would add a job (or a setting) of its own
+        rc, c = cli(*base(stack), "watch", "--print", kind, "--notify", "true\n* * * * * rm -rf ~")
+        assert rc == ExitStatus.USAGE and c.out == "" and c.err.count("\n") == 1 and "line break" in c.err
 
 
 def test_watch_events_to_stdout_and_listen_refusals(stack):

@@ -593,8 +593,8 @@ def make_service(*, playbook: Path, store: Path, ssh_config: str | None, invento
     runs.schedule.install as `schedule`'s are."""
     from envbisect import __version__
     from envbisect.inputs.playbook import load_playbook
-    from envbisect.runs.schedule import (_abs, _cron_word, _systemd_word, cron_expression, envbisect_command,
-                                         systemd_present, unit_dir)
+    from envbisect.runs.schedule import (_abs, _cron_word, _one_line_word, _systemd_word, cron_expression,
+                                         envbisect_command, systemd_present, unit_dir)
     from envbisect.state.prune import parse_duration
 
     every_s = parse_duration(every, "--every")
@@ -609,6 +609,8 @@ def make_service(*, playbook: Path, store: Path, ssh_config: str | None, invento
         if inventory == "-":
             raise UsageError("--inventory -: a watch service has no stdin; give the inventory file")
         args += ["--inventory", str(_abs(inventory))]
+    for word in [*args, *watch_args, every, str(_abs(store) / "watch.log")]:
+        _one_line_word(word)  # a line break in --notify CMD would be a crontab job or unit setting of its own
     kind = kind or ("systemd" if systemd_present() else "cron")
     unit = f"envbisect-watch-{_slug(pb.name)}"
     if kind == "systemd":
