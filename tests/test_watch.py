@@ -185,6 +185,14 @@ def test_the_watch_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path
     b = WatchLock(tmp_path, "dep")
     assert "stale" in (b.acquire() or "")
     b.release()
+    from envbisect.hosts.journal import boot_id
+
+    if boot_id():  # a live pid written in an earlier boot is someone else's process now
+        a.path.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "boot_id": "earlier",
+                                      "started_at": 1}))
+        c = WatchLock(tmp_path, "dep")
+        assert "stale" in (c.acquire() or "")
+        c.release()
     a.path.write_text(json.dumps({"pid": int(dead.stdout), "host": "elsewhere", "started_at": 1}))
     with pytest.raises(LockHeld, match="on host elsewhere"):  # another machine's pid cannot be checked here
         WatchLock(tmp_path, "dep").acquire()

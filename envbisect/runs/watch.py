@@ -286,8 +286,9 @@ def _pid_alive(pid: int) -> bool:
 
 
 class WatchLock:
-    """One watch per deployment: ``STORE/watch/NAME.lock`` holds pid, host name and start time. A
-    lock of this host whose pid is gone is stale and taken over; any other is refused (LockHeld)."""
+    """One watch per deployment: ``STORE/watch/NAME.lock`` holds pid, host name, boot id and start
+    time. A lock of this host whose pid is gone, or that an earlier boot wrote (its pid may be anyone's
+    now), is stale and taken over; any other is refused (LockHeld)."""
 
     def __init__(self, store_root: Path, deployment: str):
         self.path = Path(store_root) / "watch" / f"{_slug(deployment)}.lock"
@@ -297,14 +298,18 @@ class WatchLock:
     def acquire(self) -> str | None:
         """Take it; a note when a stale lock was taken over."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}
+        from envbisect.hosts.journal import boot_id
+
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "boot_id": boot_id(), "started_at": time.time()}
         note = None
         for _ in range(3):
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             except FileExistsError:
                 other = self._read()
-                if other is None or (other.get("host") == me["host"] and not _pid_alive(int(other.get("pid", -1)))):
+                if other is None or (other.get("host") == me["host"] and (
+                        not _pid_alive(int(other.get("pid", -1)))
+                        or (me["boot_id"] and other.get("boot_id") and other["boot_id"] != me["boot_id"]))):
                     note = ("took over a stale watch lock" + (f" (pid {other.get('pid')} on {other.get('host')} is "
                                                              "gone)" if other else " (unreadable)"))
                     self.path.unlink(missing_ok=True)
