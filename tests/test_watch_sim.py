@@ -185,3 +185,34 @@ def test_the_guide_shows_the_alertmanager_config_and_the_unit_as_tested():
         assert line in guide, line
     assert f'alerts = ["{ALERT}"]' in guide
     assert os.path.isfile(GUIDE)
+
+
+@pytest.mark.sim
+def test_sim_watch_waits_for_an_unrestored_journal_then_acts(sshd, tmp_path):
+    s = Scenario(tmp_path / "s", ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
+    try:
+        first = Watch(s, tmp_path, "--once")
+        assert first.proc.wait(timeout=120) == 0 and first.observations() == ["pass"], first.proc.stderr.read()
+        plant(s.sim, INNOCENT[:2] + [CULPRIT])
+        # a bisection killed (SIGKILL) at its first host write: its journal is active on the host
+        crashed = s.cli("bisect", "--since", "last-good", "--probe", "e2e", timeout=300,
+                        env={**os.environ, "ENVBISECT_TEST_CRASH_AT": "write:1"})
+        assert crashed.returncode == -9, crashed.stderr[-2000:]
+        runs_before = sorted(p.name for p in (s.store / "runs").iterdir())
+        w = Watch(s, tmp_path, "--every", "0.5s", "--max-cycles", "3")
+        assert w.proc.wait(timeout=300) == 0, w.proc.stderr.read()
+        err = w.proc.stderr.read()
+        assert w.observations()[-3:] == ["fail", "fail", "fail"], w.observations()
+        assert "cannot start" in err and "not undone yet" in err, err
+        assert sorted(p.name for p in (s.store / "runs").iterdir()) == runs_before  # no bisection started
+        (blocked,) = notified(w.notify)
+        assert blocked["watch"]["event"] == "blocked" and "envbisect restore --run" in blocked["watch"]["reason"]
+        r = s.cli("restore", timeout=300)
+        assert r.returncode == 0 and "restored" in r.stdout, r.stdout + r.stderr
+        w = Watch(s, tmp_path, "--every", "0.5s", "--max-cycles", "1")  # the trigger still stands: it acts now
+        assert w.proc.wait(timeout=400) == 0, w.proc.stderr.read()
+        docs = notified(w.notify)
+        assert [d["watch"]["event"] for d in docs] == ["blocked", "verdict"]
+        assert docs[1]["verdict"] == "culprit" and docs[1]["culprits"] == ["decode:SGLANG_SM120_MMA_TARGET_CTAS"]
+    finally:
+        s.sim.stop_all()
