@@ -360,15 +360,16 @@ def test_an_alert_that_came_over_an_unrestored_journal_is_acted_on_once_it_is_re
     b = base(stack)
     text = stack.playbook.read_text()
     assert "[watch]\n" in text
-    stack.playbook.write_text(text.replace("[watch]\n", '[watch]\nalerts = ["Down"]\n', 1))
+    # the watch's probe always passes: only the alert can trigger (the restore below puts BAD back)
+    stack.playbook.write_text(text.replace("[watch]\n", '[watch]\nalerts = ["Down"]\n', 1)
+                              + '\n[probes.always]\nkind = "command"\ncommand = "true"\n')
     got, ev = tmp_path / "notified", tmp_path / "events.jsonl"
     assert cli(*b, "watch", "--once")[0] == ExitStatus.OK  # a pass: armed
     assert cli(*b, "snapshot", "--label", "noon")[0] == ExitStatus.OK
     stack.tree.edit("decode", DECODE + "export BAD=1\n")
     r = stack.cli("bisect", "--against", "noon", env={**os.environ, "ENVBISECT_TEST_CRASH_AT": "write:1"})
     assert r.returncode == -9, r.stderr.decode()[-500:]  # the journal is active
-    stack.tree.edit("decode", DECODE)  # the probe passes: only the alert can trigger
-    p = subprocess.Popen([*stack_cli(stack), "--events", str(ev), "watch", "--every", "0.3s",
+    p = subprocess.Popen([*stack_cli(stack), "--events", str(ev), "watch", "--probe", "always", "--every", "0.3s",
                           "--listen", f"127.0.0.1:{free_port}", "--notify", f"cat >> {got}; echo >> {got}"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -395,4 +396,5 @@ def test_an_alert_that_came_over_an_unrestored_journal_is_acted_on_once_it_is_re
     docs = [json.loads(x) for x in got.read_text().split("\n\n") if x.strip()]
     assert [d["watch"]["event"] for d in docs] == ["blocked", "verdict"]
     assert docs[1]["watch"]["trigger"] == "alert" and docs[1]["watch"]["incident"] == blocked["watch"]["incident"]
+    assert docs[1]["verdict"] == "not-reproduced"  # bisect's premise: the probe passes on the current state
     assert [e["event"] for e in _events(ev)].count("watch-bisect") == 1
