@@ -26,6 +26,9 @@ fi
 # font so that its screenshots are readable (apt-get runs with --no-install-recommends below)
 command -v chromium >/dev/null 2>&1 || apt_pkgs+=(chromium fonts-dejavu-core)
 # <<< chromium
+# >>> alertmanager (tests/test_watch_sim.py: a real Alertmanager posts its webhook to `watch --listen`)
+command -v prometheus-alertmanager >/dev/null 2>&1 || apt_pkgs+=(prometheus-alertmanager)
+# <<< alertmanager
 
 if [ "${#apt_pkgs[@]}" -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ] && [ "${#SUDO[@]}" -eq 0 ]; then

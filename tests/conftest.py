@@ -90,3 +90,47 @@ def ssh_env(sshd: SshServer, tmp_path: _SshdPath) -> dict[str, str]:
 # ============================================================================
 # END sshd fixtures
 # ============================================================================
+
+
+# ============================================================================
+# BEGIN alertmanager fixtures (real Prometheus Alertmanager; see tests/alertmanager.py)
+# ============================================================================
+try:
+    from alertmanager import Alertmanager, alertmanager_binary as _alertmanager_binary, free_port as _free_port, \
+        start_alertmanager as _start_alertmanager
+except ImportError:  # tests/ became a package, or --import-mode=importlib
+    from tests.alertmanager import Alertmanager, alertmanager_binary as _alertmanager_binary, \
+        free_port as _free_port, start_alertmanager as _start_alertmanager
+
+
+@pytest.fixture
+def alertmanager_for(tmp_path_factory: pytest.TempPathFactory):
+    """start(webhook_url) -> a real Alertmanager on a free loopback port, its one receiver a webhook to
+    webhook_url (group_wait 5s). Missing binary: a failure under scripts/test.sh (CI or
+    ENVBISECT_REQUIRE_SSHD set), a skip elsewhere."""
+    started: list[Alertmanager] = []
+
+    def start(webhook_url: str) -> Alertmanager:
+        if _alertmanager_binary() is None:
+            msg = "prometheus-alertmanager is missing (apt-get install prometheus-alertmanager, or run scripts/test.sh)"
+            if _sshd_required():
+                pytest.fail(msg + " -- required because CI/ENVBISECT_REQUIRE_SSHD is set", pytrace=False)
+            pytest.skip(msg)
+        am = _start_alertmanager(tmp_path_factory.mktemp("alertmanager"), webhook_url)
+        started.append(am)
+        return am
+
+    yield start
+    for am in started:
+        am.stop()
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A loopback TCP port nobody listens on now (for `watch --listen`)."""
+    return _free_port()
+
+
+# ============================================================================
+# END alertmanager fixtures
+# ============================================================================

@@ -16,12 +16,14 @@ from envbisect import __version__
 from envbisect.cli import commands_state  # noqa: F401  init snapshot snapshots schedule prune diff
 from envbisect.cli import commands_change  # noqa: F401  bisect restore demo verify revert apply
 from envbisect.cli import commands_history  # noqa: F401  runs show bundle
+from envbisect.cli import commands_watch  # noqa: F401  watch
 from envbisect.cli.base import ClickException, NoArgsIsHelpError, Options, app
 from envbisect.cli.environment import Environment
 from envbisect.errors import EnvbisectError, ExitStatus
 from envbisect.inputs.masking import printable
 
-__all__ = ["app", "run", "main", "Options", "Environment", "commands_state", "commands_change", "commands_history"]
+__all__ = ["app", "run", "main", "Options", "Environment", "commands_state", "commands_change", "commands_history",
+           "commands_watch"]
 
 
 def _internal_error(env: Environment, exc: BaseException) -> int:

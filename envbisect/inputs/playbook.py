@@ -120,6 +120,7 @@ class Playbook:
     inventory_file: str | None = None  # [inventory] file: an Ansible inventory (resolved against the playbook's folder)
     link_keys: tuple[str, ...] = ()  # [bisect] link: variables whose deltas across services are one unit, never split
     arg_keys: tuple[str, ...] = ()  # [deltas] args: variables holding argument strings, besides *_ARGS / *_FLAGS
+    watch_alerts: tuple[str, ...] = ()  # [watch] alerts: Alertmanager alertnames that trigger `envbisect watch`
 
     def services_on(self, host: str) -> list[Service]:
         return [s for s in self.services.values() if s.host == host]
@@ -296,6 +297,9 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
             watch[h] = watch.get(h, ()) + per.str_list(h)
         per.finish()
     max_file_size = wr.get("max_file_size", int, 1 << 20)
+    watch_alerts = wr.str_list("alerts")
+    if any(not a.strip() for a in watch_alerts):
+        raise PlaybookError(path, "watch.alerts", "an alert name must not be empty")
     wr.finish()
 
     br = _Reader(path, "baseline", top.get("baseline", dict, {}))
@@ -333,7 +337,7 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
         path=path, name=name, hosts=hosts, services=services, restart=restart, repos=tuple(repos),
         watch_paths=watch, max_file_size=max_file_size, backups=backups, secret_names=secret_names,
         secret_values=secret_values, probes=probes, client_url=client_url, inventory_file=inventory_file,
-        link_keys=link_keys, arg_keys=arg_keys,
+        link_keys=link_keys, arg_keys=arg_keys, watch_alerts=watch_alerts,
     )
 
 
