@@ -1,0 +1,119 @@
+"""Structured watched files compared and written back per key (state/structured.py): pure, no hosts."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from envbisect.state.structured import (KeyChange, Unfaithful, format_of, format_path, key_changes, parse_path,
+                                        render)
+
+YAML_OLD = b"""# feature flags for decode (owned by the serving team)
+# keep this comment
+decode_overlap_schedule: false   # risky
+page_size: 64
+router:
+  policy: 'cache_aware'   # quoted on purpose
+  workers: [a, b, c]
+  retries: 3
+list:
+  - x: 1
+  - x: 2
+"""
+YAML_NEW = (YAML_OLD.replace(b"schedule: false", b"schedule: true").replace(b"page_size: 64", b"page_size: 128")
+            .replace(b"'cache_aware'", b"'round_robin'").replace(b"  retries: 3\n", b"  timeout: 30\n")
+            .replace(b"  - x: 2", b"  - x: 5"))
+
+
+def _by_key(changes):
+    assert not isinstance(changes, Unfaithful), changes
+    return {c.key: c for c in changes}
+
+
+def test_yaml_keys_nested_list_items_added_removed():
+    ch = _by_key(key_changes("yaml", YAML_OLD, YAML_NEW))
+    assert ch == {
+        "decode_overlap_schedule": KeyChange(("decode_overlap_schedule",), "changed", "false", "true"),
+        "page_size": KeyChange(("page_size",), "changed", "64", "128"),
+        "router.policy": KeyChange(("router", "policy"), "changed", '"cache_aware"', '"round_robin"'),
+        "router.retries": KeyChange(("router", "retries"), "removed", "3", None),
+        "router.timeout": KeyChange(("router", "timeout"), "added", None, "30"),
+        "list[1].x": KeyChange(("list", 1, "x"), "changed", "2", "5"),
+    }
+
+
+def test_yaml_one_key_keeps_every_other_byte():
+    changes = key_changes("yaml", YAML_OLD, YAML_NEW)
+    assert not isinstance(changes, Unfaithful)
+    out = render("yaml", YAML_OLD, YAML_NEW, changes, ["decode_overlap_schedule"])
+    assert out == YAML_OLD.replace(b"schedule: false", b"schedule: true")
+    out = render("yaml", YAML_OLD, YAML_NEW, changes, ["router.policy"])
+    assert out == YAML_OLD.replace(b"'cache_aware'", b"'round_robin'")  # the quotes and the comment kept
+    out = render("yaml", YAML_OLD, YAML_NEW, changes, ["router.timeout"])
+    assert out == YAML_OLD.replace(b"  retries: 3\n", b"  timeout: 30\n  retries: 3\n")
+    assert render("yaml", YAML_OLD, YAML_NEW, changes, []) == YAML_OLD
+    assert render("yaml", YAML_OLD, YAML_NEW, changes, [c.key for c in changes]) == YAML_NEW
+
+
+def test_yaml_list_that_grew_is_one_change():
+    old = b"workers: [a, b]\nkeep: 1\n"
+    new = b"workers: [a, b, c]\nkeep: 1\n"
+    ch = _by_key(key_changes("yaml", old, new))
+    assert list(ch) == ["workers"] and ch["workers"].new == '["a", "b", "c"]'
+
+
+TOML_OLD = b"""# router config
+[router]
+policy = "cache_aware"  # default
+retries = 3
+
+[router.health]
+interval_s = 10
+"""
+TOML_NEW = TOML_OLD.replace(b'"cache_aware"', b'"round_robin"').replace(b"interval_s = 10", b"interval_s = 30")
+
+
+def test_toml_keys_keep_comments_and_order():
+    changes = key_changes("toml", TOML_OLD, TOML_NEW)
+    ch = _by_key(changes)
+    assert set(ch) == {"router.policy", "router.health.interval_s"}
+    out = render("toml", TOML_OLD, TOML_NEW, changes, ["router.health.interval_s"])
+    assert out == TOML_OLD.replace(b"interval_s = 10", b"interval_s = 30")
+
+
+def test_json_keys_in_the_files_own_layout():
+    old = json.dumps({"temperature": 0.7, "top_p": 0.9, "stop": ["</s>"], "nested": {"a": 1}}, indent=2).encode() + b"\n"
+    new = json.dumps({"temperature": 0.2, "top_p": 0.9, "stop": ["</s>"], "nested": {"a": 1, "b": 2}},
+                     indent=2).encode() + b"\n"
+    changes = key_changes("json", old, new)
+    ch = _by_key(changes)
+    assert set(ch) == {"temperature", "nested.b"} and ch["nested.b"].change == "added"
+    out = render("json", old, new, changes, ["nested.b"])
+    assert json.loads(out) == {"temperature": 0.7, "top_p": 0.9, "stop": ["</s>"], "nested": {"a": 1, "b": 2}}
+    assert out.startswith(b'{\n  "temperature": 0.7') and out.endswith(b"}\n")
+
+
+@pytest.mark.parametrize("fmt,old,new,why", [
+    ("yaml", b"a: 1\n", b"a: [1\n", "does not parse as YAML"),
+    ("yaml", b"a: 1\n---\nb: 2\n", b"a: 2\n---\nb: 2\n", "2 YAML documents"),
+    ("yaml", b"a: 1\na: 2\n", b"a: 3\n", "does not parse as YAML"),
+    ("yaml", b"- 1\n- 2\n", b"- 1\n- 3\n", "not a mapping"),
+    ("yaml", b"base: &b {x: 1}\nuse: *b\n", b"base: {x: 2}\nuse: {x: 1}\n", "anchors or aliases"),
+    ("yaml", b"# one\na: 1\n", b"# two\na: 2\n", "more than key values changed"),
+    ("yaml", b"a: 1\nb: 2\n", b"b: 2\na: 1\n", "no key's value changed"),
+    ("json", b'{"a": 1, "a": 2}', b'{"a": 3}', "twice"),
+    ("json", b'{"a":1,  "b": 2}', b'{"a":2,  "b": 2}', "layout"),
+    ("toml", b"a = 1\n", b"a = \n", "does not parse as TOML"),
+])
+def test_unfaithful_files_stay_whole_with_a_reason(fmt, old, new, why):
+    got = key_changes(fmt, old, new)
+    assert isinstance(got, Unfaithful) and why in got.reason, got
+
+
+def test_paths_and_formats():
+    for p in [("a",), ("a", "b", 2, "c"), ("x.y", "z"), ("weird key", 0)]:
+        assert parse_path(format_path(p)) == p
+    assert format_path(("a", "x.y", 2)) == 'a."x.y"[2]'
+    assert format_of("/srv/repo/configs/feature_flags.yaml") == "yaml"
+    assert format_of("/x/a.YML") == "yaml" and format_of("/x/r.toml") == "toml" and format_of("/x/s.json") == "json"
+    assert format_of("/x/notes.txt") is None and format_of("/x/decode.serve-env") is None
