@@ -68,6 +68,10 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
                         "changed": f"~ {name} {old} → {new}"}[d.change] if d.key else f"? {d.path} changed"
             elif d.kind == "git":
                 line = f"~ HEAD {(d.old or '?')[:10]} → {(d.new or '?')[:10]}"
+            elif d.kind == "key":  # one key of a structured file: its value as JSON text
+                old, new = (env.shown(v, one_line=True) for v in (j["old"], j["new"]))
+                line = {"added": f"+ {name} {d.key} = {new}", "removed": f"- {name} {d.key} (was {old})",
+                        "changed": f"~ {name} {d.key} {old} → {new}"}[d.change]
             else:
                 sym = {"added": "+", "removed": "-", "changed": "~"}[d.change]
                 line = f"{sym} {name}"

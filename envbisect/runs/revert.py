@@ -118,6 +118,13 @@ def applied_now(original: OriginalState, deltas: Sequence[Delta]) -> dict[str, b
             continue
         f = original.files.get(key)
         data = f.content if f is not None and f.exists else None
+        if d.kind == "key":  # by the key's value, as the delta was found (state/structured.py)
+            from envbisect.state.structured import format_of, value_at
+
+            fmt = format_of(d.path)
+            parsed, value = value_at(fmt, data, d.key or "") if fmt else (False, None)
+            out[d.id] = None if not parsed else True if value == d.new else False if value == d.old else None
+            continue
         if d.kind == "env":
             # by shell meaning, as the deltas were found (configuration.holds)
             try:
@@ -356,8 +363,8 @@ def _what(d: Delta, action: str, dep: Deployment) -> str:
     old, new = j.get("old_shown", j.get("old")), j.get("new_shown", j.get("new"))
     if action == "revert":
         old, new = new, old
-    name = d.key if d.kind == "env" and d.key else d.path
-    show = lambda v: "unset" if v is None else str(v)[:12] if d.kind != "env" else str(v)  # noqa: E731
+    name = d.key if d.kind == "env" and d.key else f"{d.path} {d.key}" if d.kind == "key" else d.path
+    show = lambda v: "unset" if v is None else str(v)[:12] if d.kind not in ("env", "key") else str(v)  # noqa: E731
     return f"{name}: {show(old)} → {show(new)}"
 
 

@@ -86,6 +86,10 @@ def load_rules(path: str | None) -> dict[str, Any]:
 
     ``when_file`` (one object or a list) matches when the file exists and contains the string
     (``"contains": null`` = just exists; ``"exists": false`` = absent).
+    ``file_key`` (one object or a list) matches when a structured file (YAML, JSON or TOML, by its
+    extension) parses and the value at a key path equals ``"value"``
+    (``{"path": "/abs/flags.yaml", "key": "decode.overlap", "value": true}``; ``"a.b[2]"`` indexes a
+    list), as a server reading its ``--config`` YAML would; the file's bytes are logged at start.
     Fault parameters sit either on the rule or in ``"params"``.
 
     An ``"ignore_sigterm"`` rule makes the worker ignore SIGTERM (a service stuck releasing GPU
@@ -155,6 +159,41 @@ def _file_cond_matches(cond: dict[str, Any]) -> bool:
         return False
 
 
+_MISSING = object()
+
+
+def read_file_key(path: str, key: str) -> Any:
+    """The value at key path `key` ("a.b[2]") of a YAML, JSON or TOML file, or _MISSING. YAML is
+    read with ruamel.yaml (envbisect's own dependency, in the interpreter that runs the worker)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return _MISSING
+    log(f"config file {path} read at start: {json.dumps(data.decode('utf-8', 'replace'))}")
+    try:
+        if path.endswith(".json"):
+            doc = json.loads(data)
+        elif path.endswith(".toml"):
+            import tomllib
+
+            doc = tomllib.loads(data.decode("utf-8"))
+        else:
+            from ruamel.yaml import YAML
+
+            doc = YAML(typ="safe").load(data.decode("utf-8"))
+    except Exception as exc:  # noqa: BLE001 - a config the server cannot read is logged, not a crash here
+        log(f"WARNING: cannot parse {path}: {exc}")
+        return _MISSING
+    for part in re.findall(r"\[(\d+)\]|([^.\[\]]+)", key):
+        index, name = part
+        try:
+            doc = doc[int(index)] if index else doc[name]
+        except (KeyError, IndexError, TypeError):
+            return _MISSING
+    return doc
+
+
 def server_flags(words: list[str]) -> dict[str, str]:
     """The flags among a command line's extra words, by shape: ``--k=v``, ``--k v1 v2`` (every word
     up to the next flag), ``--switch`` (value "")."""
@@ -214,6 +253,11 @@ def rule_matches(rule: dict[str, Any], service: str, env: dict[str, str],
             conds = [conds]
         if not all(_file_cond_matches(c) for c in conds):
             return False
+    keys = rule.get("file_key")
+    if keys:
+        for c in [keys] if isinstance(keys, dict) else keys:
+            if read_file_key(c.get("path", ""), c.get("key", "")) != c.get("value"):
+                return False
     return True
 
 
@@ -229,7 +273,8 @@ def active_faults(rules: dict[str, Any], service: str, env: dict[str, str],
             log(f"WARNING: rule #{i} has unknown fault {kind!r}; ignored")
             continue
         params = {k: v for k, v in rule.items()
-                  if k not in ("service", "when", "when_flag", "when_peer", "when_file", "fault", "params")}
+                  if k not in ("service", "when", "when_flag", "when_peer", "when_file", "file_key", "fault",
+                               "params")}
         params.update(rule.get("params") or {})
         out.append({"index": i, "fault": kind, "params": params, "rule": rule})
     return out

@@ -157,7 +157,7 @@ def target_state(original: OriginalState, deltas: Sequence[Delta], applied: Iter
     for d in deltas:
         want_new = d.id in applied
         key = (d.host, d.path)
-        if d.kind == "env":
+        if d.kind in ("env", "key"):
             continue
         if d.kind == "git":
             commit = d.new if want_new else d.old
@@ -177,6 +177,9 @@ def target_state(original: OriginalState, deltas: Sequence[Delta], applied: Iter
         else:
             raise UsageError(f"{d.id}: content {sha[:12]} is not in the store")
     deltas, applied = collapse_flags(deltas, applied)
+    for key in sorted({(d.host, d.path) for d in deltas if d.kind == "key"}):
+        files[key] = key_file(key, [d for d in deltas if d.kind == "key" and (d.host, d.path) == key], applied,
+                              contents)
     checks: dict[Key, EnvCheck] = {}
     for key in sorted({(d.host, d.path) for d in deltas if d.kind == "env"}):
         data = files.get(key)
@@ -221,6 +224,24 @@ def collapse_flags(deltas: Sequence[Delta], applied: Iterable[str]) -> tuple[lis
             applied.add(whole.id)
         out.append(whole)
     return out, applied
+
+
+def key_file(key: Key, file_deltas: Sequence[Delta], applied: Iterable[str], contents: Mapping[str, bytes]) -> bytes:
+    """A structured file with exactly its `applied` key deltas in their new state: the baseline
+    file's bytes with those keys changed and every other byte as it was (state/structured.render,
+    which checks the result parses back to exactly that data)."""
+    from envbisect.state.structured import KeyChange, RenderError, format_of, parse_path, render
+
+    d0 = file_deltas[0]
+    old, new = contents.get(d0.old_file or ""), contents.get(d0.new_file or "")
+    fmt = format_of(key[1])
+    if old is None or new is None or fmt is None:
+        raise UsageError(f"{d0.id}: the file's contents are not in the store")
+    changes = [KeyChange(parse_path(d.key or ""), d.change, d.old, d.new) for d in file_deltas]
+    try:
+        return render(fmt, old, new, changes, [d.key for d in file_deltas if d.id in set(applied)])
+    except RenderError as e:
+        raise UsageError(f"{key[0]}:{key[1]}: {e}; nothing was written") from None
 
 
 def holds(env: EnvFile, d: Delta, side: str) -> bool:

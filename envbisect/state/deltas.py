@@ -25,6 +25,7 @@ from envbisect.inputs.envfile import EnvFile, EnvFileError, meaning_refs, parse_
 from envbisect.inputs.masking import SecretMasker
 from envbisect.state.snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
 from envbisect.state.sourced import source_lines_changed
+from envbisect.state.structured import Unfaithful, format_of, key_changes, key_name
 
 CHANGES = ("added", "removed", "changed")
 
@@ -69,14 +70,15 @@ def _static_value(d: "Delta") -> str | None:
 
 @dataclass(frozen=True)
 class Delta:
-    id: str  # stable and typable: "decode:SGLANG_X", "git:node1:/srv/src", "file:node1:/srv/conf/a.yaml"
-    kind: str  # env | git | file
+    id: str  # stable and typable: "decode:SGLANG_X", "git:node1:/srv/src", "file:node1:/srv/conf/a.yaml",
+    # "file:node1:/srv/conf/a.yaml#router.policy" (one key of a structured file: state/structured.py)
+    kind: str  # env | git | file | key
     host: str
     service: str | None
     path: str
     key: str | None
     change: str  # added | removed | changed
-    old: str | None  # env: value; git: commit; file: sha256 (None when absent or unknown)
+    old: str | None  # env: value; git: commit; file: sha256; key: the value as JSON text (None when absent or unknown)
     new: str | None
     baseline_source: str  # "snapshot:ID", "backup:PATH", "git:COMMIT", "reflog", "process:SERVICE", "mtime"
     detail: tuple[str, ...] = ()  # commits in between, "old content unknown", duplicate keys...
@@ -93,7 +95,7 @@ class Delta:
     # environment minus the file's keys, from the current snapshot, else the baseline's); the
     # post-apply check evaluates the edited file in it. None: unknown (a minimal one is used).
     start_env: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
-    # env only. The whole file on each side (sha256; its bytes in Diff.contents) and what bash made of
+    # env and key. The whole file on each side (sha256; its bytes in Diff.contents) and (env) what bash made of
     # all of it on the host (ProcessState.file_eval), when known: a trial re-adds a removed line where
     # it stood, and checks the lines that read a delta's key (state/configuration.py).
     old_file: str | None = field(default=None, compare=False, repr=False)
@@ -132,6 +134,9 @@ class Delta:
             extra = {"old_word": masker.mask_value(k, self.old_word), "new_word": masker.mask_value(k, self.new_word),
                      "old_eval": masker.mask_value(k, self.old_eval), "new_eval": masker.mask_value(k, self.new_eval),
                      "old_shown": self.shown("old", masker), "new_shown": self.shown("new", masker)}
+        elif self.kind == "key":
+            k = key_name(self.key or "")
+            old, new = masker.mask_value(k, old), masker.mask_value(k, new)
         return {"id": self.id, "kind": self.kind, "host": self.host, "service": self.service, "path": self.path,
                 "key": self.key, "change": self.change, "old": old, "new": new,
                 "baseline_source": self.baseline_source, "detail": [masker.redact_text(d) for d in self.detail],
@@ -436,7 +441,8 @@ def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float |
             f = cur.files[path]
             if f.error:
                 notes.append(f"{hname}:{path}: cannot read ({f.error})")
-            deltas.extend(_file_delta(hname, path, f, _old_file(path, base, base_id, cur, since), since, contents))
+            file_deltas = _file_delta(hname, path, f, _old_file(path, base, base_id, cur, since), since, contents)
+            deltas.extend(per_key(file_deltas, contents, notes))
         for path in sorted(gone):
             bf = base.files.get(path) if base else None
             if bf is None:
@@ -674,6 +680,27 @@ def _file_delta(host: str, path: str, f: FileState, old: _Old | None, since: flo
         return []
     detail = () if old.content is not None else ("old content unknown",)
     return [Delta(did, "file", host, None, path, None, "changed", old_sha, new_sha, old.source, detail)]
+
+
+def per_key(file_deltas: list[Delta], contents: Mapping[str, bytes], notes: list[str]) -> list[Delta]:
+    """A changed structured file (YAML, JSON, TOML by its extension) as one delta per key path, when
+    both sides are known and that is faithful (state/structured.py); else as it is, with a note
+    saying why it stays whole. Other deltas pass through."""
+    out: list[Delta] = []
+    for d in file_deltas:
+        fmt = format_of(d.path)
+        old, new = contents.get(d.old or ""), contents.get(d.new or "")
+        if d.kind != "file" or d.change != "changed" or fmt is None or old is None or new is None:
+            out.append(d)
+            continue
+        changes = key_changes(fmt, old, new)
+        if isinstance(changes, Unfaithful):
+            notes.append(f"{d.host}:{d.path}: compared as a whole file, not per key: {changes.reason}")
+            out.append(d)
+            continue
+        out.extend(Delta(f"{d.id}#{c.key}", "key", d.host, d.service, d.path, c.key, c.change, c.old, c.new,
+                         d.baseline_source, d.detail, old_file=d.old, new_file=d.new) for c in changes)
+    return out
 
 
 def linked_units(deltas: Iterable[Delta], link_keys: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:

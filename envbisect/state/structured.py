@@ -72,6 +72,28 @@ def format_path(path: Path) -> str:
     return out
 
 
+def key_name(text: str) -> str:
+    """The last mapping key of a key path text (what a secret masker judges the value by)."""
+    try:
+        names = [p for p in parse_path(text) if isinstance(p, str)]
+    except ValueError:
+        return text
+    return names[-1] if names else text
+
+
+def value_at(fmt: str, data: bytes | None, text: str) -> tuple[bool, str | None]:
+    """(parsed, the value at key path `text` as compact JSON text, None when absent) of a file's
+    bytes; (False, None) when the file does not parse (or is absent)."""
+    if data is None:
+        return False, None
+    try:
+        doc = plain(_load(fmt, data))
+    except _Bad:
+        return False, None
+    v = _get(doc, parse_path(text))
+    return True, None if v is _MISSING else _text(v)
+
+
 _TOKEN = re.compile(r'\[(\d+)\]|"((?:[^"\\]|\\.)*)"|([A-Za-z_][A-Za-z0-9_\-]*)')
 
 
