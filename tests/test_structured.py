@@ -117,3 +117,50 @@ def test_paths_and_formats():
     assert format_of("/srv/repo/configs/feature_flags.yaml") == "yaml"
     assert format_of("/x/a.YML") == "yaml" and format_of("/x/r.toml") == "toml" and format_of("/x/s.json") == "json"
     assert format_of("/x/notes.txt") is None and format_of("/x/decode.serve-env") is None
+
+
+def _key_deltas(path="/srv/repo/configs/feature_flags.yaml"):
+    import hashlib
+
+    from envbisect.state.deltas import Delta, per_key
+
+    sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+    contents = {sha(YAML_OLD): YAML_OLD, sha(YAML_NEW): YAML_NEW}
+    whole = Delta(f"file:node1:{path}", "file", "node1", None, path, None, "changed", sha(YAML_OLD), sha(YAML_NEW),
+                  "snapshot:good")
+    notes: list[str] = []
+    return per_key([whole], contents, notes), contents, notes
+
+
+def test_diff_and_target_state_per_key():
+    from envbisect.state.configuration import FileOriginal, OriginalState, target_state
+
+    deltas, contents, notes = _key_deltas()
+    assert not notes
+    ids = [d.id for d in deltas]
+    guilty = "file:node1:/srv/repo/configs/feature_flags.yaml#decode_overlap_schedule"
+    assert guilty in ids and "file:node1:/srv/repo/configs/feature_flags.yaml#list[1].x" in ids
+    assert all(d.kind == "key" for d in deltas)
+    key = ("node1", "/srv/repo/configs/feature_flags.yaml")
+    original = OriginalState({key: FileOriginal(True, YAML_NEW)}, {})
+    # revert --verdict: every delta but the guilty one stays applied
+    t = target_state(original, deltas, [i for i in ids if i != guilty], contents)
+    assert t.files[key] == YAML_NEW.replace(b"schedule: true", b"schedule: false")
+    assert target_state(original, deltas, [], contents).files[key] == YAML_OLD
+    # a run that left some keys out (--only): those keep the live file's value
+    only = [d for d in deltas if d.id == guilty]
+    t = target_state(original, only, [], contents)
+    assert t.files[key] == YAML_NEW.replace(b"schedule: true", b"schedule: false")
+
+
+def test_unfaithful_file_stays_one_delta_with_a_note():
+    import hashlib
+
+    from envbisect.state.deltas import Delta, per_key
+
+    old, new = b"a: 1\n---\nb: 2\n", b"a: 2\n---\nb: 2\n"
+    sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+    whole = Delta("file:n:/x/a.yaml", "file", "n", None, "/x/a.yaml", None, "changed", sha(old), sha(new), "s")
+    notes: list[str] = []
+    assert per_key([whole], {sha(old): old, sha(new): new}, notes) == [whole]
+    assert notes == ["n:/x/a.yaml: compared as a whole file, not per key: one side holds 2 YAML documents"]

@@ -229,8 +229,10 @@ def collapse_flags(deltas: Sequence[Delta], applied: Iterable[str]) -> tuple[lis
 def key_file(key: Key, file_deltas: Sequence[Delta], applied: Iterable[str], contents: Mapping[str, bytes]) -> bytes:
     """A structured file with exactly its `applied` key deltas in their new state: the baseline
     file's bytes with those keys changed and every other byte as it was (state/structured.render,
-    which checks the result parses back to exactly that data)."""
-    from envbisect.state.structured import KeyChange, RenderError, format_of, parse_path, render
+    which checks the result parses back to exactly that data). A key of the file whose delta is not
+    among `file_deltas` (left out of the run: --only/--exclude) keeps the current file's value, so
+    nothing outside the run's deltas is changed."""
+    from envbisect.state.structured import KeyChange, RenderError, format_of, key_changes, parse_path, render
 
     d0 = file_deltas[0]
     old, new = contents.get(d0.old_file or ""), contents.get(d0.new_file or "")
@@ -238,8 +240,13 @@ def key_file(key: Key, file_deltas: Sequence[Delta], applied: Iterable[str], con
     if old is None or new is None or fmt is None:
         raise UsageError(f"{d0.id}: the file's contents are not in the store")
     changes = [KeyChange(parse_path(d.key or ""), d.change, d.old, d.new) for d in file_deltas]
+    keep: set[str] = set()
+    every = key_changes(fmt, old, new)
+    if isinstance(every, tuple) and {c.key for c in changes} < {c.key for c in every}:
+        keep = {c.key for c in every} - {c.key for c in changes}
+        changes = list(every)
     try:
-        return render(fmt, old, new, changes, [d.key for d in file_deltas if d.id in set(applied)])
+        return render(fmt, old, new, changes, keep | {d.key or "" for d in file_deltas if d.id in set(applied)})
     except RenderError as e:
         raise UsageError(f"{key[0]}:{key[1]}: {e}; nothing was written") from None
 
