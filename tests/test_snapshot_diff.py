@@ -76,7 +76,7 @@ def test_diff_against_snapshot_reports_exactly_the_planted_deltas(tmp_path, via)
     got = deltas_by_id(diff)
     assert set(got) == {
         "decode:SGLANG_SM120_MMA_TARGET_CTAS", "decode:MAX_TOTAL_TOKENS", "prefill:SGLANG_KV_PAGE_SIZE",
-        f"git:node1:{tree.repo}", f"file:node1:{tree.watch}/cfg03.yaml", f"file:node1:{tree.watch}/new.yaml",
+        f"git:node1:{tree.repo}", f"file:node1:{tree.watch}/cfg03.yaml#setting_3", f"file:node1:{tree.watch}/new.yaml",
         f"file:node1:{tree.watch}/sub/cfg04.yaml",
     }
     ctas = got["decode:SGLANG_SM120_MMA_TARGET_CTAS"]
@@ -89,7 +89,9 @@ def test_diff_against_snapshot_reports_exactly_the_planted_deltas(tmp_path, via)
     assert (g.old, g.new) == (old_head, new_head) and any("v2: faster" in line for line in g.detail)
     assert got[f"file:node1:{tree.watch}/new.yaml"].change == "added"
     assert got[f"file:node1:{tree.watch}/sub/cfg04.yaml"].change == "removed"
-    assert diff.contents[got[f"file:node1:{tree.watch}/cfg03.yaml"].old] == b"setting_3: 3\n"
+    cfg03 = got[f"file:node1:{tree.watch}/cfg03.yaml#setting_3"]  # a YAML file: per key (state/structured.py)
+    assert (cfg03.kind, cfg03.key, cfg03.old, cfg03.new) == ("key", "setting_3", "3", "333")
+    assert diff.contents[cfg03.old_file] == b"setting_3: 3\n"
 
 
 def test_diff_since_noon_cli_json_and_exit_status(tmp_path, via):
