@@ -164,3 +164,22 @@ def test_unfaithful_file_stays_one_delta_with_a_note():
     notes: list[str] = []
     assert per_key([whole], {sha(old): old, sha(new): new}, notes) == [whole]
     assert notes == ["n:/x/a.yaml: compared as a whole file, not per key: one side holds 2 YAML documents"]
+
+
+def test_a_secret_in_a_structured_file_is_masked_and_learned():
+    import hashlib
+
+    from envbisect.inputs.masking import SecretMasker
+    from envbisect.state.deltas import Delta, per_key
+    from envbisect.state.structured import key_secrets
+
+    token = "hf_SimFakeTokenDoNotUse0123456789abcdEF"
+    old, new = b"hub:\n  hf_token: Xq7-pR2z-Lm9w-Tk4v\n", f"hub:\n  hf_token: {token}\n".encode()
+    sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+    whole = Delta("file:n:/x/a.yaml", "file", "n", None, "/x/a.yaml", None, "changed", sha(old), sha(new), "s")
+    [d] = per_key([whole], {sha(old): old, sha(new): new}, [])
+    m = SecretMasker()
+    j = d.to_json(m)
+    assert token not in json.dumps(j) and "Xq7-pR2z-Lm9w-Tk4v" not in json.dumps(j) and j["id"] == "file:n:/x/a.yaml#hub.hf_token"
+    m.learn_env(key_secrets([d]))
+    assert "Xq7-pR2z-Lm9w-Tk4v" not in m.redact_text("a log line: Xq7-pR2z-Lm9w-Tk4v")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from envbisect.state.configuration import check_applicable, touched
+from envbisect.state.structured import key_secrets
 from envbisect.state.deltas import Delta, Diff, linked_units, same_change
 from envbisect.state.sourced import verdict_notes
 from envbisect.runs.baseline_proof import BaselineProof, build_proof, not_reproduced
@@ -396,6 +397,7 @@ class BisectRun:
         raw = store.run_deltas(doc, rd.file(rundir.RUN))
         deltas = [Delta(**{**d, "detail": tuple(d.get("detail", ()))}) for d in raw]
         self.dep.masker.learn_env((d.key, v) for d in deltas if d.kind == "env" and d.key for v in (d.old, d.new))
+        self.dep.masker.learn_env(key_secrets(deltas))
         contents = {sha: store.get_blob(ref) or b"" for sha, ref in doc["contents"].items()}
         units = {u: tuple(v) for u, v in doc["units"].items()}
         o = doc["options"]

@@ -17,6 +17,7 @@ from typing import Iterable, Mapping
 
 from envbisect.state.deltas import Diff, compute_diff, fallback_note, split_flags
 from envbisect.state.sourced import keep_sourced, sourced_notes
+from envbisect.state.structured import key_secrets
 from envbisect.errors import UsageError
 from envbisect.hosts.inventory import bind_inventory
 from envbisect.inputs.masking import SecretMasker
@@ -183,6 +184,7 @@ class Deployment:
             result = dataclasses.replace(result, notes=result.notes + (fallback_note(result, oldest),))
         self.masker.learn_env((d.key, v) for d in result.deltas if d.kind == "env" and d.key
                               for v in (d.old, d.new))
+        self.masker.learn_env(key_secrets(result.deltas))
         return result
 
 

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from envbisect.runs.bisect import _install_signal_handlers, shield_signals
 from envbisect.state.configuration import OriginalState, holds, target_state, touched
+from envbisect.state.structured import key_secrets
 from envbisect.state.deltas import Delta
 from envbisect.runs.deployment import Deployment
 from envbisect.errors import StoreError, UsageError
@@ -72,6 +73,7 @@ def load_run_deltas(dep: Deployment, run_id: str | None) -> RunDeltas:
     except (TypeError, ValueError, AttributeError) as e:
         raise StoreError(f"{rd.file(rundir.RUN)}: damaged run file ({e})") from None
     dep.masker.learn_env((d.key, v) for d in deltas if d.kind == "env" and d.key for v in (d.old, d.new))
+    dep.masker.learn_env(key_secrets(deltas))
     return RunDeltas(path.name, deltas, contents, str(doc.get("probe", "")), culprits, verdict, guard, dependencies)
 
 

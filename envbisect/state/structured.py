@@ -81,6 +81,23 @@ def key_name(text: str) -> str:
     return names[-1] if names else text
 
 
+def key_secrets(deltas: Iterable[Any]) -> list[tuple[str, str]]:
+    """(the last key name, each string value as written in the file) of `key` deltas: what a secret
+    masker learns, so a secret in a structured file is masked wherever it turns up again."""
+    out = []
+    for d in deltas:
+        if getattr(d, "kind", None) != "key" or not d.key:
+            continue
+        for v in (d.old, d.new):
+            try:
+                value = json.loads(v) if v is not None else None
+            except ValueError:
+                continue
+            if isinstance(value, str):
+                out.append((key_name(d.key), value))
+    return out
+
+
 def value_at(fmt: str, data: bytes | None, text: str) -> tuple[bool, str | None]:
     """(parsed, the value at key path `text` as compact JSON text, None when absent) of a file's
     bytes; (False, None) when the file does not parse (or is absent)."""
