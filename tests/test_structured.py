@@ -183,3 +183,14 @@ def test_a_secret_in_a_structured_file_is_masked_and_learned():
     assert token not in json.dumps(j) and "Xq7-pR2z-Lm9w-Tk4v" not in json.dumps(j) and j["id"] == "file:n:/x/a.yaml#hub.hf_token"
     m.learn_env(key_secrets([d]))
     assert "Xq7-pR2z-Lm9w-Tk4v" not in m.redact_text("a log line: Xq7-pR2z-Lm9w-Tk4v")
+
+
+def test_toml_added_and_removed_keys():
+    old = TOML_OLD.replace(b"# router config\n", b'# router config\ntitle = "r"  # t\n')
+    new = old.replace(b"retries = 3\n", b"retries = 3\ntimeout_s = 30\n").replace(b'title = "r"  # t\n', b"")
+    changes = key_changes("toml", old, new)
+    ch = _by_key(changes)
+    assert (ch["title"].change, ch["router.timeout_s"].change) == ("removed", "added")
+    assert render("toml", old, new, changes, ["title"]) == old.replace(b'title = "r"  # t\n', b"")
+    assert render("toml", old, new, changes, ["router.timeout_s"]) == old.replace(b"retries = 3\n",
+                                                                                   b"retries = 3\ntimeout_s = 30\n")
