@@ -82,7 +82,8 @@ def test_toml_keys_keep_comments_and_order():
 
 
 def test_json_keys_in_the_files_own_layout():
-    old = json.dumps({"temperature": 0.7, "top_p": 0.9, "stop": ["</s>"], "nested": {"a": 1}}, indent=2).encode() + b"\n"
+    old = json.dumps({"temperature": 0.7, "top_p": 0.9, "stop": ["</s>"], "nested": {"a": 1}},
+                     indent=2).encode() + b"\n"
     new = json.dumps({"temperature": 0.2, "top_p": 0.9, "stop": ["</s>"], "nested": {"a": 1, "b": 2}},
                      indent=2).encode() + b"\n"
     changes = key_changes("json", old, new)
@@ -180,7 +181,8 @@ def test_a_secret_in_a_structured_file_is_masked_and_learned():
     [d] = per_key([whole], {sha(old): old, sha(new): new}, [])
     m = SecretMasker()
     j = d.to_json(m)
-    assert token not in json.dumps(j) and "Xq7-pR2z-Lm9w-Tk4v" not in json.dumps(j) and j["id"] == "file:n:/x/a.yaml#hub.hf_token"
+    assert token not in json.dumps(j) and "Xq7-pR2z-Lm9w-Tk4v" not in json.dumps(j)
+    assert j["id"] == "file:n:/x/a.yaml#hub.hf_token"
     m.learn_env(key_secrets([d]))
     assert "Xq7-pR2z-Lm9w-Tk4v" not in m.redact_text("a log line: Xq7-pR2z-Lm9w-Tk4v")
 
@@ -194,3 +196,18 @@ def test_toml_added_and_removed_keys():
     assert render("toml", old, new, changes, ["title"]) == old.replace(b'title = "r"  # t\n', b"")
     assert render("toml", old, new, changes, ["router.timeout_s"]) == old.replace(b"retries = 3\n",
                                                                                    b"retries = 3\ntimeout_s = 30\n")
+
+
+def test_a_file_edited_since_the_diff_beyond_its_keys_is_refused_not_overwritten():
+    from envbisect.errors import UsageError
+    from envbisect.state.configuration import FileOriginal, OriginalState, target_state
+
+    deltas, contents, _ = _key_deltas()
+    key = ("node1", "/srv/repo/configs/feature_flags.yaml")
+    edited = YAML_NEW.replace(b"# keep this comment", b"# someone edited this since")
+    with pytest.raises(UsageError, match="changed since the diff in more than its key deltas"):
+        target_state(OriginalState({key: FileOriginal(True, edited)}, {}), deltas, [], contents)
+    # a live file with some keys reverted already is one of the renderings: accepted
+    half = YAML_NEW.replace(b"schedule: true", b"schedule: false")
+    t = target_state(OriginalState({key: FileOriginal(True, half)}, {}), deltas, [], contents)
+    assert t.files[key] == YAML_OLD

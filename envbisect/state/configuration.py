@@ -179,7 +179,7 @@ def target_state(original: OriginalState, deltas: Sequence[Delta], applied: Iter
     deltas, applied = collapse_flags(deltas, applied)
     for key in sorted({(d.host, d.path) for d in deltas if d.kind == "key"}):
         files[key] = key_file(key, [d for d in deltas if d.kind == "key" and (d.host, d.path) == key], applied,
-                              contents)
+                              contents, files.get(key))
     checks: dict[Key, EnvCheck] = {}
     for key in sorted({(d.host, d.path) for d in deltas if d.kind == "env"}):
         data = files.get(key)
@@ -226,13 +226,16 @@ def collapse_flags(deltas: Sequence[Delta], applied: Iterable[str]) -> tuple[lis
     return out, applied
 
 
-def key_file(key: Key, file_deltas: Sequence[Delta], applied: Iterable[str], contents: Mapping[str, bytes]) -> bytes:
+def key_file(key: Key, file_deltas: Sequence[Delta], applied: Iterable[str], contents: Mapping[str, bytes],
+             live: bytes | None = None) -> bytes:
     """A structured file with exactly its `applied` key deltas in their new state: the baseline
     file's bytes with those keys changed and every other byte as it was (state/structured.render,
     which checks the result parses back to exactly that data). A key of the file whose delta is not
     among `file_deltas` (left out of the run: --only/--exclude) keeps the current file's value, so
-    nothing outside the run's deltas is changed."""
-    from envbisect.state.structured import KeyChange, RenderError, format_of, key_changes, parse_path, render
+    nothing outside the run's deltas is changed. The `live` file (the journaled original) must be one
+    of these renderings, byte for byte: a file edited since the diff in anything else is refused, never
+    overwritten."""
+    from envbisect.state.structured import KeyChange, RenderError, format_of, key_changes, parse_path, render, value_at
 
     d0 = file_deltas[0]
     old, new = contents.get(d0.old_file or ""), contents.get(d0.new_file or "")
@@ -246,6 +249,11 @@ def key_file(key: Key, file_deltas: Sequence[Delta], applied: Iterable[str], con
         keep = {c.key for c in every} - {c.key for c in changes}
         changes = list(every)
     try:
+        if live is not None:
+            now = {c.key for c in changes if value_at(fmt, live, c.key) == (True, c.new)}
+            if render(fmt, old, new, changes, now) != live:
+                raise UsageError(f"{key[0]}:{key[1]} changed since the diff in more than its key deltas: "
+                                 "run diff/bisect again")
         return render(fmt, old, new, changes, keep | {d.key or "" for d in file_deltas if d.id in set(applied)})
     except RenderError as e:
         raise UsageError(f"{key[0]}:{key[1]}: {e}; nothing was written") from None
