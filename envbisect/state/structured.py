@@ -261,7 +261,7 @@ def _changed_paths(old: Any, new: Any) -> list[Path]:
                 p = p[:-1]  # the list as a whole: its indexes shifted
             paths.add(p)
     # a path inside another reported path is covered by it
-    kept = sorted(p for p in paths if not any(q != p and p[:len(q)] == q for q in paths))
+    kept = [p for p in paths if not any(q != p and p[:len(q)] == q for q in paths)]
     order = {p: i for i, p in enumerate(_walk_order(new, ()))}
     order_old = {p: i for i, p in enumerate(_walk_order(old, ()))}
     return sorted(kept, key=lambda p: (order.get(p, order_old.get(p, 1 << 30)), format_path(p)))
