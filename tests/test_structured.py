@@ -211,3 +211,12 @@ def test_a_file_edited_since_the_diff_beyond_its_keys_is_refused_not_overwritten
     half = YAML_NEW.replace(b"schedule: true", b"schedule: false")
     t = target_state(OriginalState({key: FileOriginal(True, half)}, {}), deltas, [], contents)
     assert t.files[key] == YAML_OLD
+
+
+def test_yaml_document_start_and_block_scalars_kept():
+    old = b"---\n# flags\na: 1\nnote: |\n  line one\n  line two\nitems:\n- 1\n- 2\n"
+    new = old.replace(b"a: 1", b"a: 2").replace(b"- 2\n", b"- 3\n")
+    changes = key_changes("yaml", old, new)
+    ch = _by_key(changes)
+    assert set(ch) == {"a", "items[1]"}
+    assert render("yaml", old, new, changes, ["items[1]"]) == old.replace(b"- 2\n", b"- 3\n")

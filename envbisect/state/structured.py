@@ -143,11 +143,12 @@ class _Bad(Exception):
 _YAML_INDENTS = ((2, 2, 0), (2, 4, 2), (4, 4, 0), (4, 6, 4), (4, 4, 2), (2, 3, 1), (3, 3, 0), (4, 5, 3))
 
 
-def _yaml(indent: tuple[int, int, int] = (2, 2, 0)):  # noqa: ANN202
+def _yaml(indent: tuple[int, int, int] = (2, 2, 0), explicit_start: bool = False):  # noqa: ANN202
     from ruamel.yaml import YAML
 
     y = YAML(typ="rt")
     y.indent(mapping=indent[0], sequence=indent[1], offset=indent[2])
+    y.explicit_start = explicit_start
     y.preserve_quotes = True
     y.allow_duplicate_keys = False
     y.width = 4096  # never re-wrap a long line
@@ -419,18 +420,18 @@ def _dump(fmt: str, doc: Any, like: bytes) -> bytes:
     final newline), when one of the usual layouts reproduces it."""
     if fmt == "yaml":
         # the indentation of `like`'s block sequences and mappings: the first that writes it back
+        # (and its `---` document start, when it has one)
         like_doc = _load_ok(fmt, like)
-        first = None
+        start = like.lstrip().startswith(b"---")
+        first = _YAML_INDENTS[0]
         for indent in _YAML_INDENTS:
             buf = io.StringIO()
-            _yaml(indent).dump(like_doc, buf)
-            if first is None:
-                first = indent
+            _yaml(indent, start).dump(like_doc, buf)
             if buf.getvalue().encode("utf-8") == like:
                 first = indent
                 break
         buf = io.StringIO()
-        _yaml(first).dump(doc, buf)
+        _yaml(first, start).dump(doc, buf)
         return buf.getvalue().encode("utf-8")
     if fmt == "toml":
         import tomlkit
