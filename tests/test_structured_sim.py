@@ -85,6 +85,11 @@ def test_yaml_key_named_others_innocent_comments_kept_revert_apply(scenario, ssh
         md = next(tar.extractfile(m).read().decode() for m in tar.getmembers() if m.name.endswith("report.md"))
     assert guilty in md
     # revert --verdict takes out the key alone and keeps the file's three other changes
+    r = s.cli("revert", "--verdict", "--dry-run", "--json", timeout=120)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    [change] = json.loads(r.stdout)["changes"]
+    assert change["deltas"] == [guilty] and change["what"] == [f"{path} decode_overlap_schedule: true → false"]
+    assert path.read_text() == NEW
     r = s.cli("revert", "--verdict", "--probe", "e2e", "--json", timeout=120)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert path.read_text() == NEW.replace("schedule: true", "schedule: false")
