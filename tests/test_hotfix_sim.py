@@ -24,6 +24,11 @@ from test_bisect_sim import INNOCENT, plant, scenario, tree_fingerprint  # noqa:
 FLAG = "enable_overlap_schedule"
 
 
+def _flag_id(s, flag: str = FLAG) -> str:
+    """A hotfix to the repo's feature-flag YAML is a delta per key (state/structured.py)."""
+    return f"file:node1:{s.sim.flags_file}#{flag}"
+
+
 def _git(repo, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@x",
                            "-c", "commit.gpgsign=false", *args], check=True, capture_output=True,
@@ -82,7 +87,7 @@ def test_a_guilty_hotfix_in_the_deployed_repo_is_named(scenario, sshd):
     with s.deployment() as dep:
         diff = dep.diff(against="good")
     ids = [d.id for d in diff.deltas]
-    flag_id = f"file:node1:{s.sim.flags_file}"
+    flag_id = _flag_id(s)
     assert flag_id in ids, ids
     assert not any(d.kind == "git" for d in diff.deltas), ids  # HEAD did not move: no HEAD delta
     assert not any("onfigs/" in n and "configs/" not in n for n in diff.notes), diff.notes
@@ -104,7 +109,7 @@ def test_an_innocent_hotfix_is_not_named_next_to_a_guilty_env_change(scenario, s
     r = s.bisect(probe="e2e")
     assert r.verdict.kind == "culprit", (r.verdict, r.notes)
     assert r.culprit_deltas == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",), r.culprit_deltas
-    assert f"file:node1:{s.sim.flags_file}" in {d for ds in r.units.values() for d in ds}
+    assert _flag_id(s, "enable_mixed_chunk") in {d for ds in r.units.values() for d in ds}
     assert r.state_left == "original" and tree_fingerprint(s.sim) == before
 
 
@@ -116,7 +121,7 @@ def test_a_baseline_that_kept_a_change_is_inconclusive_never_not_config(scenario
     s.baseline()
     _hotfix(s)
     plant(s.sim, INNOCENT[:3])
-    flag_id = f"file:node1:{s.sim.flags_file}"
+    flag_id = _flag_id(s)
     before = tree_fingerprint(s.sim)
     p = s.cli("bisect", "--against", "good", "--probe", "e2e", "--exclude", flag_id, "--json")
     doc = json.loads(p.stdout)

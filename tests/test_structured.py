@@ -220,3 +220,26 @@ def test_yaml_document_start_and_block_scalars_kept():
     ch = _by_key(changes)
     assert set(ch) == {"a", "items[1]"}
     assert render("yaml", old, new, changes, ["items[1]"]) == old.replace(b"- 2\n", b"- 3\n")
+
+
+def test_a_hotfix_to_a_structured_repo_file_is_per_key_and_still_a_repo_file():
+    """Issue 24 part 3's last bullet: an uncommitted edit of a tracked YAML in a deployed repo is a
+    delta per key, and each key delta is still known as a repo file (no checkout runs over it)."""
+    import hashlib
+
+    from envbisect.errors import UsageError
+    from envbisect.state.configuration import check_applicable
+    from envbisect.state.deltas import Delta, is_repo_file, per_key
+
+    path = "/srv/src/configs/feature_flags.yaml"
+    sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+    why = ("uncommitted change to configs/feature_flags.yaml in the deployed repo /srv/src (tracked, not "
+           "committed: a hotfix on the box?)",)
+    hotfix = Delta(f"file:node1:{path}", "file", "node1", None, path, None, "changed", sha(YAML_OLD), sha(YAML_NEW),
+                   "git:aaaa", why)
+    keys = per_key([hotfix], {sha(YAML_OLD): YAML_OLD, sha(YAML_NEW): YAML_NEW}, [])
+    assert f"file:node1:{path}#decode_overlap_schedule" in {d.id for d in keys}
+    assert all(is_repo_file(d) for d in keys)
+    git_d = Delta("git:node1:/srv/src", "git", "node1", None, "/srv/src", None, "changed", "a" * 40, "b" * 40, "s")
+    with pytest.raises(UsageError, match="--exclude git:node1:/srv/src"):
+        check_applicable([git_d, *keys])

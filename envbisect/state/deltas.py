@@ -430,7 +430,9 @@ def compute_diff(current: Snapshot, baseline: Snapshot | None, *, since: float |
             d = _repo_delta(hname, rpath, repo, base.repos.get(rpath) if base else None, base_id)
             if d:
                 deltas.append(d)
-            deltas.extend(_dirty_deltas(hname, rpath, repo, cur, base, base_id, since, contents, covered, notes))
+            # a structured file of the repo (configs/feature_flags.yaml) per key, as a watched one
+            dirty = _dirty_deltas(hname, rpath, repo, cur, base, base_id, since, contents, covered, notes)
+            deltas.extend(per_key(dirty, contents, notes))
         # --- watched files -----------------------------------------------------------------
         env_paths = set(cur.env_files.values())
         members = sorted({p for ms in cur.watched.values() for p in ms} - env_paths)
@@ -612,7 +614,7 @@ REPO_FILE_MARK = "in the deployed repo"  # in the first detail of a file delta m
 
 def is_repo_file(d: Delta) -> bool:
     """Is this file delta an uncommitted change to a tracked file of a deployed repo (a hotfix)?"""
-    return d.kind == "file" and bool(d.detail) and REPO_FILE_MARK in d.detail[0]
+    return d.kind in ("file", "key") and bool(d.detail) and REPO_FILE_MARK in d.detail[0]
 
 
 def _dirty_deltas(host: str, rpath: str, repo: RepoState, cur: HostState, base: HostState | None,
