@@ -150,10 +150,11 @@ def test_stale_lock_of_dead_controller_is_recognized(dep_and_tree, tmp_path):
 
     lock = os.path.expanduser(f"~/.envbisect/{dep.playbook.name}.lock")
     os.makedirs(os.path.dirname(lock), exist_ok=True)
-    from envbisect.hosts.journal import boot_id
+    from envbisect.hosts.journal import boot_id, pid_namespace
 
-    with open(lock, "w") as f:  # a controller on this machine (this boot) whose pid no longer exists
+    with open(lock, "w") as f:  # a controller on this machine (this boot, this pid namespace) whose pid is gone
         json.dump({"run_id": "dead-run", "controller": socket.gethostname(), "boot_id": boot_id(),
+                   "pid_ns": pid_namespace(),
                    "pid": 2 ** 22 + 12345, "token": "dead-token"}, f)
     editor = HostEditor(dep.playbook, dep.transports, tmp_path / "run", "run-3")
     editor.lock()

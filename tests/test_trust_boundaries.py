@@ -208,9 +208,10 @@ def lock_site(tmp_path, sshd):
     cleanup_host_files(s.name)
 
 
-def _plant_holder(site, *, controller: str, boot_id: str, age_s: float = 0.0, run_id: str = "live-run") -> dict:
+def _plant_holder(site, *, controller: str, boot_id: str, age_s: float = 0.0, run_id: str = "live-run",
+                  pid_ns: str = "") -> dict:
     """The lock record a controller on another machine (or another boot) wrote, its heartbeat `age_s` old."""
-    held = {"run_id": run_id, "controller": controller, "boot_id": boot_id, "pid": _gone_pid(),
+    held = {"run_id": run_id, "controller": controller, "boot_id": boot_id, "pid_ns": pid_ns, "pid": _gone_pid(),
             "token": uuid.uuid4().hex, "started_at": time.time() - 60, "heartbeat_s": 20}
     site.lock_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     site.lock_file.write_text(json.dumps(held))
@@ -246,10 +247,11 @@ def test_a_live_lock_of_a_controller_on_another_machine_is_not_taken_over(lock_s
 
 
 def test_a_lock_of_this_machine_and_boot_whose_pid_is_gone_is_taken_over_at_once(lock_site):
-    """F5: only a record naming this controller's host name and boot id has its pid checked, here."""
-    if not boot_id():
-        pytest.skip("no /proc/sys/kernel/random/boot_id here")
-    _plant_holder(lock_site, controller=socket.gethostname(), boot_id=boot_id())
+    """F5: only a record naming this controller's host name, boot id and pid namespace has its pid
+    checked, here."""
+    if not boot_id() or not _pid_ns():
+        pytest.skip("no /proc/sys/kernel/random/boot_id or /proc/self/ns/pid here")
+    _plant_holder(lock_site, controller=socket.gethostname(), boot_id=boot_id(), pid_ns=_pid_ns())
     ed = lock_site.editor("run-new", heartbeat_s=0)
     notes = ed.lock()
     assert any("took over the stale lock of run live-run" in n for n in notes), notes
@@ -510,3 +512,66 @@ def test_a_file_hard_linked_during_the_run_stops_it_and_restore_leaves_it(ssh_si
     ed.finish()
     ed.unlock()
     assert os.stat(env).st_ino == os.stat(other).st_ino and env.read_bytes() == b"export TRIAL=1\n"
+
+
+# --- a controller in another pid namespace of the same machine ----------------------------------
+
+def _pid_ns() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def test_a_fresh_lock_of_another_pid_namespace_is_not_taken_over(lock_site):
+    """Red team: a record naming this host name and boot id, whose pid is not visible here, was read as
+    a dead holder, though a container with the host's UTS and boot id but private pids wrote it. Its
+    pid is checked only when it names this pid namespace too; otherwise the heartbeat decides."""
+    from envbisect.errors import LockHeld
+
+    if not boot_id() or not _pid_ns():
+        pytest.skip("no boot id or pid namespace link here")
+    held = _plant_holder(lock_site, controller=socket.gethostname(), boot_id=boot_id(), pid_ns="pid:[1]")
+    with pytest.raises(LockHeld, match=r"locked by run live-run .*--break-lock"):
+        lock_site.editor("run-new", heartbeat_s=0).lock()
+    with pytest.raises(LockHeld, match=r"run live-run is still running"):
+        lock_site.editor("run-restore", heartbeat_s=0).lock(restoring="live-run")
+    assert json.loads(lock_site.lock_file.read_text())["token"] == held["token"]
+    # a record of an older controller without a pid namespace is judged by its heartbeat as well
+    del held["pid_ns"]
+    lock_site.lock_file.write_text(json.dumps(held))
+    with pytest.raises(LockHeld, match=r"locked by run live-run"):
+        lock_site.editor("run-new", heartbeat_s=0).lock()
+    assert json.loads(lock_site.lock_file.read_text())["token"] == held["token"]
+
+
+def test_restore_from_another_pid_namespace_is_refused_while_the_run_lives(tmp_path):
+    """Red team (HIGH): `unshare -p -f --mount-proc envbisect restore` (same store, host name and boot id,
+    private pids) undid a live run: it took the live lock over and rewrote the hosts mid-run."""
+    import shutil
+
+    from test_host_safety import CRASHING_RUN, Site, cleanup_host_files
+
+    if not shutil.which("unshare") or os.geteuid() != 0:
+        pytest.skip("needs root and util-linux unshare")
+    probe = subprocess.run(["unshare", "-p", "-f", "--mount-proc", "true"], capture_output=True)
+    if probe.returncode:
+        pytest.skip(f"unshare -p is not allowed here: {probe.stderr.decode().strip()}")
+    site = Site(tmp_path, "local", None)
+    p = site.child(CRASHING_RUN.format(run_dir=str(site.store / "runs" / "crashed-run")))
+    try:
+        assert p.stdout.readline().strip() == "applied"
+        cli = ["unshare", "-p", "-f", "--mount-proc", sys.executable, "-m", "envbisect.cli.app",
+               "-p", str(site.playbook), "--store", str(site.store)]
+        for args in (["restore", "--dry-run"], ["restore"], ["restore", "--run", "crashed-run"]):
+            out = subprocess.run(cli + args, capture_output=True, text=True, timeout=120)
+            assert out.returncode == 2, (args, out.stdout, out.stderr)
+            assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+            assert "run crashed-run is still running" in out.stderr, out.stderr
+            assert site.tree.env("decode").read_text() == "export TRIAL=1\n"  # the live run's trial stays
+            assert json.loads(site.lock_file.read_text())["run_id"] == "crashed-run"
+    finally:
+        p.kill()
+        p.wait()
+        site.dep.close()
+        cleanup_host_files(site.name)

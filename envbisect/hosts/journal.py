@@ -184,15 +184,27 @@ def verified_copy(key: bytes | None, host: str, deployment: str, kind: str, raw:
     return doc
 
 
+def pid_namespace() -> str:
+    """This process's pid namespace (`pid:[4026531836]`; "" where it cannot be read). A container that
+    shares the machine's host name and boot id has pids of its own: a pid means something only in the
+    namespace that gave it out."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def controller_id() -> dict[str, Any]:
-    return {"controller": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid()}
+    return {"controller": socket.gethostname(), "boot_id": boot_id(), "pid_ns": pid_namespace(), "pid": os.getpid()}
 
 
 def holder_gone_here(held: Mapping[str, Any]) -> bool:
-    """A lock holder is provably gone when its record names this machine and this boot and its pid is
-    not running here. Only the controller can tell: on a host, the controller's pid means nothing."""
+    """A lock holder is provably gone when its record names this machine, this boot and this pid
+    namespace, and its pid is not running here. Any other record (another machine, a container with
+    pids of its own, an older record without a namespace) is judged by its heartbeat alone. Only the
+    controller can tell: on a host, the controller's pid means nothing."""
     me = controller_id()
-    if not me["boot_id"] or held.get("controller") != me["controller"] or held.get("boot_id") != me["boot_id"]:
+    if not me["boot_id"] or not me["pid_ns"] or any(held.get(k) != me[k] for k in ("controller", "boot_id", "pid_ns")):
         return False
     try:
         pid = int(held.get("pid"))  # type: ignore[arg-type]

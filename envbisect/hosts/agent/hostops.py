@@ -284,8 +284,9 @@ def write_lock(path, owner):
 
 
 def same_process(held, me):
-    """The holder record names this very controller process (host name, boot id and pid)."""
-    return bool(held.get("boot_id")) and all(held.get(k) == me.get(k) for k in ("controller", "boot_id", "pid"))
+    """The holder record names this very controller process (host name, boot id, pid namespace and pid)."""
+    return bool(held.get("boot_id")) and bool(held.get("pid_ns")) and all(
+        held.get(k) == me.get(k) for k in ("controller", "boot_id", "pid_ns", "pid"))
 
 
 def holder_state(held, age, me, stale_after_s, dead_token=None):
