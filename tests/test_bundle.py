@@ -40,7 +40,17 @@ class Run:
         rules["typed"] = {**rules.get("typed", {}), "SIM_CLUSTER_PASS": {"type": "int"},
                           "HF_TOKEN": {"type": "choice", "choices": []}}
         self.scenario = Scenario(tmp / "sim", rules=rules)
+        # Red team of main: in an env file's content (the bundle inlines it) a netrc password inside quotes
+        # and a 42-character AWS-like value under an innocent name stayed raw; the bundle's own check
+        # knew only the values of secret-named variables, so it did not refuse.
+        self.netrc_pw = "Pq" + uuid.uuid4().hex[:10]
+        self.aws_like = "wJalrXUtnFEMIK7MDENG" + uuid.uuid4().hex[:16].upper() + "bPxR9z"  # 42 characters
+        with self.scenario.sim.env_file("decode").open("a") as f:
+            f.write(f'NETRC_LINE="machine pypi.internal login ci password {self.netrc_pw}"\n'
+                    f"export UPSTREAM_SIG={self.aws_like}\n")
         try:
+            self.scenario.sim.age_files()
+            self.scenario.sim.co_restart()
             self.scenario.baseline()
             plant(self.scenario.sim, INNOCENT[:2] + [("decode", "HF_TOKEN", self.hf_token),
                                                      ("prefill", "SIM_CLUSTER_PASS", self.cluster_pass),
@@ -60,7 +70,8 @@ class Run:
     @property
     def secrets(self) -> dict[str, str]:
         return {"planted HF_TOKEN": self.hf_token, "planted SIM_CLUSTER_PASS": self.cluster_pass,
-                "baseline HF_TOKEN": FAKE_HF_TOKEN, "baseline SIM_CLUSTER_PASS": FAKE_CLUSTER_PASS}
+                "baseline HF_TOKEN": FAKE_HF_TOKEN, "baseline SIM_CLUSTER_PASS": FAKE_CLUSTER_PASS,
+                "netrc password in a quoted env line": self.netrc_pw, "42-character AWS-like value": self.aws_like}
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +83,11 @@ def run(tmp_path_factory) -> Run:
 def test_the_run_found_the_culprit_and_the_secrets_were_really_there(run):
     assert run.result.verdict.kind == "culprit" and run.result.culprit_deltas == (CULPRIT,)
     # the test is only meaningful if the raw secrets are in the run's raw material
-    raw = b"".join(p.read_bytes() for p in run.run_dir.rglob("*") if p.is_file())
+    # (the values in both snapshots' env files are in the store's blobs, which the bundle inlines)
+    raw = b"".join(p.read_bytes() for d in (run.run_dir, run.scenario.store / "blobs") for p in d.rglob("*")
+                   if p.is_file())
     for what, value in run.secrets.items():
-        assert value.encode() in raw, f"{what} is not in the raw run directory: the leak check would be vacuous"
+        assert value.encode() in raw, f"{what} is not in the raw run material: the leak check would be vacuous"
     logs = b"".join(p.read_bytes() for p in (run.run_dir / "evidence").rglob("prefill.log.txt"))
     assert run.cluster_pass.encode() in logs  # unshaped, in a log line
 
@@ -169,6 +182,11 @@ def test_no_secret_survives_anywhere_in_the_bundle(run):
         for form in {value.encode(), value.encode("utf-16-le"), json.dumps(value).encode()[1:-1]}:
             leaks = [name for name, data in blobs.items() if form in data]
             assert not leaks, f"{what} leaked into {leaks}"
+    # the bundle's own last check knows them too (it refuses to write when one survives)
+    from envbisect.report import make_redactor
+
+    known = make_redactor(run.run_dir, SecretMasker()).raw_values
+    assert run.netrc_pw in known and run.aws_like in known
     # ...while the deltas are still visibly there, masked with a hash that shows they changed
     diff = blobs["diff.json"].decode()
     assert mask_hash(run.cluster_pass) in diff and mask_hash(run.hf_token) in diff

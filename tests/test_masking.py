@@ -470,3 +470,87 @@ def test_a_known_value_cut_at_the_edge_of_a_text_is_still_masked():
     assert " ok " in out and " ... " in out
     assert m.redact_text("--port 1 stays") == "--port 1 stays"  # only the secret parts were learned
     assert m.redact_text("abc" + JWT[-7:]) == "abc" + JWT[-7:]  # 7 characters are not enough to tell
+
+
+# --- red team of main: file content, header credentials, paths that end in a secret word ---------
+
+NETRC_PW = "Pq8vZt3LmN0x"
+
+
+@pytest.mark.parametrize("content", [
+    f'NETRC_LINE="machine pypi.internal login ci password {NETRC_PW}"\n',
+    f"export NETRC_LINE='machine pypi.internal login ci password {NETRC_PW}'\n",
+    f"NETRC_LINE=machine\\ pypi.internal\\ login\\ ci\\ password\\ {NETRC_PW}\n",
+    f'X=1\nNETRC="default login ci password {NETRC_PW}" # the mirror\n',
+])
+def test_netrc_password_in_a_quoted_env_line_is_masked_in_file_content(content):
+    """Red team: the netrc rule wanted whitespace before `machine`, so inside quotes (an env file's
+    content, as the bundle inlines it) the password stayed raw while `diff` (the value) masked it."""
+    m = SecretMasker()
+    out = m.redact_text(content)
+    assert NETRC_PW not in out and MASK in out, out
+    assert "pypi.internal" in out or "default login ci" in out  # only the password goes
+    # and the value alone, as diff shows it, is masked the same way (one rule for values and files)
+    assert NETRC_PW not in m.mask_value("NETRC_LINE", f"machine pypi.internal login ci password {NETRC_PW}")
+
+
+def test_netrc_password_keeps_a_quote_inside_it():
+    m = SecretMasker()
+    out = m.redact_text("NETRC=\"machine h login u password pa'ss9Wd\"")
+    assert "ss9Wd" not in out and "pa'" not in out, out
+
+
+def test_aws_like_base64_values_of_40_and_more_characters_are_masked_under_any_name():
+    """Red team: a 42-character AWS-like value under an innocent name was raw (the rule was exactly 40)."""
+    m = SecretMasker()
+    for n in (40, 42, 64, 88):
+        v = ("wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY" * 3)[:n - 1] + "9"
+        assert v not in m.mask_value("UPSTREAM_SIG", v), n
+        assert v not in m.redact_text(f"UPSTREAM_SIG={v}\n"), n
+        assert v not in m.redact_text(f'UPSTREAM_SIG="{v}"\n'), n
+    padded = "aGVsbG8gd29ybGQ+PT09PT0+aGVsbG8gd29ybGQ+PT09PT0=="
+    assert m.mask_value("UPSTREAM_SIG", padded).startswith(MASK)  # padded base64 too
+    assert m.mask_value("GIT_COMMIT", "0123456789abcdef0123456789abcdef01234567").startswith("0123")  # a commit
+    for keep in ("/opt/models/Meta-Llama-3.1-70B-Instruct-FP8/tokenizer.json",
+                 "ThisIsAVeryLongCamelCaseIdentifierWithoutDigits"):
+        assert m.mask_value("MODEL_PATH", keep) == keep
+
+
+@pytest.mark.parametrize("line, kept", [
+    ('+ HDR=Authorization: Basic ZGVwbG95Okh1bnRlcjJQdzl4   [decode:HDR; 1 change]', ["[decode:HDR; 1 change]",
+                                                                                    "Authorization: Basic "]),
+    ("decode: HDR file=Authorization: Basic ZGVwbG95Okh1bnRlcjJQdzl4 process=Authorization: Basic "
+     "ZGVwbG95Okh1bnRlcjJQdzl4 (restart to apply)", [" process=Authorization: Basic ", "(restart to apply)"]),
+    ('curl -H "Authorization: Bearer ZGVwbG95Okh1bnRlcjJQdzl4" http://x/', ['" http://x/', "Bearer "]),
+    ("Proxy-Authorization: Basic ZGVwbG95Okh1bnRlcjJQdzl4", ["Proxy-Authorization: Basic "]),
+])
+def test_an_authorization_header_masks_the_credential_not_the_rest_of_the_line(line, kept):
+    """Red team: `+ HDR=Authorization: ••••(masked…)••••(masked…)` swallowed the delta id after it, and
+    the drift line lost ` process=`."""
+    m = SecretMasker()
+    once = m.redact_text(line)
+    twice = m.redact_text(m.redact_text(m.mask_value("HDR", "Authorization: Basic ZGVwbG95Okh1bnRlcjJQdzl4")
+                                        .join(line.split("Authorization: Basic ZGVwbG95Okh1bnRlcjJQdzl4", 1)))
+                          if "Basic ZGV" in line else once)
+    for out in (once, twice):
+        assert "ZGVwbG95Okh1bnRlcjJQdzl4" not in out, out
+        for k in kept:
+            assert k in out, (k, out)
+        assert out.count(MASK) == line.count("ZGVwbG95Okh1bnRlcjJQdzl4"), out
+
+
+@pytest.mark.parametrize("line", [
+    "secrets/db_password: expected '=' after a key (line 3)",
+    "FAIL /etc/passwd: not a gzip file",
+    "envbisect: error: ./vault/api_token: no such file",
+    "/run/secrets/PASSWORD: permission denied",
+])
+def test_a_path_that_ends_in_a_secret_word_is_not_a_secret_key(line):
+    """Red team: `secrets/db_password: <reason>` and `FAIL /etc/passwd: <reason>` hid the reason."""
+    assert SecretMasker().redact_text(line) == line
+
+
+def test_a_secret_key_after_a_colon_is_still_masked():
+    m = SecretMasker()
+    for line in ("db_password: hunter2", "  password: hunter2", "PASSWORD: hunter2", '{"x": 1} password: hunter2'):
+        assert "hunter2" not in m.redact_text(line), line

@@ -337,9 +337,14 @@ class HostEditor:
                     res = run_ops(t, [{**op, "dead_token": held["token"]}])[0]
                 if not res.get("locked"):
                     if res.get("journal_run") and not res.get("held_by"):
-                        raise LockHeld(f"{h}: run {res['journal_run']} left changes on this host that are not undone "
-                                       f"yet (its journal is active); run `envbisect restore --run {res['journal_run']}` "
-                                       "first")
+                        jr = res["journal_run"]
+                        if not self._restorable_here(h, t, jr):
+                            raise LockHeld(f"{h}: run {jr} left changes on this host that are not undone yet (its "
+                                           "journal is active) and was run from another store: its journal is not "
+                                           "authenticated by this one; run `envbisect restore --run "
+                                           f"{jr}` with the store (on the controller) that ran it")
+                        raise LockHeld(f"{h}: run {jr} left changes on this host that are not undone "
+                                       f"yet (its journal is active); run `envbisect restore --run {jr}` first")
                     held = res.get("held_by", {})
                     if res.get("running"):
                         raise LockHeld(f"{h}: run {held.get('run_id')} is still running ({_who(held, res.get('age_s'))}); "
@@ -369,6 +374,24 @@ class HostEditor:
         if self.heartbeat_s > 0 and self._beat is None:
             self._beat = _Heartbeat(self, self.heartbeat_s)
         return notes
+
+    def _restorable_here(self, host: str, t: Transport, run_id: str) -> bool:
+        """Can `envbisect restore --run RUN_ID` with this store undo that run? Yes when the store holds
+        its journal, or when the host's copy verifies with this store's key; a copy another store wrote
+        is refused by restore, so sending the operator there would be a dead end."""
+        try:
+            rundir.check_run_id(run_id)
+        except UsageError:
+            return False
+        if local_journal_paths(self.runs_root, run_id):
+            return True
+        key = Store(self.runs_root.parent).journal_key(create=False)
+        try:
+            raw = unb64(run_ops(t, [{"op": "get", "path": self.remote_journal}])[0].get("content_b64"))
+            verified_copy(key, host, self.playbook.name, "journal", raw or b"", run_id)
+        except (UsageError, RemoteError):
+            return False
+        return True
 
     def _refuse_local_journals(self) -> None:
         """A run of this controller that died before its journal reached the hosts is known here only."""

@@ -244,7 +244,7 @@ _KV_FORMS: tuple[tuple[re.Pattern[str], re.Pattern[str], str], ...] = (
     # NAME: VALUE (YAML, HTTP headers, log "key: value"); value runs to end of line
     # (or to the end of an enclosing JSON string / a "\n" escape).
     (
-        re.compile(rf"(?<![A-Za-z0-9_.\-]){_NAME}[ \t]*:(?![:/])[ \t]*"),
+        re.compile(rf"(?<![A-Za-z0-9_.\-/~]){_NAME}[ \t]*:(?![:/])[ \t]*"),
         re.compile(
             rf"{_DQ}|{_SQ}"
             r"|(?P<line>[^\r\n]*?\S)"
@@ -259,6 +259,12 @@ _KV_FORMS: tuple[tuple[re.Pattern[str], re.Pattern[str], str], ...] = (
         "flag",
     ),
 )
+
+# An HTTP credential after its scheme ("Authorization: Basic <cred>"): the credential is one word, so
+# only it is masked and the rest of the line (a delta id, the next field of a drift line) stays.
+_AUTH_SCHEME_RE = re.compile(r"(?i:basic|bearer|token|negotiate|ntlm|apikey|api-key|bot)[ \t]+(?P<cred>[^\s\"',;]+)")
+# A value that a first pass masked already (mask_value of a whole value, then the line redacted again)
+_MASKED_AT_START_RE = re.compile(r"(?:[A-Za-z_-]+[ \t]+)?(?P<cred>\S*?" + re.escape(MASK) + r"\(masked, sha256:[0-9a-f]{8}\))")
 
 # NAME: VALUE inside a quoted string ('Authorization: Bearer x' on a curl line):
 # the value stops at the closing quote.
@@ -283,8 +289,11 @@ _USER_PW_FLAG_RE = re.compile(
     r"(?!\d+(?:[\s\"']|\Z))(?P<pw>[^\s\"']+)"
 )
 # .netrc: machine HOST [login U] [account A] password PASSWORD (on one line or several)
+# -- also inside a quoted or escaped shell value (NETRC="machine h login u password p", as an env file's
+# content holds it): the password stops before a closing quote, and keeps a quote inside it.
 _NETRC_RE = re.compile(
-    r"(?:^|(?<=\s))(?:machine\s+\S+|default)(?:\s+(?:login|account|port)\s+\S+)*\s+password\s+(?P<pw>\S+)"
+    r"(?:^|(?<=[\s\"'=]))(?:machine\\?\s+[^\s\"']+|default)(?:\\?\s+(?:login|account|port)\\?\s+[^\s\"']+)*"
+    r"\\?\s+password\\?\s+(?P<pw>[^\s\"'\\]+(?:[\"'\\][^\s\"'\\]+)*)"
 )
 
 # A bare run of 40+ hex digits as the whole value of a variable is an API token or HMAC key
@@ -292,9 +301,10 @@ _NETRC_RE = re.compile(
 # a digest, which envbisect must keep showing (git deltas are HEADs).
 # Exactly 32 hex digits (with letters and digits) is an API key (Datadog, New Relic...); a commit is 40
 # and stays visible anywhere a name does not call it a token. 40 characters of base64 with upper case,
-# lower case and digits is an AWS secret access key.
+# lower case and digits is an AWS secret access key; longer ones (with base64 padding) are keys of the same
+# kind (Azure storage keys, HMAC secrets), so the rule takes 40 and more.
 _HEX_TOKEN_RE = re.compile(r"[0-9a-fA-F]{40,}|(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*[0-9])[0-9a-fA-F]{32}")
-_AWS_SECRET_RE = re.compile(r"(?=.*[A-Z])(?=.*[a-z])(?=.*[0-9])(?![0-9a-fA-F]{40})[A-Za-z0-9/+]{40}")
+_AWS_SECRET_RE = re.compile(r"(?=.*[A-Z])(?=.*[a-z])(?=.*[0-9])(?![0-9a-fA-F]{40})[A-Za-z0-9/+]{40,}={0,2}")
 _DIGEST_WORDS = frozenset(
     {"COMMIT", "SHA", "SHA1", "SHA256", "SHA512", "REV", "REVISION", "HASH", "DIGEST", "HEAD",
      "CHECKSUM", "REF", "VERSION", "BUILD", "ID", "MD5", "UUID", "GUID"}
@@ -373,15 +383,17 @@ class SecretMasker:
         environment): the whole value of a secret-named variable, else the secret-shaped parts of
         the value (a token, a URL's password).  Known values are found again even where a shape
         rule cannot see them, e.g. cut by a truncated log tail."""
-        vals: list[str] = []
-        for k, v in items:
-            if not v or not isinstance(v, str):
-                continue
-            if self.is_secret_name(k) or self._hex_token(k, v.strip()):
-                vals.append(v)
-            else:  # the parts redact_text would mask: tokens, URL passwords, --api-key X, curl -u u:pw
-                vals.extend(v[s:e] for s, e, _ in self._spans(v, known=False))
-        self.learn_values(vals)
+        self.learn_values(v for k, val in items for v in self.secret_parts(k, val))
+
+    def secret_parts(self, name: str, value: str | None) -> list[str]:
+        """What of ``value`` (of variable ``name``) is secret: the whole value of a secret-named
+        variable or of a token-shaped one, else the parts redact_text would mask (tokens, URL
+        passwords, ``--api-key X``, ``curl -u u:pw``, a netrc password)."""
+        if not value or not isinstance(value, str):
+            return []
+        if self.is_secret_name(name) or self._hex_token(name, value.strip()):
+            return [value]
+        return [value[s:e] for s, e, _ in self._spans(value, known=False)]
 
     @property
     def known_values(self) -> tuple[str, ...]:
@@ -531,6 +543,11 @@ class SecretMasker:
                 pos = max(v.end(), m.end() + 1)
                 group = next(g for g, val in v.groupdict().items() if val is not None)
                 s, e = v.span(group)
+                if kind == "colon" and group == "line":
+                    one = _AUTH_SCHEME_RE.match(text, s, e) or _MASKED_AT_START_RE.match(text, s, e)
+                    if one is not None:
+                        s, e = one.span("cred")
+                        pos = max(e, m.end() + 1)
                 if s == e:
                     continue
                 if group == "scalar":

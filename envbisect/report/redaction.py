@@ -116,9 +116,10 @@ def load_snapshot_doc(store_root: Path, snap_id: str | None) -> dict[str, Any] |
 
 
 def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
-    """Raw values of every secret-named variable this run knows: its env deltas (old and new), the
-    env files and process environments of its baseline and current snapshots, and the original env
-    files in its journal."""
+    """Raw secrets of every variable this run knows (`SecretMasker.secret_parts`: the value of a
+    secret-named or token-shaped variable, the secret parts of any other, such as a netrc password
+    inside an innocent one): its env deltas (old and new), the env files and process environments of
+    its baseline and current snapshots, and the original env files in its journal."""
     run_dir = Path(run_dir)
     out: set[str] = set()
     doc = _read_json(run_dir / rundir.RUN) or {}
@@ -129,10 +130,10 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
     except UsageError:
         raw_deltas = []
     for d in raw_deltas:
-        if d.get("kind") == "env" and masker.is_secret_name(d.get("key") or ""):
-            out.update(v for v in (d.get("old"), d.get("new"), d.get("old_word"), d.get("new_word"),
-                                   d.get("old_eval"), d.get("new_eval"), d.get("args_old"), d.get("args_new"))
-                       if isinstance(v, str))
+        if d.get("kind") == "env":
+            for v in (d.get("old"), d.get("new"), d.get("old_word"), d.get("new_word"),
+                      d.get("old_eval"), d.get("new_eval"), d.get("args_old"), d.get("args_new")):
+                out.update(masker.secret_parts(d.get("key") or "", v if isinstance(v, str) else None))
     root = _store_root(run_dir)
     for sid in (doc.get("baseline"), doc.get("current")):
         snap = load_snapshot_doc(root, sid)
@@ -140,12 +141,10 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
             for p in (h.get("env_files") or {}).values():
                 f = (h.get("files") or {}).get(p) or {}
                 for k, v in _env_values(_get_blob(root, f.get("blob"))).items():
-                    if masker.is_secret_name(k):
-                        out.add(v)
+                    out.update(masker.secret_parts(k, v))
             for proc in (h.get("processes") or {}).values():
                 for k, v in [*(proc.get("environ") or {}).items(), *(proc.get("file_eval") or {}).items()]:
-                    if masker.is_secret_name(k) and isinstance(v, str):
-                        out.add(v)
+                    out.update(masker.secret_parts(str(k), v if isinstance(v, str) else None))
     journal = _read_json(run_dir / rundir.JOURNAL) or {}
     for h in (journal.get("hosts") or {}).values():
         for f in (h.get("files") or {}).values():
@@ -157,8 +156,7 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
             except ValueError:
                 continue
             for k, v in _env_values(content).items():
-                if masker.is_secret_name(k):
-                    out.add(v)
+                out.update(masker.secret_parts(k, v))
     return out
 
 

@@ -42,7 +42,7 @@ from envbisect.errors import StoreError
 from envbisect.state.rundir import RunDir, Runs
 from envbisect.state.corrections import Correction, Corrections, append_corrections, read_corrections
 from envbisect.runs.corrections import check_correctable, feed, recorded_refine
-from envbisect.state.store import Store
+from envbisect.state.store import Store, private_dir
 from envbisect.runs.symptom import SymptomWatch, dependency_records, leave_pairs_whole
 from envbisect.trials.probe_check import broken_line, refuse_broken_probe
 from envbisect.trials.runner import Trial, TrialRunner
@@ -901,7 +901,7 @@ def restore_deployment(dep: Deployment, *, run_id: str | None = None, break_lock
                           for (h, p), r in sorted(journal.original.repos.items())],
                 "restart_order": list(dep.playbook.restart.order)}
     run_dir = journal_dir(dep.store.runs_dir, journal.run_id, dep.playbook.name)
-    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(run_dir)
     editor = HostEditor.resume_from(dep.playbook, dep.transports, run_dir, journal, runs_root=dep.store.runs_dir)
     for note in editor.lock(restoring=journal.run_id, break_lock=break_lock):
         ev("warning", {"message": note})

@@ -25,6 +25,7 @@ from envbisect import __version__
 from envbisect.errors import UsageError
 from envbisect.inputs.playbook import load_playbook
 from envbisect.state.prune import parse_duration
+from envbisect.state.store import private_dir
 
 CRONTAB_ENV = "ENVBISECT_CRONTAB"
 MARKER = "# envbisect schedule:"  # the crontab comment line above our job line
@@ -275,7 +276,7 @@ def _install_cron(sch: Schedule) -> Installed:
         kept.append(line)
     new = kept + [sch.cron_marker, sch.cron_line]
     try:  # the job's `>> STORE/schedule.log` needs the folder before the first snapshot makes it
-        Path(sch.log).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(Path(sch.log).parent)
     except OSError as e:
         raise UsageError(f"{Path(sch.log).parent}: cannot create the store: {e.strerror or e}") from None
     if new == lines:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from envbisect.errors import StoreError, UsageError
-from envbisect.state.store import write_private
+from envbisect.state.store import private_dir, write_private
 
 RUN = "run.json"
 TRIALS = "trials.jsonl"
@@ -139,7 +139,7 @@ class RunDir:
 
     def append_line(self, name: str, line: str) -> None:
         """One line to a JSON-lines file, fsync'd (a run killed after a trial keeps that trial)."""
-        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.path)
         with open(self.path / name, "a") as f:
             os.fchmod(f.fileno(), 0o600)
             f.write(line.rstrip("\n") + "\n")
@@ -155,7 +155,7 @@ class Runs:
 
     def new(self, run_id: str) -> RunDir:
         path = self.root / check_run_id(run_id)
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(path)
         return RunDir(path)
 
     def all(self) -> list[tuple[RunDir, dict[str, Any]]]:

@@ -24,8 +24,29 @@ PRUNE_LOCK = ".prune.lock"  # see Store.writing
 JOURNAL_KEY = "journal.key"  # see Store.journal_key
 
 
+def private_dir(path: Path) -> None:
+    """`path` and every missing folder above it, each made 0700 (`mkdir(parents=True, mode=…)` gives
+    the mode to the last folder only: the ones above it got the umask's 0755). Folders that exist are
+    left as they are."""
+    path = Path(path)
+    missing = []
+    while not path.is_dir():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+            continue
+        os.chmod(d, 0o700)  # a umask such as 0o277 would take the owner's bits too
+
+
 def write_private(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
         os.fchmod(fd, 0o600)
@@ -61,7 +82,7 @@ class Store:
     def _ensure(self) -> None:
         try:
             for d in (self.root, self.snapshots_dir, self.blobs_dir, self.runs_dir):
-                d.mkdir(parents=True, exist_ok=True, mode=0o700)
+                private_dir(d)
         except OSError as e:
             raise StoreError(f"{self.root}: cannot create the snapshot store: {e.strerror}") from None
 
