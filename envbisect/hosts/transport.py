@@ -27,7 +27,7 @@ import paramiko
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from envbisect.hosts import sshconfig
-from envbisect.errors import ConnectionFailed, HostKeyError, RemoteError
+from envbisect.errors import ConnectionFailed, HostKeyError, RemoteError, UsageError
 from envbisect.inputs.playbook import Host
 from envbisect.hosts.sshconfig import Jump
 from envbisect.hosts.session import AgentSession, SessionDied, agent_source
@@ -302,17 +302,17 @@ def parse_spec(spec: str) -> tuple[str | None, str, int | None]:
         host, _, tail = rest[1:].partition("]")
         if tail:
             if not tail.startswith(":"):
-                raise ConnectionFailed(f"bad ssh target {spec!r}")
+                raise UsageError(f"bad ssh target {spec!r}")
             p = tail[1:]
         rest = host
     elif rest.count(":") == 1:
         rest, p = rest.split(":")
     if p is not None:
         if not p.isdigit() or not 0 < int(p) < 65536:
-            raise ConnectionFailed(f"bad ssh target {spec!r}: port {p!r} is not a number")
+            raise UsageError(f"bad ssh target {spec!r}: port {p!r}: port must be 1-65535")
         port = int(p)
     if not rest:
-        raise ConnectionFailed(f"bad ssh target {spec!r}: no host")
+        raise UsageError(f"bad ssh target {spec!r}: no host")
     return user, rest, port
 
 

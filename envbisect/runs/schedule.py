@@ -28,6 +28,7 @@ from envbisect.state.prune import parse_duration
 from envbisect.state.store import private_dir
 
 CRONTAB_ENV = "ENVBISECT_CRONTAB"
+MAX_EVERY_S = 365 * 86400  # a snapshot less often than yearly is a typo (99999999999999d made a 19-digit timer)
 MARKER = "# envbisect schedule:"  # the crontab comment line above our job line
 
 
@@ -134,7 +135,7 @@ def make_schedule(*, every: str, label: str, playbook: Path, store: Path, ssh_co
                   inventory: str | None, kind: str | None = None, probe: str | None = None) -> Schedule:
     """`probe`: each snapshot also probes the running stack (`snapshot --probe`), so the timer
     records observed known-goods for `--since last-good`."""
-    every_s = parse_duration(every, "--every")
+    every_s = parse_duration(every, "--every", most=MAX_EVERY_S)
     if every_s < 60:
         raise UsageError(f"--every {every}: at least 1m (a snapshot is one SSH round trip per host, not free)")
     if not label or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}", label):

@@ -54,8 +54,12 @@ _UNITS = {**dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1),
           **dict.fromkeys(("w", "wk", "wks", "week", "weeks"), 7 * 86400)}
 
 
-def parse_duration(text: str, what: str = "duration") -> float:
-    """``14d``, ``36h``, ``90m``, ``2w``, ``1h30m`` -> seconds; UsageError (one line) otherwise."""
+MAX_DURATION_S = 36500 * 86400  # a century: longer is a typo (and no clock, unit file or cron line holds it)
+
+
+def parse_duration(text: str, what: str = "duration", *, most: float = MAX_DURATION_S) -> float:
+    """``14d``, ``36h``, ``90m``, ``2w``, ``1h30m`` -> seconds, at most `most`; UsageError (one line)
+    otherwise."""
     s = (text or "").strip().lower()
     total, pos = 0.0, 0
     for m in _DURATION.finditer(s):
@@ -70,6 +74,8 @@ def parse_duration(text: str, what: str = "duration") -> float:
         raise UsageError(f"{what} {text!r}: not a duration (use s, m, h, d or w: 14d, 36h, 90m)")
     if total <= 0:
         raise UsageError(f"{what} {text!r}: must be more than 0")
+    if total > most:
+        raise UsageError(f"{what} {text!r}: at most {int(most // 86400)}d")
     return total
 
 

@@ -66,6 +66,8 @@ def write_private(path: Path, data: bytes) -> None:
 class Store:
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        if self.root.exists() and not self.root.is_dir():  # every command: never "no snapshots" for a file
+            raise StoreError(f"{self.root}: not a folder; a snapshot store is a folder (see --store)")
 
     @property
     def snapshots_dir(self) -> Path:
