@@ -558,6 +558,8 @@ def test_restore_from_another_pid_namespace_is_refused_while_the_run_lives(tmp_p
     if probe.returncode:
         pytest.skip(f"unshare -p is not allowed here: {probe.stderr.decode().strip()}")
     site = Site(tmp_path, "local", None)
+    with open(site.playbook, "a") as f:
+        f.write('\n[probes.p]\nkind = "command"\ncommand = "true"\n')
     p = site.child(CRASHING_RUN.format(run_dir=str(site.store / "runs" / "crashed-run")))
     try:
         assert p.stdout.readline().strip() == "applied"
@@ -570,6 +572,12 @@ def test_restore_from_another_pid_namespace_is_refused_while_the_run_lives(tmp_p
             assert "run crashed-run is still running" in out.stderr, out.stderr
             assert site.tree.env("decode").read_text() == "export TRIAL=1\n"  # the live run's trial stays
             assert json.loads(site.lock_file.read_text())["run_id"] == "crashed-run"
+        # a bisect from there names the live run as the lock's holder (before: "left changes ... not undone
+        # yet; run `envbisect restore --run crashed-run` first", as if it had crashed)
+        out = subprocess.run(cli + ["bisect"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, (out.stdout, out.stderr)
+        assert "is locked by run crashed-run" in out.stderr and "restore" not in out.stderr, out.stderr
+        assert site.tree.env("decode").read_text() == "export TRIAL=1\n"
     finally:
         p.kill()
         p.wait()
