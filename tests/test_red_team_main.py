@@ -159,3 +159,18 @@ def test_a_refusal_for_another_stores_run_points_at_that_store(tmp_path, sshd):
     finally:
         site.dep.close()
         cleanup_host_files(site.name)
+
+
+# --- 3: a header credential masks the credential, not the rest of the diff line -----------------------
+
+def test_diff_of_an_authorization_header_keeps_the_delta_id(tmp_path):
+    """Red team: `+ HDR=Authorization: ••••(masked…)••••(masked…)` swallowed `[decode:HDR; …]`."""
+    pb = _playbook(tmp_path)
+    store = str(tmp_path / "s")
+    assert _cli("-p", str(pb), "--store", store, "snapshot", "--label", "good").returncode == 0
+    (tmp_path / "decode.serve-env").write_text('A=1\nHDR="Authorization: Basic ZGVwbG95Okh1bnRlcjJQdzl4"\n')
+    r = _cli("-p", str(pb), "--store", store, "diff", "--against", "good")
+    line = next(ln for ln in r.stdout.splitlines() if "HDR=" in ln)
+    assert "ZGVwbG95Okh1bnRlcjJQdzl4" not in r.stdout + r.stderr
+    assert line.strip().startswith("+ HDR=Authorization: Basic ••••(masked, sha256:"), line
+    assert line.count("••••") == 1 and "[decode:HDR; from snapshot:" in line, line
