@@ -285,10 +285,27 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _stale_watch(other: dict, me: dict) -> bool:
+    """A watch lock is stale when this host wrote it in an earlier boot (its pid may be anyone's now),
+    or in this boot and this pid namespace and its pid is gone. A pid of another namespace (a
+    container with this host's name and boot id, pids of its own) cannot be looked up here."""
+    if other.get("host") != me["host"]:
+        return False
+    if me["boot_id"] and other.get("boot_id") and other["boot_id"] != me["boot_id"]:
+        return True
+    if not (me["boot_id"] and me["pid_ns"]) or other.get("boot_id") != me["boot_id"] \
+            or other.get("pid_ns") != me["pid_ns"]:
+        return False
+    try:
+        return not _pid_alive(int(other.get("pid", -1)))
+    except (TypeError, ValueError):
+        return False
+
+
 class WatchLock:
-    """One watch per deployment: ``STORE/watch/NAME.lock`` holds pid, host name, boot id and start
-    time. A lock of this host whose pid is gone, or that an earlier boot wrote (its pid may be anyone's
-    now), is stale and taken over; any other is refused (LockHeld)."""
+    """One watch per deployment: ``STORE/watch/NAME.lock`` holds pid, host name, boot id, pid
+    namespace and start time. A lock of this host that an earlier boot wrote, or whose pid is gone in
+    this pid namespace, is stale and taken over; any other is refused (LockHeld)."""
 
     def __init__(self, store_root: Path, deployment: str):
         self.path = Path(store_root) / "watch" / f"{_slug(deployment)}.lock"
@@ -298,18 +315,17 @@ class WatchLock:
     def acquire(self) -> str | None:
         """Take it; a note when a stale lock was taken over."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        from envbisect.hosts.journal import boot_id
+        from envbisect.hosts.journal import boot_id, pid_namespace
 
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "boot_id": boot_id(), "started_at": time.time()}
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "boot_id": boot_id(), "pid_ns": pid_namespace(),
+              "started_at": time.time()}
         note = None
         for _ in range(3):
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             except FileExistsError:
                 other = self._read()
-                if other is None or (other.get("host") == me["host"] and (
-                        not _pid_alive(int(other.get("pid", -1)))
-                        or (me["boot_id"] and other.get("boot_id") and other["boot_id"] != me["boot_id"]))):
+                if other is None or _stale_watch(other, me):
                     note = ("took over a stale watch lock" + (f" (pid {other.get('pid')} on {other.get('host')} is "
                                                              "gone)" if other else " (unreadable)"))
                     self.path.unlink(missing_ok=True)
@@ -317,7 +333,8 @@ class WatchLock:
                 since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(other.get("started_at") or 0)))
                 where = "this host" if other.get("host") == me["host"] else f"host {other.get('host')}"
                 raise LockHeld(f"another watch is watching {self.deployment!r} (pid {other.get('pid')} on {where}, "
-                               f"since {since}; lock {self.path}): one watch per deployment")
+                               f"since {since}; lock {self.path}): one watch per deployment (remove the lock "
+                               "only if that watch is gone)")
             with os.fdopen(fd, "w") as f:
                 json.dump(me, f)
             self.held = True
