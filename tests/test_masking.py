@@ -525,8 +525,8 @@ def test_aws_like_base64_values_of_40_and_more_characters_are_masked_under_any_n
     ("Proxy-Authorization: Basic ZGVwbG95Okh1bnRlcjJQdzl4", ["Proxy-Authorization: Basic "]),
 ])
 def test_an_authorization_header_masks_the_credential_not_the_rest_of_the_line(line, kept):
-    """Red team: `+ HDR=Authorization: ••••(masked…)••••(masked…)` swallowed the delta id after it, and
-    the drift line lost ` process=`."""
+    """Red team: `+ HDR=Authorization: ••••(masked…)••••(masked…)` swallowed the delta id after it,
+    and the drift line lost ` process=`."""
     m = SecretMasker()
     once = m.redact_text(line)
     twice = m.redact_text(m.redact_text(m.mask_value("HDR", "Authorization: Basic ZGVwbG95Okh1bnRlcjJQdzl4")

@@ -264,7 +264,9 @@ _KV_FORMS: tuple[tuple[re.Pattern[str], re.Pattern[str], str], ...] = (
 # only it is masked and the rest of the line (a delta id, the next field of a drift line) stays.
 _AUTH_SCHEME_RE = re.compile(r"(?i:basic|bearer|token|negotiate|ntlm|apikey|api-key|bot)[ \t]+(?P<cred>[^\s\"',;]+)")
 # A value that a first pass masked already (mask_value of a whole value, then the line redacted again)
-_MASKED_AT_START_RE = re.compile(r"(?:[A-Za-z_-]+[ \t]+)?(?P<cred>\S*?" + re.escape(MASK) + r"\(masked, sha256:[0-9a-f]{8}\))")
+_MASKED_AT_START_RE = re.compile(
+    r"(?:[A-Za-z_-]+[ \t]+)?(?P<cred>\S*?" + re.escape(MASK) + r"\(masked, sha256:[0-9a-f]{8}\))"
+)
 
 # NAME: VALUE inside a quoted string ('Authorization: Bearer x' on a curl line):
 # the value stops at the closing quote.
