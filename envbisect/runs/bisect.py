@@ -27,7 +27,8 @@ from envbisect.state.configuration import check_applicable, touched
 from envbisect.state.structured import key_secrets
 from envbisect.state.deltas import Delta, Diff, linked_units, same_change
 from envbisect.state.sourced import verdict_notes
-from envbisect.runs.baseline_proof import BaselineProof, build_proof, not_reproduced
+from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_proof, not_reproduced, restart_facts,
+                                          unresolved_causes)
 from envbisect.runs.deployment import Deployment
 from envbisect.runs.drift import drift_hints, with_drift
 from envbisect.trials.diagnose import PathReport, check_path
@@ -562,14 +563,16 @@ class BisectRun:
                                               + " Observed, testing auto-linked members apart: " + "; ".join(apart) + ".")
             guard = self._guard_revert(verdict, units, refined, runner, notes)
             proof = None
+            evidence = [t for t in self.trials if not self.corrections.retracted(t.n)]
             if verdict.kind == "not-config":  # only with proof that the baseline trial was the baseline
                 proof = build_proof(seen=_seen_ids(diff, diff_doc), deltas=deltas, original=original,
-                                    contents=contents, playbook=self.playbook, probe=probe,
-                                    trials=[t for t in self.trials if not self.corrections.retracted(t.n)],
+                                    contents=contents, playbook=self.playbook, probe=probe, trials=evidence,
                                     diff_notes=diff.notes if diff else (diff_doc or {}).get("notes", ()),
-                                    conflicts=editor.conflicts)
+                                    conflicts=editor.conflicts,
+                                    restart_facts=restart_facts(baseline_trial(evidence)))
                 if not proof.reproduced:
                     verdict = not_reproduced(verdict, proof)
+            verdict = unresolved_causes(verdict, evidence)
             if verdict.kind == "not-config":
                 # "the baseline fails too" clears only what envbisect saw: a file an env file
                 # sources that it could not snapshot is named (state/sourced.py)

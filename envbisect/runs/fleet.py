@@ -35,7 +35,7 @@ from envbisect.hosts.restart import co_restart, health_ok
 from envbisect.outcome import Cause, Outcome
 from envbisect.runs.bisect import (BisectOptions, BisectResult, _observation, check_applicable, judge_apart,
                                    linked_to_refine, make_units, select_deltas)
-from envbisect.runs.baseline_proof import build_proof, not_reproduced
+from envbisect.runs.baseline_proof import baseline_trial, build_proof, not_reproduced, restart_facts, unresolved_causes
 from envbisect.runs.deployment import Deployment
 from envbisect.search import POLICIES, TrialKind, Verdict
 from envbisect.search.rounds import observe_round, plan_round
@@ -164,13 +164,16 @@ class FleetRun:
         proof = None
         if verdict.kind == "not-config":  # only with proof that the baseline trial was the baseline
             r0 = self.replicas[0]
+            mine = [t for t in self.trials if self.trial_replica.get(t.n) == first]
             proof = build_proof(seen=[d.id for d in diffs[first].deltas], deltas=chosen[first],
                                 original=r0.runner.original, contents=diffs[first].contents,  # type: ignore
-                                trials=[t for t in self.trials if self.trial_replica.get(t.n) == first],
-                                playbook=r0.dep.playbook, probe=probes[first], diff_notes=diffs[first].notes,
-                                conflicts=[c for r in self.replicas if r.editor for c in r.editor.conflicts])
+                                trials=mine, playbook=r0.dep.playbook, probe=probes[first],
+                                diff_notes=diffs[first].notes,
+                                conflicts=[c for r in self.replicas if r.editor for c in r.editor.conflicts],
+                                restart_facts=restart_facts(baseline_trial(mine)))
             if not proof.reproduced:
                 verdict = not_reproduced(verdict, proof)
+        verdict = unresolved_causes(verdict, self.trials)
         if verdict.kind == "not-config":  # what it could not see, as a single deployment's verdict says
             notes.extend(n for n in verdict_notes(diffs[first].notes) if n not in notes)
         excluded = {r.name: r.excluded for r in self.replicas if r.excluded}
