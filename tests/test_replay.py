@@ -404,3 +404,32 @@ def test_what_cannot_be_corrected_is_refused_with_one_line():
             check_correctable("R", perf, trials, n)
     with pytest.raises(UsageError, match="has no trial 5"):
         check_correctable("R", perf, trials, 5)
+
+
+def test_a_replayed_not_config_is_gated_by_the_baseline_proof_of_the_record(rec):
+    """Replay recomputes the verdict from the record; a not-config it reaches stands only on a proof
+    built from the run folder, as the live one did. A run that left a delta out (--exclude) cannot
+    prove its baseline trial was the baseline: live and replayed, the verdict is inconclusive."""
+    from envbisect.runs.replay import replay_evidence
+
+    live = rec.bisect(oracle(set()), exclude=("decode:OTHER",))  # every configuration fails
+    assert live.verdict.kind == "inconclusive" and "decode:OTHER" in live.verdict.explanation, live.verdict
+    ev = rec.evidence(live.run_id)
+    rp = replay_evidence(ev, ev.corrections)
+    assert rp.result.verdict.kind == "inconclusive", rp.result.verdict
+    assert "decode:OTHER" in rp.result.verdict.explanation and "could not be reproduced" in rp.result.verdict.explanation
+    assert rp.result.baseline_proof is not None and not rp.result.baseline_proof.reproduced
+
+
+def test_a_replayed_not_config_keeps_the_proof_of_its_baseline_trial(rec):
+    from envbisect.runs.replay import replay_evidence
+
+    live = rec.bisect(oracle(set()))
+    assert live.verdict.kind == "not-config" and live.baseline_proof.reproduced, live.verdict
+    ev = rec.evidence(live.run_id)
+    rp = replay_evidence(ev, ev.corrections)
+    assert rp.result.verdict.kind == "not-config", rp.result.verdict
+    p = rp.result.baseline_proof
+    assert p.reproduced and p.trial == live.baseline_proof.trial
+    assert {f.delta for f in p.files} == {f.delta for f in live.baseline_proof.files}
+    assert [f.baseline for f in p.files] == [f.baseline for f in live.baseline_proof.files]
