@@ -263,3 +263,23 @@ def test_an_inconclusive_verdict_names_the_failed_restart():
     assert "trials 3, 4 restart-failed: decode pid 812 still running" in v.explanation, v.explanation
     culprit = Verdict("culprit", ("a",), 1.0, (), "x")
     assert unresolved_causes(culprit, [bad]) is culprit
+
+
+def test_an_auto_linked_member_failing_another_way_is_not_blamed():
+    """A refine trial (a member of an auto-linked unit tested alone) that fails another way than the
+    symptom is no evidence that member carries it (runs/symptom.py): it is not named on it."""
+    from envbisect.runs.bisect import ApartTest, judge_apart
+
+    test = ApartTest("linked:X", ("prefill:X", "decode:X"), ())
+    same = Trial(7, "refine", ("prefill:X",), ("prefill:X",), Outcome.FAIL, "hang", symptom="same",
+                 kind=TrialKind.REFINE)
+    other = Trial(8, "refine", ("decode:X",), ("decode:X",), Outcome.START_FAILURE, "decode died while starting",
+                  symptom="other", kind=TrialKind.REFINE)
+    refined, apart, notes = {}, [], []
+    judge_apart(test, [("prefill:X", same), ("decode:X", other)], refined, apart, notes)
+    assert refined == {"linked:X": ("prefill:X",)}, (refined, notes)
+    assert "decode:X failed another way without the other side (trial 8)" in apart[0]
+    passed = Trial(9, "refine", ("prefill:X",), ("prefill:X",), Outcome.PASS, "ok", kind=TrialKind.REFINE)
+    refined, apart, notes = {}, [], []
+    judge_apart(test, [("prefill:X", passed), ("decode:X", other)], refined, apart, notes)
+    assert refined == {} and "no evidence about it" in notes[0], notes
