@@ -417,7 +417,8 @@ def test_a_replayed_not_config_is_gated_by_the_baseline_proof_of_the_record(rec)
     ev = rec.evidence(live.run_id)
     rp = replay_evidence(ev, ev.corrections)
     assert rp.result.verdict.kind == "inconclusive", rp.result.verdict
-    assert "decode:OTHER" in rp.result.verdict.explanation and "could not be reproduced" in rp.result.verdict.explanation
+    why = rp.result.verdict.explanation
+    assert "decode:OTHER" in why and "could not be reproduced" in why
     assert rp.result.baseline_proof is not None and not rp.result.baseline_proof.reproduced
 
 

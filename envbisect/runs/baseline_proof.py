@@ -134,7 +134,8 @@ class BaselineProof:
             out.append("no baseline trial co-restarted the stack")
         out += [f"{f.delta}: not verified at its baseline bytes" for f in self.files if not f.verified]
         out += [f"{s.service}: not shown to be a new process started after the edit"
-                + (f" ({s.problem})" if s.problem else "") for s in self.services if not s.ok and self.trial is not None]
+                + (f" ({s.problem})" if s.problem else "")
+                for s in self.services if not s.ok and self.trial is not None]
         if not self.probe_reached:
             out.append("the probe never reached the stack")
         return out

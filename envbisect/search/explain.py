@@ -82,7 +82,8 @@ class VerdictWriter:
         }[reason]
         lead, conf, sus = "", 0.0, ()
         if not premised:
-            lead = "; the baseline (no deltas) never gave an answer, so no delta is blamed and the config is not cleared"
+            lead = ("; the baseline (no deltas) never gave an answer, so no delta is blamed and the config is "
+                    "not cleared")
         elif post.z > 0:
             p_top, top, conf = self._assess(post)
             sus = self._suspects(post)
