@@ -196,3 +196,90 @@ def test_a_moved_head_with_a_hotfix_in_the_same_repo_is_refused_before_anything_
         check_applicable([git_d, hotfix])
     check_applicable([hotfix])  # HEAD did not move: fine
     check_applicable([git_d, _delta("/srv/other/a.yaml")])  # a watched file elsewhere: fine
+
+
+# --- the restart's own proof, cited by the not-config proof ------------------------------------------
+
+def _restarted_trial(fact) -> Trial:  # noqa: ANN001
+    import dataclasses
+
+    return dataclasses.replace(_baseline_trial(runs=[_run(None, 200)]), restart_proof=(fact,))
+
+
+def _proof_of(tmp_path, trial: Trial):
+    from envbisect.runs.baseline_proof import restart_facts
+
+    d = _delta("/srv/a.yaml")
+    pb = _playbook(tmp_path)
+    original = OriginalState({("node1", d.path): FileOriginal(True, b"new")}, {})
+    return build_proof(seen=[d.id], deltas=[d], original=original, contents={"a" * 64: b"old"}, trials=[trial],
+                       playbook=pb, probe=pb.probes["e2e"], diff_notes=(), conflicts=(),
+                       restart_facts=restart_facts(trial))
+
+
+def test_the_proof_cites_what_the_baseline_trials_restart_proved(tmp_path):
+    """Each service's facts come from the baseline trial's `restart_proof`: the old pid gone, the new
+    pid, its start after the stop, the environment keys checked."""
+    from envbisect.hosts.restart import ServiceRestart
+
+    fact = ServiceRestart("decode", "node1", 812, True, 907, 0.84, ("SGLANG_X",), proven=True)
+    p = _proof_of(tmp_path, _restarted_trial(fact))
+    assert p.reproduced, p.problems()
+    sv = p.to_json()["services"][0]
+    assert (sv["old_pid"], sv["old_pid_gone"], sv["new_pid"], sv["env_checked"]) == (812, True, 907, ["SGLANG_X"])
+    text = "\n".join(p.lines())
+    assert "decode: pid 812 gone, new pid 907, started 0.8 s after the stop, environment checked: SGLANG_X" in text
+
+
+def test_a_service_without_a_pid_file_is_said_not_proven_and_does_not_block(tmp_path):
+    from envbisect.hosts.restart import ServiceRestart
+
+    fact = ServiceRestart("decode", "node1", problem="decode: no pid_file in the playbook: the restart of its "
+                                                     "process is not proven")
+    p = _proof_of(tmp_path, _restarted_trial(fact))
+    assert p.reproduced, p.problems()
+    assert "decode: not proven: no pid file" in "\n".join(p.lines())
+    assert p.to_json()["services"][0]["proven"] is False
+
+
+def test_an_old_pid_that_survived_blocks_not_config(tmp_path):
+    from envbisect.hosts.restart import ServiceRestart
+
+    fact = ServiceRestart("decode", "node1", 812, False, problem="decode pid 812 still running 1 s after its stop")
+    p = _proof_of(tmp_path, _restarted_trial(fact))
+    assert not p.reproduced and any("decode pid 812 still running" in x for x in p.problems()), p.problems()
+
+
+def test_an_inconclusive_verdict_names_the_failed_restart():
+    from envbisect.runs.baseline_proof import unresolved_causes
+
+    bad = Trial(3, "premise: baseline must pass", (), (), Outcome.UNRESOLVED,
+                "decode pid 812 still running 1 s after its stop command (kill 812); nothing was started",
+                cause=Cause.RESTART_FAILED, kind=TrialKind.PREMISE_BASELINE)
+    again = Trial(4, "retry", (), (), Outcome.UNRESOLVED, bad.reason, cause=Cause.RESTART_FAILED,
+                  kind=TrialKind.RETRY)
+    v = unresolved_causes(Verdict("inconclusive", (), 0.0, (), "A trial stayed unresolved when retried."),
+                          [bad, again])
+    assert "trials 3, 4 restart-failed: decode pid 812 still running" in v.explanation, v.explanation
+    culprit = Verdict("culprit", ("a",), 1.0, (), "x")
+    assert unresolved_causes(culprit, [bad]) is culprit
+
+
+def test_an_auto_linked_member_failing_another_way_is_not_blamed():
+    """A refine trial (a member of an auto-linked unit tested alone) that fails another way than the
+    symptom is no evidence that member carries it (runs/symptom.py): it is not named on it."""
+    from envbisect.runs.bisect import ApartTest, judge_apart
+
+    test = ApartTest("linked:X", ("prefill:X", "decode:X"), ())
+    same = Trial(7, "refine", ("prefill:X",), ("prefill:X",), Outcome.FAIL, "hang", symptom="same",
+                 kind=TrialKind.REFINE)
+    other = Trial(8, "refine", ("decode:X",), ("decode:X",), Outcome.START_FAILURE, "decode died while starting",
+                  symptom="other", kind=TrialKind.REFINE)
+    refined, apart, notes = {}, [], []
+    judge_apart(test, [("prefill:X", same), ("decode:X", other)], refined, apart, notes)
+    assert refined == {"linked:X": ("prefill:X",)}, (refined, notes)
+    assert "decode:X failed another way without the other side (trial 8)" in apart[0]
+    passed = Trial(9, "refine", ("prefill:X",), ("prefill:X",), Outcome.PASS, "ok", kind=TrialKind.REFINE)
+    refined, apart, notes = {}, [], []
+    judge_apart(test, [("prefill:X", passed), ("decode:X", other)], refined, apart, notes)
+    assert refined == {} and "no evidence about it" in notes[0], notes

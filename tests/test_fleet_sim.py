@@ -189,3 +189,29 @@ def test_a_fleet_tests_an_auto_linked_twin_apart_side_by_side(fleet, sshd, tmp_p
     assert len(refine) == 2 and {t["replica"] for t in refine} == {"pd-a", "pd-b"}  # side by side
     assert "testing auto-linked members apart" in doc["explanation"]
     assert {s.name: tree_fingerprint(s.sim) for s in (a, b)} == before
+
+
+def test_a_fleet_judges_its_trials_against_the_symptom(fleet, sshd, tmp_path):
+    """The culprit makes decode hang; an innocent pair (SGLANG_ENABLE_X=1 needs SGLANG_X_PATH) keeps
+    decode from starting when split. The fleet's rounds judge each failing trial against the
+    symptom as a single deployment's run does: the start failures are another failure (no evidence),
+    and only the culprit is named."""
+    from test_another_failure_sim import CULPRIT, SAME_SERVICE, rules
+
+    (a, b), path = fleet(rules_b=rules(SAME_SERVICE))
+    for s in (a, b):
+        s.sim.set_rules(rules(SAME_SERVICE))
+    store = tmp_path / "store"
+    assert _cli(path, store, sshd, "snapshot", "--label", "good").returncode == 0
+    for s in (a, b):
+        plant(s.sim, [INNOCENT[0], INNOCENT[4], ("decode", "SGLANG_ENABLE_X", "1"), INNOCENT[3], CULPRIT,
+                      ("decode", "SGLANG_X_PATH", "/models/x"), INNOCENT[2]])
+    r = _cli(path, store, sshd, "bisect", "--against", "good", "--probe", "e2e", "--json")
+    assert r.stdout, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    trials = [(t["n"], t["config"], t["outcome"], t.get("symptom")) for t in doc["trials"]]
+    assert doc["verdict"] == "culprit" and doc["culprits"] == ["decode:SGLANG_SM120_MMA_TARGET_CTAS"], \
+        (doc["verdict"], doc["culprits"], doc["explanation"], trials)
+    assert doc["symptom"] and doc["symptom"]["kind"] == "hang", doc["symptom"]
+    other = [t for t in doc["trials"] if t.get("symptom") == "other"]
+    assert all(t["outcome"] == "start-failure" for t in other), trials

@@ -404,3 +404,76 @@ def test_what_cannot_be_corrected_is_refused_with_one_line():
             check_correctable("R", perf, trials, n)
     with pytest.raises(UsageError, match="has no trial 5"):
         check_correctable("R", perf, trials, 5)
+
+
+def test_a_replayed_not_config_is_gated_by_the_baseline_proof_of_the_record(rec):
+    """Replay recomputes the verdict from the record; a not-config it reaches stands only on a proof
+    built from the run folder, as the live one did. A run that left a delta out (--exclude) cannot
+    prove its baseline trial was the baseline: live and replayed, the verdict is inconclusive."""
+    from envbisect.runs.replay import replay_evidence
+
+    live = rec.bisect(oracle(set()), exclude=("decode:OTHER",))  # every configuration fails
+    assert live.verdict.kind == "inconclusive" and "decode:OTHER" in live.verdict.explanation, live.verdict
+    ev = rec.evidence(live.run_id)
+    rp = replay_evidence(ev, ev.corrections)
+    assert rp.result.verdict.kind == "inconclusive", rp.result.verdict
+    why = rp.result.verdict.explanation
+    assert "decode:OTHER" in why and "could not be reproduced" in why
+    assert rp.result.baseline_proof is not None and not rp.result.baseline_proof.reproduced
+
+
+def test_a_replayed_not_config_keeps_the_proof_of_its_baseline_trial(rec):
+    from envbisect.runs.replay import replay_evidence
+
+    live = rec.bisect(oracle(set()))
+    assert live.verdict.kind == "not-config" and live.baseline_proof.reproduced, live.verdict
+    ev = rec.evidence(live.run_id)
+    rp = replay_evidence(ev, ev.corrections)
+    assert rp.result.verdict.kind == "not-config", rp.result.verdict
+    p = rp.result.baseline_proof
+    assert p.reproduced and p.trial == live.baseline_proof.trial
+    assert {f.delta for f in p.files} == {f.delta for f in live.baseline_proof.files}
+    assert [f.baseline for f in p.files] == [f.baseline for f in live.baseline_proof.files]
+
+
+def symptom_oracle():
+    """decode:BAD is the symptom (the command probe exits 1); decode:OTHER with decode:THIRD (without
+    BAD) keeps decode from starting: another failure, no evidence about the symptom (runs/symptom.py)."""
+    from envbisect.trials.probe import RequestRecord
+
+    class SymptomRunner(TrialRunner):
+        def run(self, n, unit_ids, probes, purpose, stop_after=1, kind=None, *a, **kw):  # noqa: ANN001
+            config = set(self.delta_ids(unit_ids))
+            base = dict(restart_s=0.01, kind=kind or Trial.kind)
+            if GUILTY in config:
+                runs = (ProbeRun(self.probe.name, "command", Outcome.FAIL, "exit status 1",
+                                 (RequestRecord(1, False, 1, 0.01, "exit status 1"),), 0.01),)
+                return Trial(n, purpose, tuple(unit_ids), tuple(sorted(config)), Outcome.FAIL, "exit 1", runs, **base)
+            if "decode:OTHER" in config and "decode:THIRD" in config:
+                return Trial(n, purpose, tuple(unit_ids), tuple(sorted(config)), Outcome.START_FAILURE,
+                             "decode died while starting", **base)
+            runs = tuple(ProbeRun(self.probe.name, "command", Outcome.PASS, "ok", (), 0.01) for _ in range(probes))
+            return Trial(n, purpose, tuple(unit_ids), tuple(sorted(config)), Outcome.PASS, "ok", runs, **base)
+
+        probe_running = run
+
+    return SymptomRunner
+
+
+def test_another_failure_in_the_record_is_fed_as_such_on_replay_and_resume(rec):
+    """A trial recorded as "another failure" (Trial.symptom == "other") reaches the search as
+    Observation.other on replay and on resume, so both reach the live run's verdict."""
+    live = rec.bisect(symptom_oracle(), auto_link=False)
+    others = [t.n for t in live.trials if t.symptom == "other"]
+    assert others, [(t.n, t.config, t.outcome, t.symptom) for t in live.trials]
+    assert live.verdict.kind == "culprit" and live.culprit_deltas == (GUILTY,), live.verdict
+    ev = rec.evidence(live.run_id)
+    assert [t.symptom for t in ev.trials] == [t.symptom for t in live.trials]
+    rp = replay_log(ev, parse_log(render_log(ev)))
+    assert (rp.result.verdict.kind, rp.result.verdict.culprits) == (live.verdict.kind, live.verdict.culprits)
+    assert rp.result.verdict.explanation == live.verdict.explanation
+    # resume after retracting a trial that is not the other failure: the other failure is still no evidence
+    keep = next(t.n for t in live.trials if t.n not in others and t.config)
+    again = rec.resume(symptom_oracle(), live.run_id, retract=[keep])
+    assert (again.verdict.kind, again.culprit_deltas) == ("culprit", (GUILTY,)), again.verdict
+    assert all(t.symptom == "other" for t in again.trials if t.n in others)

@@ -224,3 +224,31 @@ def test_a_decode_that_ignores_sigterm_never_passes_the_old_configuration(scenar
     proof = baseline[0].restart_proof
     assert any(f.service == "decode" and f.old_pid == decode_pid and f.old_gone is False for f in proof)
     assert tree_fingerprint(s.sim) == before
+
+
+@pytest.mark.sim
+def test_a_not_config_shaped_run_whose_decode_ignores_sigterm_is_inconclusive_naming_the_restart(scenario, sshd):
+    """The client path hangs (every configuration fails: a not-config shape) and decode ignores the
+    SIGTERM of `kill $(cat decode.pid)`. The baseline trial's restart leaves the old decode running,
+    so "the baseline fails too" was never shown: the verdict is INCONCLUSIVE, and it names the failed
+    restart (cause, service, pid) in the CLI output and verdict.json, never NOT-CONFIG."""
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config), with_proxy_hang_after=3)
+    rules = json.loads(s.sim.rules_path.read_text())
+    rules["rules"].append(IGNORE_SIGTERM_RULE)
+    s.sim.set_rules(rules)
+    root = s.sim.root
+    text = s.sim.playbook.read_text()
+    text = text.replace(f'stop = "{root}/bin/stop decode"', f'stop = "kill $(cat {root}/run/decode.pid)"')
+    text = text.replace("poll_interval_s = 0.2", "poll_interval_s = 0.2\nstop_wait_s = 1")
+    s.sim.playbook.write_text(text)
+    s.sim.co_restart()
+    s.baseline()
+    plant(s.sim, [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "512")])
+    decode_pid = s.sim.pid("decode")
+    p = s.cli("bisect", "--against", "good", "--probe", "client")
+    assert p.returncode == 6, (p.stdout[-3000:], p.stderr[-2000:])  # INCONCLUSIVE, not NOT-CONFIG (4)
+    assert f"restart-failed: decode pid {decode_pid} still running" in p.stdout, p.stdout[-3000:]
+    run = sorted((s.store / "runs").iterdir())[-1]
+    doc = json.loads((run / "verdict.json").read_text())
+    assert doc["verdict"] == "inconclusive", doc["explanation"]
+    assert f"restart-failed: decode pid {decode_pid} still running" in doc["explanation"], doc["explanation"]

@@ -11,10 +11,13 @@ without it the verdict is inconclusive, naming what stayed:
   and the bytes each file had to hold (sha256) were checked on the host by the trial's apply (in
   the same batch as the write) and again before and after the probe (`HostEditor.guard`);
 - every service was started after the edit: the baseline trial co-restarted the stack (a probe of
-  the running stack proves nothing about the baseline). Whether each started process is a new one
-  and the old one is gone is the restart's own proof (hosts/restart.py): `ServiceProof.old_pid`,
-  `new_pid` and `old_pid_gone` are the facts it fills (`restart_facts`); None means not checked
-  here, which the proof shows and does not count against the verdict;
+  the running stack proves nothing about the baseline). Whether each started process is a new one,
+  started after the stop, running the baseline's environment, and the old one is gone, is the
+  restart's own proof (hosts/restart.py, `Trial.restart_proof`): `restart_facts(trial)` gives it
+  per service, and the proof cites it. A service whose playbook gives no pid_file cannot be proven
+  so: its line says "not proven: no pid file", and that does not block the verdict (pid_file is
+  optional in a playbook: blocking would make not-config impossible there; docs/safety.md). A fact
+  that contradicts the restart (the old pid survived, the same process answered) blocks it;
 - the probe reached the stack: a command probe ran (not exit 126/127, trials/probe_check.py); an
   HTTP probe got an answer, or hung on an open connection, or was refused by a port a service of
   the playbook listens on.
@@ -67,16 +70,48 @@ class ServiceProof:
     old_pid: int | None = None
     new_pid: int | None = None
     old_pid_gone: bool | None = None
+    started_after_stop_s: float | None = None
+    env_checked: tuple[str, ...] = ()  # keys of the new process's environment found at the baseline's values
+    env_unchecked: str = ""  # why its environment could not be compared
+    proven: bool | None = None  # the restart proved it (None: no facts, a record of an older version)
+    problem: str = ""  # why not proven, as the restart said it
+
+    @property
+    def unprovable(self) -> bool:
+        """No pid file: envbisect cannot tell the process apart (said, not held against the verdict)."""
+        return "no pid_file" in self.problem
 
     @property
     def ok(self) -> bool:
         if self.restarted_in is None or self.old_pid_gone is False:
             return False
+        if self.proven is False and not self.unprovable:
+            return False
         return not (self.old_pid is not None and self.new_pid is not None and self.old_pid == self.new_pid)
+
+    def describe(self) -> str:
+        """One service's restart as the proof cites it."""
+        if self.unprovable:
+            return f"{self.service}: not proven: no pid file (a co-restart ran; the process is not told apart)"
+        if self.proven is None:
+            return f"{self.service}: restarted (this record holds no pid facts)"
+        if not self.ok:
+            return f"{self.service}: not proven: {self.problem or 'not a new process'}"
+        old = (f"pid {self.old_pid} gone" if self.old_pid is not None and self.old_pid_gone
+               else "no process before")
+        after = ("" if self.started_after_stop_s is None
+                 else f", started {self.started_after_stop_s:.1f} s after the stop")
+        env = (f", environment checked: {', '.join(self.env_checked)}" if self.env_checked
+               else f", environment not checked: {self.env_unchecked}" if self.env_unchecked
+               else ", no environment key to check")
+        return f"{self.service}: {old}, new pid {self.new_pid}{after}{env}"
 
     def to_json(self) -> dict[str, Any]:
         return {"service": self.service, "host": self.host, "restarted_in_trial": self.restarted_in,
-                "old_pid": self.old_pid, "new_pid": self.new_pid, "old_pid_gone": self.old_pid_gone, "ok": self.ok}
+                "old_pid": self.old_pid, "new_pid": self.new_pid, "old_pid_gone": self.old_pid_gone,
+                "started_after_stop_s": self.started_after_stop_s, "env_checked": list(self.env_checked),
+                "env_unchecked": self.env_unchecked, "proven": self.proven, "problem": self.problem,
+                "ok": self.ok, "text": self.describe()}
 
 
 @dataclass(frozen=True)
@@ -98,8 +133,9 @@ class BaselineProof:
         if self.trial is None:
             out.append("no baseline trial co-restarted the stack")
         out += [f"{f.delta}: not verified at its baseline bytes" for f in self.files if not f.verified]
-        out += [f"{s.service}: not shown to be a new process started after the edit" for s in self.services
-                if not s.ok and self.trial is not None]
+        out += [f"{s.service}: not shown to be a new process started after the edit"
+                + (f" ({s.problem})" if s.problem else "")
+                for s in self.services if not s.ok and self.trial is not None]
         if not self.probe_reached:
             out.append("the probe never reached the stack")
         return out
@@ -118,11 +154,25 @@ class BaselineProof:
                "on the host after the write and after the probe"]
         for f in self.files:
             out.append(f"  {f.delta}: {'absent' if f.baseline is None else f.baseline[:12]}")
-        out.append("  services started after the edit: " + ", ".join(
-            s.service + (f" (pid {s.old_pid} -> {s.new_pid})" if s.new_pid is not None else "")
-            for s in self.services))
+        out.append(f"  every service co-restarted after the edit (trial {n}):")
+        out += [f"    {s.describe()}" for s in self.services]
         out.append("  the probe reached the stack")
         return out
+
+
+FACT_KEYS = ("old_pid", "new_pid", "old_pid_gone", "started_after_stop_s", "env_checked", "env_unchecked",
+             "proven", "problem")
+
+
+def restart_facts(trial: Any | None) -> dict[str, dict[str, Any]]:
+    """Per service, what the co-restart of `trial` proved (`Trial.restart_proof`), as `build_proof`
+    takes it; empty for no trial, a free trial or a record of an older version."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in getattr(trial, "restart_proof", ()) or ():
+        out[f.service] = {"old_pid": f.old_pid, "new_pid": f.new_pid, "old_pid_gone": f.old_gone,
+                          "started_after_stop_s": f.started_after_stop_s, "env_checked": tuple(f.env_checked),
+                          "env_unchecked": f.env_unchecked, "proven": f.proven, "problem": f.problem}
+    return out
 
 
 def baseline_trial(trials: Sequence[Any]) -> Any | None:
@@ -183,7 +233,7 @@ def build_proof(*, seen: Iterable[str], deltas: Sequence[Delta], original: Origi
     facts = restart_facts or {}
     services = tuple(
         ServiceProof(name, svc.host, t.n if t is not None else None,
-                     **{k: facts.get(name, {}).get(k) for k in ("old_pid", "new_pid", "old_pid_gone")})
+                     **{k: v for k, v in facts.get(name, {}).items() if k in FACT_KEYS})
         for name, svc in playbook.services.items())
     reached = t is not None and probe_reached(probe, t, playbook)
     return BaselineProof(t.n if t is not None else None, tuple(files), services, reached, tuple(stayed))
@@ -199,4 +249,78 @@ def not_reproduced(verdict: Verdict, proof: BaselineProof) -> Verdict:
         "stayed by hand first."))
 
 
-__all__ = ["BaselineProof", "FileProof", "ServiceProof", "build_proof", "not_reproduced", "baseline_trial"]
+__all__ = ["BaselineProof", "FileProof", "ServiceProof", "build_proof", "not_reproduced", "baseline_trial",
+           "restart_facts", "unresolved_causes", "proof_from_record"]
+
+
+def unresolved_causes(verdict: Verdict, trials: Sequence[Any], limit: int = 3) -> Verdict:
+    """An inconclusive verdict names what left its trials unresolved, from each trial's own reason
+    ("trial 4 restart-failed: decode pid 812 still running 1 s after its stop command ..."): "a trial
+    stayed unresolved" alone sends the operator to the log for the one fact that matters."""
+    if verdict.kind != "inconclusive":
+        return verdict
+    seen: dict[str, list[int]] = {}
+    for t in trials:
+        if t.outcome is Outcome.UNRESOLVED and t.cause is not None and t.kind is not TrialKind.GUARD:
+            seen.setdefault(f"{t.cause}: {t.reason}", []).append(t.n)
+    if not seen:
+        return verdict
+    named = [f"trial{'s' if len(ns) > 1 else ''} {', '.join(map(str, ns))} {why}"
+             for why, ns in list(seen.items())[-limit:]]
+    more = len(seen) - len(named)
+    return replace(verdict, explanation=verdict.explanation.rstrip() + " Unresolved: " + "; ".join(named)
+                   + (f" (and {more} other cause(s); see the trials)" if more else "") + ".")
+
+
+def _reached_in_record(trial: Any) -> bool:
+    """`probe_reached` from a record alone (no playbook): a command probe ran, an HTTP probe got an
+    answer or hung on an open connection. A refusal is not counted here (which port a service
+    listens on is the playbook's), so a record proves less than the live run, never more."""
+    runs = list(trial.probe_runs)
+    if not runs:
+        return trial.outcome is Outcome.START_FAILURE
+    if any(r.outcome is Outcome.BROKEN or r.outcome == "broken-probe" for r in runs):
+        return False
+    for r in runs:
+        if not r.requests:
+            return True  # a command probe (or one that reports no requests) ran
+        if any(q.status is not None or q.ok or (q.error or "").startswith("no answer within") for q in r.requests):
+            return True
+    return False
+
+
+def proof_from_record(run_doc: Mapping[str, Any], trials: Sequence[Any],
+                      live: Mapping[str, Any] | None) -> BaselineProof:
+    """The proof for a replayed not-config (runs/replay.py): the same questions as `build_proof`,
+    answered from the run folder: the diff it recorded (every delta seen, its notes), the trials as
+    corrected (the baseline trial and its restart facts) and the live run's proof (`live`: the
+    conflicts it met, the bytes each delta had to hold, the services it restarted). Without the
+    hosts nothing is checked again: a baseline trial the live run did not prove (another trial, or
+    a record without a proof) proves no file at its baseline bytes."""
+    live = live or {}
+    diff_doc = run_doc.get("diff") or {}
+    run_ids = [d["id"] for d in run_doc.get("deltas") or ()]
+    seen = [d["id"] for d in diff_doc.get("deltas") or ()] or run_ids
+    stayed = [f"{i}: left out of the run (--only/--exclude), so the baseline trial kept its current state"
+              for i in sorted(set(seen) - set(run_ids))]
+    stayed += [f"not put back: {n}" for n in diff_doc.get("notes") or () if any(m in n for m in UNSEEN_MARKS)]
+    stayed += [s for s in live.get("stayed") or () if s.endswith(": left as found") and s not in stayed]
+    t = baseline_trial(trials)
+    same = t is not None and live.get("trial") == t.n
+    shas = {f["delta"]: f.get("baseline") for f in live.get("files") or ()}
+    hosts = {d["id"]: (d.get("host", ""), d.get("path", "")) for d in run_doc.get("deltas") or ()}
+    files = tuple(FileProof(i, hosts[i][0], hosts[i][1], shas.get(i),
+                            t is not None and i in shas) for i in run_ids)
+    facts = restart_facts(t)
+    names = list(facts) or [s["service"] for s in live.get("services") or ()]
+    where = {s["service"]: s.get("host", "") for s in live.get("services") or ()}
+    services = tuple(ServiceProof(n, where.get(n, ""), t.n if t is not None else None,
+                                  **{k: v for k, v in facts.get(n, {}).items() if k in FACT_KEYS}) for n in names)
+    if t is not None and not names:
+        stayed.append(f"the record names no service trial {t.n} restarted")
+    if t is not None and run_ids and not shas:
+        stayed.append(f"the record holds no proof that trial {t.n} put the deltas at their baseline bytes "
+                      "(recorded without a not-config proof)")
+    reached = t is not None and (live.get("probe_reached") if same and "probe_reached" in live
+                                 else _reached_in_record(t))
+    return BaselineProof(t.n if t is not None else None, files, services, bool(reached), tuple(stayed))

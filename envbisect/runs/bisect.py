@@ -27,7 +27,8 @@ from envbisect.state.configuration import check_applicable, touched
 from envbisect.state.structured import key_secrets
 from envbisect.state.deltas import Delta, Diff, linked_units, same_change
 from envbisect.state.sourced import verdict_notes
-from envbisect.runs.baseline_proof import BaselineProof, build_proof, not_reproduced
+from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_proof, not_reproduced, restart_facts,
+                                          unresolved_causes)
 from envbisect.runs.deployment import Deployment
 from envbisect.runs.drift import drift_hints, with_drift
 from envbisect.trials.diagnose import PathReport, check_path
@@ -215,10 +216,21 @@ def judge_apart(test: ApartTest, tested: "Sequence[tuple[str, Trial]] | None", r
     if not tested:
         notes.append(f"{u}: its members could not be tested apart (infrastructure); reported whole")
         return
-    failing = [m for m, t in tested if t.outcome.failed]
-    how = "; ".join(f"{m} {'failed' if m in failing else 'passed'} in trial {t.n}" for m, t in tested)
+    # a member that fails another way than the symptom (Trial.symptom "other", runs/symptom.py) is
+    # no evidence that it carries the symptom: it is not blamed on that failure
+    failing = [m for m, t in tested if t.outcome.failed and t.symptom != "other"]
+    other = [m for m, t in tested if t.outcome.failed and t.symptom == "other"]
+
+    def said(m: str) -> str:
+        return "failed" if m in failing else "failed another way" if m in other else "passed"
+
+    how = "; ".join(f"{m} {said(m)} in trial {t.n}" for m, t in tested)
     apart.append(f"{u} is {' + '.join(members)}: " + ", ".join(
-        f"{m} {'failed' if m in failing else 'passed'} without the other side (trial {t.n})" for m, t in tested))
+        f"{m} {said(m)} without the other side (trial {t.n})" for m, t in tested))
+    if other and not failing:
+        notes.append(f"{u} was auto-linked for the search; tested apart: {how}; a member failing another way than "
+                     "the symptom is no evidence about it: reported as the group")
+        return
     if failing and len(failing) < len(members):
         refined[u] = tuple(failing)
         notes.append(f"{u} was auto-linked for the search; tested apart: {how}; only {', '.join(failing)} is to blame")
@@ -246,6 +258,7 @@ class BisectRun:
         self.run_dir = Path()
         self.trials: list[Trial] = []
         self.corrections = Corrections()  # a resumed run's (state/corrections.py)
+        self.watch: SymptomWatch | None = None  # set by _loop: how the current configuration fails
         self._restarted_from = 0  # trials before this are another session's: restarting for them is not ours
 
     def on_event(self, kind: str, data: dict) -> None:
@@ -507,6 +520,7 @@ class BisectRun:
         search = make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
                              base_probes=probe.repeat, **extra)
         watch = SymptomWatch(unit_ids, enabled=not probe.is_perf)
+        self.watch = watch  # the refine trials are judged against the symptom too (_refine_links)
         self.trials = [watch.see(t) for t in done]
         feed(search, self.trials, self.corrections, _observation)
         reference = self._perf_reference(probe, runner, done, notes, len(deltas), len(unit_ids))
@@ -562,14 +576,16 @@ class BisectRun:
                                               + " Observed, testing auto-linked members apart: " + "; ".join(apart) + ".")
             guard = self._guard_revert(verdict, units, refined, runner, notes)
             proof = None
+            evidence = [t for t in self.trials if not self.corrections.retracted(t.n)]
             if verdict.kind == "not-config":  # only with proof that the baseline trial was the baseline
                 proof = build_proof(seen=_seen_ids(diff, diff_doc), deltas=deltas, original=original,
-                                    contents=contents, playbook=self.playbook, probe=probe,
-                                    trials=[t for t in self.trials if not self.corrections.retracted(t.n)],
+                                    contents=contents, playbook=self.playbook, probe=probe, trials=evidence,
                                     diff_notes=diff.notes if diff else (diff_doc or {}).get("notes", ()),
-                                    conflicts=editor.conflicts)
+                                    conflicts=editor.conflicts,
+                                    restart_facts=restart_facts(baseline_trial(evidence)))
                 if not proof.reproduced:
                     verdict = not_reproduced(verdict, proof)
+            verdict = unresolved_causes(verdict, evidence)
             if verdict.kind == "not-config":
                 # "the baseline fails too" clears only what envbisect saw: a file an env file
                 # sources that it could not snapshot is named (state/sourced.py)
@@ -649,6 +665,8 @@ class BisectRun:
                 if trial is None:
                     trial = runner.run(len(self.trials) + 1, test.config(m), search.pass_runs(), test.purpose(m),
                                        kind=TrialKind.REFINE)
+                    if self.watch is not None:
+                        trial = self.watch.see(trial)
                     self.trials.append(trial)
                     self._append_trial(trial)
                     self.on_event("trial-end", {"trial": trial})

@@ -35,7 +35,8 @@ from envbisect.hosts.restart import co_restart, health_ok
 from envbisect.outcome import Cause, Outcome
 from envbisect.runs.bisect import (BisectOptions, BisectResult, _observation, check_applicable, judge_apart,
                                    linked_to_refine, make_units, select_deltas)
-from envbisect.runs.baseline_proof import build_proof, not_reproduced
+from envbisect.runs.symptom import SymptomWatch
+from envbisect.runs.baseline_proof import baseline_trial, build_proof, not_reproduced, restart_facts, unresolved_causes
 from envbisect.runs.deployment import Deployment
 from envbisect.search import POLICIES, TrialKind, Verdict
 from envbisect.search.rounds import observe_round, plan_round
@@ -93,6 +94,8 @@ class FleetRun:
         self._listener = on_event or (lambda _k, _d: None)
         self.trials: list[Trial] = []
         self.trial_replica: dict[int, str] = {}
+        # how the current configuration fails; every later failure is judged against it (runs/symptom.py)
+        self.watch: SymptomWatch | None = None
         self.run_id = ""
         self.run_dir = Path()
 
@@ -164,17 +167,21 @@ class FleetRun:
         proof = None
         if verdict.kind == "not-config":  # only with proof that the baseline trial was the baseline
             r0 = self.replicas[0]
+            mine = [t for t in self.trials if self.trial_replica.get(t.n) == first]
             proof = build_proof(seen=[d.id for d in diffs[first].deltas], deltas=chosen[first],
                                 original=r0.runner.original, contents=diffs[first].contents,  # type: ignore
-                                trials=[t for t in self.trials if self.trial_replica.get(t.n) == first],
-                                playbook=r0.dep.playbook, probe=probes[first], diff_notes=diffs[first].notes,
-                                conflicts=[c for r in self.replicas if r.editor for c in r.editor.conflicts])
+                                trials=mine, playbook=r0.dep.playbook, probe=probes[first],
+                                diff_notes=diffs[first].notes,
+                                conflicts=[c for r in self.replicas if r.editor for c in r.editor.conflicts],
+                                restart_facts=restart_facts(baseline_trial(mine)))
             if not proof.reproduced:
                 verdict = not_reproduced(verdict, proof)
+        verdict = unresolved_causes(verdict, self.trials)
         if verdict.kind == "not-config":  # what it could not see, as a single deployment's verdict says
             notes.extend(n for n in verdict_notes(diffs[first].notes) if n not in notes)
         excluded = {r.name: r.excluded for r in self.replicas if r.excluded}
         result = BisectResult(self.run_id, verdict, tuple(self.trials), "original", units, notes=tuple(notes),
+                              symptom=self.watch.to_json() if self.watch else None,
                               refined=refined, baseline_proof=proof)
         fleet = FleetResult(result, rounds, tuple(r.name for r in self.replicas), excluded, dict(self.trial_replica),
                             time.monotonic() - t0)
@@ -187,6 +194,7 @@ class FleetRun:
         probe = self.replicas[0].runner.probe  # type: ignore[union-attr]
         search = make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
                              base_probes=probe.repeat)
+        self.watch = SymptomWatch(unit_ids, enabled=not probe.is_perf)
         # round 1: the baseline on every replica (premise), side by side
         base = self._round([(r, [], "premise: baseline must pass (every replica)", TrialKind.PREMISE_BASELINE,
                              search.pass_runs(), 1) for r in self._healthy(notes)])
@@ -294,6 +302,8 @@ class FleetRun:
 
         with ThreadPoolExecutor(max_workers=max(1, len(numbered))) as pool:
             got = list(pool.map(run, numbered))
+        if self.watch is not None:  # in trial order: the premise teaches the symptom the later ones are judged by
+            got = [(r, self.watch.see(t)) for r, t in got]
         for r, t in got:
             self.trials.append(t)
             self.trial_replica[t.n] = r.name

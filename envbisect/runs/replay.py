@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 from envbisect.errors import ExitStatus, StoreError, UsageError
 from envbisect.inputs.masking import SecretMasker, printable
 from envbisect.outcome import Outcome
+from envbisect.runs.baseline_proof import not_reproduced, proof_from_record, unresolved_causes
 from envbisect.runs.symptom import dependency_records
 from envbisect.runs.bisect import (POLICIES, VERDICT_EXIT, BisectResult, GuardResult, _drift_hint, _observation,
                                    judge_apart, linked_to_refine)
@@ -376,13 +377,20 @@ def replay_evidence(ev: RunEvidence, corrections: Corrections, *, base_probes: i
                                 tuple(g.get("trials") or ()))
         else:
             notes.append("--guard: what reverting these culprits costs in speed was not measured (it needs the hosts)")
+    proof = None
+    evidence = [t for t in ev.trials if not corrections.retracted(t.n)]
+    if verdict.kind == "not-config":  # gated as the live run's: the record must prove the baseline trial
+        proof = proof_from_record(ev.doc, evidence, old.get("baseline_proof"))
+        if not proof.reproduced:
+            verdict = not_reproduced(verdict, proof)
+    verdict = unresolved_causes(verdict, evidence)
     if verdict.kind == "not-config":
         notes.append("the layered check of the request path was not repeated (it needs the hosts)")
     drift = tuple(_drift_hint(ev.doc.get("diff") or {})) if verdict.kind == "not-reproduced" else ()
     final = next((t for t in reversed(ev.trials) if t.kind is TrialKind.FINAL), None)
     result = BisectResult(ev.run_id, verdict, ev.trials, state_left, units, None, drift, final, tuple(notes),
                           refined, guard, corrections, ev.doc.get("symptom"),
-                          tuple(dependency_records(verdict, units, ev.trials)))
+                          tuple(dependency_records(verdict, units, ev.trials)), proof)
     return Replay(source, result, tuple(needs), changes, unused)
 
 

@@ -62,7 +62,10 @@ class VerdictWriter:
 
     def _final(self, reason: str, confident: bool = True) -> Verdict:
         post = self._belief()
-        if post.z > 0 and reason != "contradiction" and confident:
+        # a verdict stands on both premises: with the baseline never resolved (its restart failed,
+        # say), "current fails" alone names whichever delta the prior favours
+        premised = self._n == 0 or self._evidence.get(0) is not None
+        if post.z > 0 and reason != "contradiction" and confident and premised:
             p_top, top, conf = self._assess(post)
             if conf >= self.confidence:
                 return self._verdict(post, top, conf)
@@ -78,7 +81,10 @@ class VerdictWriter:
             "only together, or a fault that comes and goes between restarts)",
         }[reason]
         lead, conf, sus = "", 0.0, ()
-        if post.z > 0:
+        if not premised:
+            lead = ("; the baseline (no deltas) never gave an answer, so no delta is blamed and the config is "
+                    "not cleared")
+        elif post.z > 0:
             p_top, top, conf = self._assess(post)
             sus = self._suspects(post)
             if top.kind == _NONE:
