@@ -151,6 +151,10 @@ class TrialRunner:
             from envbisect.trials.perf import PerfJudge
 
             self.perf = PerfJudge(probe, reference_config)
+        elif probe.needs_reference:
+            from envbisect.trials.probe_answers import AnswersJudge
+
+            self.perf = AnswersJudge(probe, reference_config)
 
     def delta_ids(self, unit_ids: Sequence[str]) -> tuple[str, ...]:
         return tuple(sorted(d for u in unit_ids for d in self.units[u]))
