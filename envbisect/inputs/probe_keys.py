@@ -103,6 +103,6 @@ def parse_answers(r: Any, in_range: Callable[..., Any]) -> dict[str, Any]:
 
     return dict(answer_items=tuple(items), model=r.get("model", str, "default"),
                 max_tokens=in_range("max_tokens", int, 64, 1, 100_000, "between 1 and 100000"),
-                requests=in_range("requests", int, 100, 10, 100_000, "between 10 and 100000 (prompts per run)"),
+                requests=in_range("requests", int, 200, 10, 100_000, "between 10 and 100000 (prompts per run)"),
                 tolerance=fraction("tolerance", "10%", False), min_accuracy=fraction("min_accuracy", "0%", True),
                 metric="accuracy")
