@@ -98,8 +98,10 @@ start_noise = "1%"
 timeout_s = 5
 """)
         _bisect_finds_the_slowdown(s, "decode_tps")
-        # the router is scraped too: its own metrics are in the server
-        assert prom.query('count(up{job="sim"} == 1)')["data"]["result"][0]["value"][1] == "3"
+        # the real router is scraped too (its own series are in the server beside the workers')
+        router = f'127.0.0.1:{ports["router_metrics"]}'
+        got = prom.query(f'count({{instance="{router}", __name__!="up", __name__!~"scrape_.*"}})')
+        assert got["data"]["result"] and float(got["data"]["result"][0]["value"][1]) > 0, got
     finally:
         prom.stop()
 
@@ -125,33 +127,51 @@ timeout_s = 5
     _bisect_finds_the_slowdown(s, "decode_tokens")
 
 
-def test_the_simulated_ttft_histogram_shows_a_speed_fault(stack):
-    """A `metrics` probe reading TTFT's p50 from the histogram (lower is better) sees the slowdown."""
-    s = stack(_rules_20_percent())
-    _add_probe(s, f"""
-[probes.ttft]
-kind = "metrics"
-vantage = "node1"
+def test_the_simulated_metrics_show_speed_faults_as_sglang_would(stack):
+    """`metrics` probes on decode's gen_throughput gauge and its TTFT histogram: a speed rule (PERF_RULES'
+    kind) lowers the gauge, a slow rule (0.3 s more before the first token) moves TTFT's p50 up a bucket."""
+    rules = _rules_20_percent()
+    rules["rules"].append({"service": "decode", "when": {"SGLANG_SCHEDULER_INTERVAL": "2"}, "fault": "slow",
+                           "delay_s": 0.3})
+    s = stack(rules)
+    common = f"""vantage = "node1"
 url = "{_chat(s)}"
 body = '{PERF_BODY}'
 metrics_url = "{s.sim.worker_url('decode')}/metrics"
-series = "sglang:time_to_first_token_seconds"
+concurrency = 4
+timeout_s = 5
+"""
+    _add_probe(s, f"""
+[probes.ttft]
+kind = "metrics"
+{common}series = "sglang:time_to_first_token_seconds"
 reading = "quantile"
 quantile = 0.5
 load_s = 1.5
-concurrency = 4
-timeout_s = 5
+
+[probes.gauge]
+kind = "metrics"
+{common}series = "sglang:gen_throughput"
+reading = "gauge"
+higher_is_better = true
+load_s = 3
 """)
     from envbisect.trials.probe import run_probe
 
-    with s.deployment() as dep:
-        fast = run_probe(dep.playbook.probes["ttft"], dep.transports)
+    def measure() -> tuple[float, float]:
+        with s.deployment() as dep:
+            runs = [run_probe(dep.playbook.probes[p], dep.transports) for p in ("ttft", "gauge")]
+        assert all(r.outcome == "pass" for r in runs), [r.reason for r in runs]
+        return runs[0].value, runs[1].value
+
+    ttft0, gauge0 = measure()
     plant(s.sim, [SLOW])
-    with s.deployment() as dep:
-        slow = run_probe(dep.playbook.probes["ttft"], dep.transports)
-    assert fast.outcome == "pass" and slow.outcome == "pass", (fast.reason, slow.reason)
-    # 32 tokens at 8 ms: about 0.26 s, and 45% more per token (histogram buckets 0.25 / 0.5: interpolated)
-    assert 0.1 < fast.value < slow.value, (fast.value, slow.value)
+    ttft1, gauge1 = measure()
+    plant(s.sim, [NOOP])
+    ttft2, _ = measure()
+    assert gauge1 < 0.92 * gauge0, (gauge0, gauge1)  # 45% more time per token
+    # a 16-token decode (the router asks max_new_tokens) takes 0.13-0.19 s: bucket (0.1, 0.25]; 0.3 s more: (0.25, 0.5]
+    assert 0.1 < ttft0 <= 0.25 and 0.1 < ttft1 <= 0.25 and 0.25 < ttft2 <= 0.5, (ttft0, ttft1, ttft2)
 
 
 QA = [f'{{"prompt": "What is {a} + {b}?", "answer": "{a + b}"}}' for a, b in
