@@ -113,33 +113,45 @@ class AnswersJudge:
         self.reference: list[tuple[float, ...]] | None = None
         self.starts: dict[tuple[str, ...], list[tuple[float, ...]]] = {}
 
-    def judge_start(self, transports: Mapping[str, Transport], config: Sequence[str]
+    def judge_start(self, transports: Mapping[str, Transport], config: Sequence[str], runs: int = 1
                     ) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
+        """`runs` runs of `requests` prompts (as many as the search asks for: a run is cheap beside a
+        restart), decided together; a run with no answer at all stops the trial as a failure."""
+        from dataclasses import replace
+
         from envbisect.trials.probe import run_probe
 
         key = tuple(sorted(config))
         mine = key == self.reference_config
-        run = run_probe(self.probe, transports)
-        if run.outcome is not Outcome.PASS and run.value is None:
-            return run.outcome if run.outcome is not Outcome.PASS else Outcome.FAIL, (run,), run.reason
-        values = (run.value,) if run.value is not None else ()
-        if mine and self.reference is None:
-            if run.outcome is Outcome.PASS:
-                self.reference = [values]
-                return Outcome.PASS, (run,), f"the reference: {run.reason}"
-            return Outcome.FAIL, (run,), run.reason
+        done: list[ProbeRun] = []
+        for _ in range(max(1, runs)):
+            run = run_probe(self.probe, transports)
+            done.append(run)
+            if run.value is None or (mine and self.reference is None and run.outcome is not Outcome.PASS):
+                return (Outcome.FAIL if run.outcome is Outcome.PASS else run.outcome), tuple(done), run.reason
+            if not mine and self.reference is not None:  # measurably worse already: more runs cannot undo it
+                so_far = tuple(r.value for r in done if r.value is not None)
+                ref_right, ref_total = counts(self.probe, self.reference)
+                right, total = counts(self.probe, [*self.starts.get(key, []), so_far])
+                if decide_accuracy(ref_right, ref_total, right, total, tolerance=self.probe.tolerance).worse:
+                    break
+        values = tuple(r.value for r in done if r.value is not None)
+        right, total = counts(self.probe, [values])
         if mine:
+            first = self.reference is None
             self.reference = [*(self.reference or []), values]
-            return run.outcome, (run,), run.reason
+            if first:
+                return Outcome.PASS, tuple(done), f"the reference: accuracy {right / total:.1%} ({right}/{total})"
+            return (Outcome.PASS if all(r.outcome is Outcome.PASS for r in done) else Outcome.FAIL), tuple(done), \
+                f"accuracy {right / total:.1%} ({right}/{total})"
         if self.reference is None:
-            return (Outcome.CANNOT_TEST, (run,), "no baseline accuracy to judge against (the baseline did not measure)")
+            return (Outcome.CANNOT_TEST, tuple(done), "no baseline accuracy to judge against (the baseline did not "
+                    "measure)")
         self.starts.setdefault(key, []).append(values)
         ref_right, ref_total = counts(self.probe, self.reference)
         right, total = counts(self.probe, self.starts[key])
         d = decide_accuracy(ref_right, ref_total, right, total, tolerance=self.probe.tolerance)
-        if d.worse:
-            from dataclasses import replace
-
-            return Outcome.FAIL, (replace(run, outcome=Outcome.FAIL, reason=f"{run.reason}; worse than the baseline"),
-                                  ), d.text
-        return Outcome.PASS, (run,), d.text
+        if d.worse:  # every run of a configuration measurably less accurate than the baseline is a failing run
+            return Outcome.FAIL, tuple(replace(r, outcome=Outcome.FAIL, reason=f"{r.reason}; worse than the baseline")
+                                       for r in done), d.text
+        return Outcome.PASS, tuple(done), d.text

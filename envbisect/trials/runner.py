@@ -204,7 +204,9 @@ class TrialRunner:
         """Pass/fail probe runs; for a perf probe, samples judged against the baseline's (perf.py). A
         probe whose every request was refused by a port no service listens on never reached the
         stack: broken, not a failure (trials/probe_check.py)."""
-        if self.perf is not None:
+        if self.perf is not None and self.probe.kind == "answers":  # runs as asked, judged together
+            outcome, runs, reason = self.perf.judge_start(self.transports, config, runs=probes)
+        elif self.perf is not None:
             outcome, runs, reason = self.perf.judge_start(self.transports, config)
         else:
             outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after)
