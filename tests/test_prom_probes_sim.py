@@ -18,7 +18,7 @@ from envbisect.sim.deployment import PERF_RULES
 
 pytestmark = [pytest.mark.sim, pytest.mark.sshd, pytest.mark.slow]
 
-# 45% more time per token on decode: about 20% fewer tokens/s (PERF_RULES' calibration: 1.3 -> -16%, 1.6 -> -25%)
+# 34% more time per token on decode: about 20% fewer generated tokens/s (measured: 1.45 gave -25%)
 SLOW = ("decode", "SGLANG_CUDA_GRAPH_MAX_BS", "8")
 NOOP = ("decode", "SGLANG_SCHEDULER_INTERVAL", "2")
 OTHERS = [("prefill", "NCCL_DEBUG", "INFO"), ("router", "ROUTER_LOG_LEVEL", "debug"),
@@ -30,7 +30,7 @@ def _rules_20_percent() -> dict:
     rules = json.loads(json.dumps(PERF_RULES))
     for r in rules["rules"]:
         if r["when"] == {"SGLANG_CUDA_GRAPH_MAX_BS": "8"}:
-            r["factor"] = 1.45
+            r["factor"] = 1.34
     return rules
 
 

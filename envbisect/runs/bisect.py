@@ -476,7 +476,8 @@ class BisectRun:
             if old.outcome is Outcome.PASS:
                 runner.perf.reference = [tuple(r.value for r in old.probe_runs if r.value is not None)]
             return None  # the replay of the record has shown it to the search already
-        purpose = "premise: baseline must pass (measured first: the perf reference every configuration is judged against)"
+        purpose = (f"premise: baseline must pass (measured first: the {'accuracy' if probe.kind == 'answers' else 'perf'} "
+                   "reference every configuration is judged against)")
         self.on_event("trial-start", {"n": 1, "purpose": purpose, "config": [], "eta_s": None, "units": n_units,
                                       "total_deltas": n_deltas})
         trial = runner.run(1, [], probe.samples, purpose, kind=TrialKind.PREMISE_BASELINE)
