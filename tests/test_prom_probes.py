@@ -202,3 +202,30 @@ def test_answers_keys_and_file_are_checked_at_load(tmp_path):
     with pytest.raises(PlaybookError) as e:
         _load(tmp_path, {"kind": "answers", "url": url, "answers": "missing.jsonl"})
     assert "cannot read" in str(e.value)
+
+
+def test_a_promql_probe_whose_prometheus_is_not_there_is_refused_before_any_edit(tmp_path):
+    from envbisect.errors import ProbeBroken
+    from envbisect.trials.probe_check import refuse_broken_probe
+
+    try:
+        from sshd import free_port
+    except ImportError:
+        from tests.sshd import free_port
+    import socket
+
+    stack = socket.socket()  # the stack's port: listening (a health URL of the playbook)
+    stack.bind(("127.0.0.1", 0))
+    stack.listen()
+    port = stack.getsockname()[1]
+    book = _book(tmp_path, {"kind": "promql", "url": f"http://127.0.0.1:{port}/v1/chat/completions",
+                            "prometheus": f"http://127.0.0.1:{free_port()}", "query": "up",
+                            "higher_is_better": True})
+    book["services"]["s"]["health"] = f"http://127.0.0.1:{port}/health"
+    pb = parse_playbook(book, tmp_path / "pb.toml")
+    try:
+        with pytest.raises(ProbeBroken) as e:
+            refuse_broken_probe(pb.probes["p"], pb, {})
+        assert "the Prometheus server is not there" in str(e.value) and "nothing was changed" in str(e.value)
+    finally:
+        stack.close()
