@@ -35,7 +35,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULT_KINDS = ("hang", "5xx", "slow", "fail_after_reused", "intermittent", "crash", "speed", "ignore_sigterm", "wrong")
+FAULT_KINDS = ("hang", "5xx", "slow", "fail_after_reused", "intermittent", "crash", "speed", "ignore_sigterm",
+               "wrong")
 # the buckets SGLang's collector gives these histograms (sglang/srt/metrics/collector.py)
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 15.0, 20.0, 25.0, 30.0)

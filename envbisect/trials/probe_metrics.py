@@ -21,6 +21,7 @@ from typing import Iterable, Mapping
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from envbisect.hosts import bounded_http
 from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Outcome
 from envbisect.trials.probe import RequestRecord, ProbeRun, _send
@@ -108,7 +109,7 @@ def load_for(probe: Probe, base: str, path: str, netloc: str, seconds: float) ->
 
     def client(i: int) -> None:
         n = 0
-        with httpx.Client(verify=False) as c:
+        with bounded_http.client(insecure=probe.insecure) as c:
             while time.monotonic() < deadline:
                 n += 1
                 rec = _send(c, probe, base, path, netloc, n, conn=i)
@@ -155,7 +156,7 @@ def metrics_sample(probe: Probe, transport, url_base: tuple[str, str, str], metr
                 continue
             if r is not None:
                 gauges.append(r.total)
-    with httpx.Client(verify=False) as c:
+    with bounded_http.client(insecure=probe.insecure) as c:
         try:
             before = page(c)
         except (httpx.HTTPError, ValueError) as e:
@@ -164,7 +165,7 @@ def metrics_sample(probe: Probe, transport, url_base: tuple[str, str, str], metr
         if before is None:
             return ProbeRun(probe.name, probe.kind, Outcome.CANNOT_TEST, f"{target} has no {probe.series}", (),
                             time.monotonic() - t0, target)
-        poller = threading.Thread(target=poll, args=(httpx.Client(verify=False),), daemon=True)
+        poller = threading.Thread(target=poll, args=(bounded_http.client(insecure=probe.insecure),), daemon=True)
         if probe.reading == "gauge":
             poller.start()
         w0 = time.monotonic()
@@ -228,7 +229,7 @@ def promql_sample(probe: Probe, url_base: tuple[str, str, str], prom_base: str, 
     if failed is not None:
         return failed
     query = (probe.query or "").replace("$window", window_text(end - start))
-    with httpx.Client(verify=False) as c:
+    with bounded_http.client(insecure=probe.insecure) as c:
         deadline = time.monotonic() + SCRAPE_WAIT_S
         try:
             while True:  # every target scraped after the window ended: its last samples are in
