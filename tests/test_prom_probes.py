@@ -89,7 +89,7 @@ def test_a_promql_answer_must_be_one_number():
     two = [{"metric": {"a": "1"}, "value": [1, "1"]}, {"metric": {"a": "2"}, "value": [1, "2"]}]
     assert promql_value({"status": "success", "data": {"resultType": "vector", "result": two}}) is None
     assert promql_value({"status": "error", "error": "parse error"}) is None
-    assert window_text(2.3) == "3s" and window_text(0.2) == "1s"
+    assert window_text(2.3) == "2s" and window_text(2.9) == "2s" and window_text(0.2) == "1s"
 
 
 def test_binom_cdf_is_exact():

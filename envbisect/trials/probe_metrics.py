@@ -103,6 +103,16 @@ def increase(before: Reading, after: Reading) -> tuple[tuple[float, float], ...]
 def load_for(probe: Probe, base: str, path: str, netloc: str, seconds: float) -> list[RequestRecord]:
     """`concurrency` clients sending the probe's request back to back until `seconds` have passed
     (the requests under way finish)."""
+    # warm-up first, untimed and unread (as a perf sample's): the first requests after a restart
+    # open connections and warm caches, which is not the configuration's speed
+    warm = probe.concurrency if probe.warmup is None else probe.warmup
+    if warm:
+        from concurrent.futures import ThreadPoolExecutor
+
+        limits = httpx.Limits(max_connections=probe.concurrency, max_keepalive_connections=probe.concurrency)
+        with bounded_http.client(insecure=probe.insecure, limits=limits) as c, \
+                ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
+            list(pool.map(lambda i: _send(c, probe, base, path, netloc, -i - 1), range(warm)))
     deadline = time.monotonic() + seconds
     recs: list[RequestRecord] = []
     lock = threading.Lock()
@@ -201,8 +211,9 @@ def metrics_sample(probe: Probe, transport, url_base: tuple[str, str, str], metr
 
 
 def window_text(seconds: float) -> str:
-    """A PromQL duration covering the window (whole seconds, at least 1)."""
-    return f"{max(1, math.ceil(seconds))}s"
+    """A PromQL duration inside the window (whole seconds, rounded down, at least 1): rounded up, the
+    range would reach back before the load began and dilute the rate by the idle part."""
+    return f"{max(1, math.floor(seconds))}s"
 
 
 def promql_value(doc: Mapping) -> float | None:
