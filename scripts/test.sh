@@ -29,6 +29,9 @@ command -v chromium >/dev/null 2>&1 || apt_pkgs+=(chromium fonts-dejavu-core)
 # >>> alertmanager (tests/test_watch_sim.py: a real Alertmanager posts its webhook to `watch --listen`)
 command -v prometheus-alertmanager >/dev/null 2>&1 || apt_pkgs+=(prometheus-alertmanager)
 # <<< alertmanager
+# >>> prometheus (metrics/promql probe tests: a real server scrapes the simulated deployment)
+command -v prometheus >/dev/null 2>&1 || apt_pkgs+=(prometheus)
+# <<< prometheus
 
 if [ "${#apt_pkgs[@]}" -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ] && [ "${#SUDO[@]}" -eq 0 ]; then

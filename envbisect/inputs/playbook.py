@@ -14,7 +14,10 @@ from typing import Any, Mapping
 from envbisect.errors import PlaybookError
 
 LOCAL = "local"
-PROBE_KINDS = ("http", "multi_round", "concurrent", "command", "perf")
+PROBE_KINDS = ("http", "multi_round", "concurrent", "command", "perf", "metrics", "promql", "answers")
+# kinds judged like a perf probe: samples of a number, compared with the baseline's (trials/perf.py)
+PERF_KINDS = ("perf", "metrics", "promql")
+METRICS_READINGS = ("rate", "quantile", "gauge")  # what a metrics probe makes of its series (probe_metrics.py)
 PROBE_REPEAT_MAX = 40  # = Search(max_probes=...): a trial is never probed more often than that
 PROBE_CONCURRENCY_MAX = 1024  # one thread and one connection each
 
@@ -85,10 +88,36 @@ class Probe:
     start_noise: float = 0.02
     warmup: int | None = None  # untimed requests first (default: concurrency)
     insecure: bool = False  # https: skip TLS verification (the headers may carry API keys: verified by default)
+    # metrics / promql: a sample is `load_s` seconds of load (the request above at `concurrency`)
+    # and one number read from Prometheus metrics over that window (trials/probe_metrics.py)
+    load_s: float = 3.0
+    metrics_url: str | None = None  # metrics: the /metrics page read before and after the load
+    series: str | None = None  # metrics: the metric family (e.g. sglang:generation_tokens_total)
+    reading: str = "rate"  # metrics: rate (counter), quantile (histogram), gauge (mean while loaded)
+    quantile: float = 0.5  # metrics, reading = quantile
+    labels: tuple[tuple[str, str], ...] = ()  # metrics: only the series with these label values
+    prometheus: str | None = None  # promql: the server's base URL
+    query: str | None = None  # promql: $window becomes the load window ("3s"), evaluated at its end
+    higher: bool | None = None  # metrics/promql: whether a higher number is better
+    # answers: prompts with their expected answers (from a JSONL file), `requests` of them per run
+    answer_items: tuple[tuple[str, str, str], ...] = ()  # (prompt, exact|regex|choice, expected)
+    model: str = "default"
+    max_tokens: int = 64
+    tolerance: float = 0.10  # accuracy points a configuration may lose against the baseline
+    min_accuracy: float = 0.0  # the baseline (or a lone run) must reach this accuracy to pass
 
     @property
     def is_perf(self) -> bool:
-        return self.kind == "perf"
+        return self.kind in PERF_KINDS
+
+    @property
+    def needs_reference(self) -> bool:
+        """Judged against the baseline measured first in the same run (perf-like and answers)."""
+        return self.is_perf or self.kind == "answers"
+
+    @property
+    def higher_is_better(self) -> bool:
+        return PERF_METRICS[self.metric] if self.kind == "perf" else bool(self.higher)
 
 
 @dataclass(frozen=True)
@@ -407,10 +436,17 @@ def _parse_probe(path: Path, name: str, table: Any, hosts: Mapping[str, Host]) -
     if url is not None and not url.startswith(("http://", "https://")):
         raise PlaybookError(path, r.key("url"), f"must be an http(s) URL, got {url!r}")
     perf: dict[str, Any] = {}
-    if kind == "perf":
-        metric = r.get("metric", str, "output_tokens_per_s")
-        if metric not in PERF_METRICS:
-            raise PlaybookError(path, r.key("metric"), f"must be one of {', '.join(PERF_METRICS)}, got {metric!r}")
+    if kind in PERF_KINDS:
+        if kind == "perf":
+            metric = r.get("metric", str, "output_tokens_per_s")
+            if metric not in PERF_METRICS:
+                raise PlaybookError(path, r.key("metric"), f"must be one of {', '.join(PERF_METRICS)}, got {metric!r}")
+        else:
+            from envbisect.inputs.probe_keys import parse_reading
+
+            reading = parse_reading(r, kind, in_range)
+            metric = reading.pop("metric")
+            perf.update(reading)
         try:
             regression = parse_fraction(r.get("regression", (str, float, int), "5%"))
         except ValueError as e:
@@ -420,11 +456,15 @@ def _parse_probe(path: Path, name: str, table: Any, hosts: Mapping[str, Host]) -
         except ValueError as e:
             raise PlaybookError(path, r.key("start_noise"), str(e)) from None
         samples = in_range("samples", int, 3, 2, 50, "between 2 and 50 (samples per started configuration)")
-        perf = dict(metric=metric, regression=regression, samples=samples, start_noise=start_noise,
+        perf.update(metric=metric, regression=regression, samples=samples, start_noise=start_noise,
                     requests=in_range("requests", int, 64, 1, 100_000, "between 1 and 100000 (requests per sample)"),
                     max_samples=in_range("max_samples", int, max(16, samples), samples, 200,
                                          f"between samples ({samples}) and 200"),
                     warmup=in_range("warmup", int, None, 0, 100_000, "between 0 and 100000"))
+    elif kind == "answers":
+        from envbisect.inputs.probe_keys import parse_answers
+
+        perf = parse_answers(r, in_range)
     p = Probe(
         name=name, kind=kind, vantage=vantage, url=url, method=method, body=body,
         headers=tuple((str(k), str(v)) for k, v in headers.items()), expect_status=expect_status,

@@ -347,10 +347,8 @@ class BisectRun:
         }
         perf = probe if probe.is_perf else self.guard_probe()
         if perf is not None:  # what the report's samples chart is drawn against
-            from envbisect.inputs.playbook import PERF_METRICS
-
             doc["perf"] = {"probe": perf.name, "metric": perf.metric, "regression": perf.regression,
-                           "higher_is_better": PERF_METRICS[perf.metric], "guard": perf is not probe}
+                           "higher_is_better": perf.higher_is_better, "guard": perf is not probe}
         # what `envbisect replay` needs to build the same search without the playbook
         doc["search"] = {"base_probes": probe.repeat, "retries": PERF_RETRIES if probe.is_perf else 1}
         RunDir(self.run_dir).write(rundir.RUN, self.dep.masker.redact_json(doc))
@@ -486,22 +484,25 @@ class BisectRun:
         """A perf probe judges every configuration against the baseline's samples, so the baseline
         is measured first (in this run: a speed is never taken from memory); the search's baseline
         premise is then answered by that trial. Resumed: the reference comes from the run's record."""
-        if not probe.is_perf:
+        if not probe.needs_reference:
             return None
         old = next((t for t in done if not t.config and t.kind is TrialKind.PREMISE_BASELINE), None)
         if old is not None:
             if old.outcome is Outcome.PASS:
                 runner.perf.reference = [tuple(r.value for r in old.probe_runs if r.value is not None)]
             return None  # the replay of the record has shown it to the search already
-        purpose = "premise: baseline must pass (measured first: the perf reference every configuration is judged against)"
+        purpose = (f"premise: baseline must pass (measured first: the {'accuracy' if probe.kind == 'answers' else 'perf'} "
+                   "reference every configuration is judged against)")
         self.on_event("trial-start", {"n": 1, "purpose": purpose, "config": [], "eta_s": None, "units": n_units,
                                       "total_deltas": n_deltas})
         trial = runner.run(1, [], probe.samples, purpose, kind=TrialKind.PREMISE_BASELINE)
         self.trials.append(trial)
         self._append_trial(trial)
         self.on_event("trial-end", {"trial": trial})
-        notes.append(f"perf probe {probe.name}: the baseline was measured first (trial 1); every configuration's "
-                     f"{probe.metric} is compared with its samples (worse by more than {probe.regression:.0%} = fail)")
+        allowed = (f"below its accuracy less {probe.tolerance:.0%} beyond chance" if probe.kind == "answers" else
+                   f"worse by more than {probe.regression:.0%}")
+        notes.append(f"{probe.kind} probe {probe.name}: the baseline was measured first (trial 1); every configuration's "
+                     f"{probe.metric} is compared with its samples ({allowed} = fail)")
         return trial
 
     def _loop(self, diff: Diff | None, deltas: list[Delta], contents: dict[str, bytes],

@@ -22,6 +22,7 @@ import argparse
 import hashlib
 import http.client
 import json
+import math
 import os
 import random
 import re
@@ -34,7 +35,13 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULT_KINDS = ("hang", "5xx", "slow", "fail_after_reused", "intermittent", "crash", "speed", "ignore_sigterm")
+FAULT_KINDS = ("hang", "5xx", "slow", "fail_after_reused", "intermittent", "crash", "speed", "ignore_sigterm",
+               "wrong")
+# the buckets SGLang's collector gives these histograms (sglang/srt/metrics/collector.py)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                15.0, 20.0, 25.0, 30.0)
+E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0)
+GEN_THROUGHPUT_WINDOW_S = 5.0  # sglang:gen_throughput: tokens/s of the recent decode batches
 DEFAULT_KV_LAYOUT_VARS = ("SGLANG_KV_PAGE_SIZE", "SGLANG_KV_CACHE_DTYPE")
 SIM_VERSION = "0.5.4-sim"
 
@@ -71,6 +78,10 @@ def load_rules(path: str | None) -> dict[str, Any]:
     with a per-token time, decode answers ``max_tokens`` tokens and takes ``max_tokens * token_s *
     factor`` (with ``"jitter"``, default 2%, of multiplicative noise per request), so a throughput
     probe sees tokens/s move with the configuration, and every matching rule's factor multiplies.
+
+    A ``"wrong"`` rule (``"rate": 0.4``, optional ``"seed"``) makes decode answer that share of the
+    prompts it can answer (arithmetic, see `solve`) wrongly but well-formed (HTTP 200); several
+    wrong rules combine as independent chances.
 
     ``when`` matches when every listed variable has that value ("*" = set to anything,
     null = unset). ``when_flag`` matches the server flags on the worker's command line the same way
@@ -324,6 +335,11 @@ class Sim:
             if f["fault"] == "speed":
                 self.speed *= float(f["params"].get("factor", 1.0))
         self.jitter = float(self.rules.get("jitter", 0.02))
+        wrong = [f for f in self.faults if f["fault"] == "wrong"]
+        self.wrong_rate = 1.0 - math.prod(1.0 - float(f["params"].get("rate", 0.5)) for f in wrong)
+        self.wrong_rng = random.Random(wrong[0]["params"].get("seed")) if wrong else random.Random()
+        self.hist = {"ttft": Histogram(TTFT_BUCKETS), "e2e": Histogram(E2E_BUCKETS)}
+        self.recent_tokens: list[tuple[float, int]] = []  # (time, tokens) of the recent answers
         self.speed_rng = random.Random()
         # prefill: room -> kv record
         self.kv: dict[str, dict[str, Any]] = {}
@@ -332,7 +348,7 @@ class Sim:
         self.peer_instance: str | None = None
         self.peer_lock = threading.Lock()
         self.counters = {"requests": 0, "generate_requests": 0, "errors": 0, "hung": 0,
-                         "kv_transfer_timeouts": 0, "kv_transfers": 0}
+                         "kv_transfer_timeouts": 0, "kv_transfers": 0, "prompt_tokens": 0, "generation_tokens": 0}
         self.running = 0
         self.counter_lock = threading.Lock()
 
@@ -401,10 +417,49 @@ class Sim:
             "architectures": ["SimForCausalLM"],
         }
 
+    def answered(self, started: float, prompt_tokens: int, generation_tokens: int) -> None:
+        """What SGLang's collector records of a finished request (prefill: its prompt tokens;
+        decode: its generated tokens, TTFT -- the first token is the answer here -- and latency)."""
+        now = time.monotonic()
+        with self.counter_lock:
+            if self.role == "prefill":
+                self.counters["prompt_tokens"] += prompt_tokens
+            else:
+                self.counters["generation_tokens"] += generation_tokens
+                self.hist["ttft"].observe(now - started)
+                self.recent_tokens.append((now, generation_tokens))
+                cut = now - GEN_THROUGHPUT_WINDOW_S
+                while self.recent_tokens and self.recent_tokens[0][0] < cut:
+                    self.recent_tokens.pop(0)
+            self.hist["e2e"].observe(now - started)
+
     def metrics_text(self) -> str:
         lbl = f'role="{self.role}",model_name="{self.served_model_name}"'
         c = dict(self.counters)
+        with self.counter_lock:
+            now = time.monotonic()
+            recent = sum(n for t, n in self.recent_tokens if t >= now - GEN_THROUGHPUT_WINDOW_S)
+            ttft, e2e = self.hist["ttft"].lines("sglang:time_to_first_token_seconds", lbl), \
+                self.hist["e2e"].lines("sglang:e2e_request_latency_seconds", lbl)
         lines = [
+            "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.",
+            "# TYPE sglang:prompt_tokens_total counter",
+            f"sglang:prompt_tokens_total{{{lbl}}} {float(c['prompt_tokens'])}",
+            "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
+            "# TYPE sglang:generation_tokens_total counter",
+            f"sglang:generation_tokens_total{{{lbl}}} {float(c['generation_tokens'])}",
+            "# HELP sglang:gen_throughput The generation throughput (token/s).",
+            "# TYPE sglang:gen_throughput gauge",
+            f"sglang:gen_throughput{{{lbl}}} {recent / GEN_THROUGHPUT_WINDOW_S}",
+            "# HELP sglang:num_queue_reqs The number of requests in the waiting queue.",
+            "# TYPE sglang:num_queue_reqs gauge",
+            f"sglang:num_queue_reqs{{{lbl}}} 0.0",
+            "# HELP sglang:time_to_first_token_seconds Histogram of time to first token in seconds.",
+            "# TYPE sglang:time_to_first_token_seconds histogram",
+            *ttft,
+            "# HELP sglang:e2e_request_latency_seconds Histogram of End-to-end request latency in seconds",
+            "# TYPE sglang:e2e_request_latency_seconds histogram",
+            *e2e,
             "# HELP sglang:num_requests_total Number of requests received.",
             "# TYPE sglang:num_requests_total counter",
             f"sglang:num_requests_total{{{lbl}}} {c['generate_requests']}",
@@ -438,6 +493,49 @@ class Sim:
 
 
 SIM: Sim  # set in main()
+
+
+class Histogram:
+    """A Prometheus histogram's cumulative buckets (callers hold the Sim's lock)."""
+
+    def __init__(self, bounds: tuple[float, ...]):
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last is +Inf
+        self.total = 0.0
+
+    def observe(self, v: float) -> None:
+        i = next((i for i, b in enumerate(self.bounds) if v <= b), len(self.bounds))
+        self.counts[i] += 1
+        self.total += v
+
+    def lines(self, name: str, lbl: str) -> list[str]:
+        out, acc = [], 0
+        for b, n in zip([*map(repr, self.bounds), "+Inf"], self.counts):
+            acc += n
+            out.append(f'{name}_bucket{{{lbl},le="{b}"}} {float(acc)}')
+        return [*out, f"{name}_sum{{{lbl}}} {self.total}", f"{name}_count{{{lbl}}} {float(acc)}"]
+
+
+_ARITH = re.compile(r"(-?\d+)\s*([-+*x\u00d7])\s*(-?\d+)")
+_OPTION = re.compile(r"\b([A-J])\)\s*(-?\d+)")
+
+
+def solve(prompt: str) -> tuple[str, str] | None:
+    """(right, wrong) answers to an arithmetic prompt ("What is 17 + 25?"), or, with lettered
+    options ("A) 41 B) 42"), the letters; None for a prompt the simulator cannot answer."""
+    m = _ARITH.search(prompt)
+    if m is None:
+        return None
+    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+    value = a + b if op == "+" else a - b if op == "-" else a * b
+    options = _OPTION.findall(prompt[m.end():])
+    if options:
+        right = next((letter for letter, v in options if int(v) == value), None)
+        wrong = next((letter for letter, v in options if int(v) != value), None)
+        if right is None or wrong is None:
+            return None
+        return f"The answer is {right}.", f"The answer is {wrong}."
+    return f"The answer is {value}.", f"The answer is {value + 1}."
 
 
 # --------------------------------------------------------------------------------------------
@@ -610,6 +708,7 @@ class WorkerHandler(BaseHandler):
             self.send_json(400, {"error": {"message": "invalid JSON body"}})
             return
         self.gen_on_conn += 1
+        self.started = time.monotonic()
         sim.count("generate_requests")
         with sim.counter_lock:
             sim.running += 1
@@ -729,6 +828,13 @@ class WorkerHandler(BaseHandler):
             if sim.shutdown.wait(n * sim.token_s * sim.speed * noise):
                 return
             text = "sim-decode reply: " + " ".join(f"t{i}" for i in range(max(0, n - 2)))
+        solved = solve(prompt)
+        if solved is not None:
+            with sim.rng_lock:
+                wrong = sim.wrong_rate > 0 and sim.wrong_rng.random() < sim.wrong_rate
+            if wrong:
+                log(f"FAULT wrong: answering {solved[1]!r} instead of {solved[0]!r}")
+            text = solved[1] if wrong else solved[0]
         self.answer(path, body, text, prompt)
 
     def fetch_kv(self, bhost: str, bport: int, room: str) -> bool:
@@ -801,6 +907,7 @@ class WorkerHandler(BaseHandler):
         ptoks = len(prompt.split())
         ctoks = len(text.split())
         usage = {"prompt_tokens": ptoks, "completion_tokens": ctoks, "total_tokens": ptoks + ctoks}
+        sim.answered(getattr(self, "started", time.monotonic()), ptoks, ctoks)
         model = body.get("model") or sim.served_model_name
         if body.get("stream"):
             self.stream_answer(path, rid, created, model, text, usage)

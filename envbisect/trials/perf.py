@@ -13,7 +13,7 @@ import statistics
 from dataclasses import replace
 from typing import Mapping, Sequence
 
-from envbisect.inputs.playbook import PERF_METRICS, Probe
+from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Outcome
 from envbisect.hosts.transport import Transport
 from envbisect.search.perf import REFERENCE_SAMPLES, Z_WORSE_ONE_START, PerfOutcome, Samples, decide, next_samples
@@ -43,7 +43,7 @@ def compare(probe: Probe, transports: Mapping[str, Transport], reference: Sample
     """Decide `runs` (samples of the started configuration, with `prior`: the samples of its
     earlier starts in this run) against `reference` (flat: one start; or grouped by start), taking
     more samples while the decision is unknown and more samples can still help."""
-    higher = PERF_METRICS[probe.metric]
+    higher = probe.higher_is_better
     runs = list(runs)
     while True:
         values = tuple(r.value for r in runs if r.value is not None)

@@ -116,6 +116,14 @@ def run_probe(probe: Probe, transports: Mapping[str, Transport], *, url: str | N
     if probe.kind == "command":
         return _run_command(probe, transport, t0)
     target = url or probe.url or ""
+    if probe.kind in ("metrics", "promql"):
+        from envbisect.trials.probe_metrics import run_prometheus_probe
+
+        return run_prometheus_probe(probe, transport, target, t0)
+    if probe.kind == "answers":
+        from envbisect.trials.probe_answers import run_answers
+
+        return run_answers(probe, transport, target, t0)
     host, port, path = split_url(target)
     scheme = urlsplit(target).scheme or "http"
     netloc = urlsplit(target).netloc

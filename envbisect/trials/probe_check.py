@@ -86,21 +86,25 @@ def refuse_broken_probe(probe: Probe, playbook: Playbook, transports: Mapping[st
         return
     transport = transports.get(probe.vantage) if probe.vantage != LOCAL else None
     transport = transport or LocalTransport()
-    host, port, _ = split_url(probe.url)
-    try:
-        res = transport.run_python(_REACH, host, str(port), timeout=15)
-    except RemoteError:
-        return  # the vantage host itself is the trouble: the trials report that as infrastructure
-    said = res.stdout.decode("utf-8", "replace").strip()
-    where = "this machine" if probe.vantage == LOCAL else probe.vantage
-    if said.startswith("dns "):
-        raise ProbeBroken(broken_line(probe, f"{probe.url}: the host name {host!r} is unknown on {where} "
-                                             f"({said[4:]})", restored=False))
-    ports = {p for _h, p in service_ports(playbook)}
-    if said.startswith("refused ") and port not in ports:
-        raise ProbeBroken(broken_line(probe, f"{probe.url}: connection refused on {host}:{port} from {where}, "
-                                             "which is no service of the playbook (no health URL there)",
-                                      restored=False))
+    # a promql probe's Prometheus server is never part of the stack: a refusal there is the probe's
+    urls = [(probe.url, False)] + ([(probe.prometheus, True)] if probe.kind == "promql" and probe.prometheus else [])
+    for url, outside in urls:
+        host, port, _ = split_url(url)
+        try:
+            res = transport.run_python(_REACH, host, str(port), timeout=15)
+        except RemoteError:
+            return  # the vantage host itself is the trouble: the trials report that as infrastructure
+        said = res.stdout.decode("utf-8", "replace").strip()
+        where = "this machine" if probe.vantage == LOCAL else probe.vantage
+        if said.startswith("dns "):
+            raise ProbeBroken(broken_line(probe, f"{url}: the host name {host!r} is unknown on {where} "
+                                                 f"({said[4:]})", restored=False))
+        ports = set() if outside else {p for _h, p in service_ports(playbook)}
+        if said.startswith("refused ") and port not in ports:
+            raise ProbeBroken(broken_line(probe, f"{url}: connection refused on {host}:{port} from {where}, "
+                                                 + ("the Prometheus server is not there" if outside else
+                                                    "which is no service of the playbook (no health URL there)"),
+                                          restored=False))
 
 
 __all__ = ["refuse_broken_probe", "broken_line", "service_ports", "unreached"]

@@ -151,6 +151,10 @@ class TrialRunner:
             from envbisect.trials.perf import PerfJudge
 
             self.perf = PerfJudge(probe, reference_config)
+        elif probe.needs_reference:
+            from envbisect.trials.probe_answers import AnswersJudge
+
+            self.perf = AnswersJudge(probe, reference_config)
 
     def delta_ids(self, unit_ids: Sequence[str]) -> tuple[str, ...]:
         return tuple(sorted(d for u in unit_ids for d in self.units[u]))
@@ -200,7 +204,9 @@ class TrialRunner:
         """Pass/fail probe runs; for a perf probe, samples judged against the baseline's (perf.py). A
         probe whose every request was refused by a port no service listens on never reached the
         stack: broken, not a failure (trials/probe_check.py)."""
-        if self.perf is not None:
+        if self.perf is not None and self.probe.kind == "answers":  # runs as asked, judged together
+            outcome, runs, reason = self.perf.judge_start(self.transports, config, runs=probes)
+        elif self.perf is not None:
             outcome, runs, reason = self.perf.judge_start(self.transports, config)
         else:
             outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after)
