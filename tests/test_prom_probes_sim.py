@@ -91,7 +91,7 @@ body = '{PERF_BODY}'
 prometheus = "{prom.url}"
 query = 'sum(rate(sglang:generation_tokens_total{{role="decode"}}[$window]))'
 higher_is_better = true
-load_s = 2
+load_s = 3
 concurrency = 8
 regression = "5%"
 start_noise = "1%"

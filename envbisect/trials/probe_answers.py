@@ -63,7 +63,8 @@ def run_answers(probe: Probe, transport: Transport, url: str, t0: float) -> Prob
                 "messages": [{"role": "user", "content": prompt}]}
         s0 = time.monotonic()
         try:
-            resp = c.post(base + path, content=json.dumps(body), headers=headers, timeout=probe.timeout_s)
+            resp = bounded_http.request(c, "POST", base + path, content=json.dumps(body), headers=headers,
+                                        deadline_s=probe.timeout_s, max_body=bounded_http.PROBE_MAX_BODY)
         except httpx.TimeoutException:
             return RequestRecord(n + 1, False, None, time.monotonic() - s0,
                                  f"no answer within {probe.timeout_s:g} s (hang)"), False

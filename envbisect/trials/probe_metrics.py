@@ -12,6 +12,8 @@ in the run's record, and no Grafana annotation is written.
 """
 from __future__ import annotations
 
+import json
+
 import math
 import threading
 import time
@@ -151,9 +153,11 @@ def metrics_sample(probe: Probe, transport, url_base: tuple[str, str, str], metr
     target = probe.metrics_url or ""
 
     def page(c: httpx.Client) -> Reading | None:
-        resp = c.get(mbase + mpath, timeout=probe.timeout_s)
-        resp.raise_for_status()
-        return read_family(resp.text, probe.series or "", probe.labels)
+        ans = bounded_http.request(c, "GET", mbase + mpath, deadline_s=probe.timeout_s,
+                                   max_body=bounded_http.EVIDENCE_MAX_BODY)
+        if ans.status_code >= 400 or ans.cut:
+            raise ValueError(f"HTTP {ans.status_code}" if ans.status_code >= 400 else ans.cut_note())
+        return read_family(ans.text, probe.series or "", probe.labels)
 
     gauges: list[float] = []
     stop = threading.Event()
@@ -244,8 +248,7 @@ def promql_sample(probe: Probe, url_base: tuple[str, str, str], prom_base: str, 
         deadline = time.monotonic() + SCRAPE_WAIT_S
         try:
             while True:  # every target scraped after the window ended: its last samples are in
-                doc = c.get(prom_base + "/api/v1/query", params={"query": "min(timestamp(up))"},
-                            timeout=probe.timeout_s).json()
+                doc = _prom_query(c, prom_base, {"query": "min(timestamp(up))"}, probe.timeout_s)
                 last = promql_value(doc)
                 if last is not None and last >= end:
                     break
@@ -254,8 +257,7 @@ def promql_sample(probe: Probe, url_base: tuple[str, str, str], prom_base: str, 
                                     f"window's end within {SCRAPE_WAIT_S:g} s", tuple(recs), time.monotonic() - t0,
                                     target)
                 time.sleep(0.25)
-            doc = c.get(prom_base + "/api/v1/query", params={"query": query, "time": f"{end:.3f}"},
-                        timeout=probe.timeout_s).json()
+            doc = _prom_query(c, prom_base, {"query": query, "time": f"{end:.3f}"}, probe.timeout_s)
         except (httpx.HTTPError, ValueError) as e:
             return ProbeRun(probe.name, probe.kind, Outcome.CANNOT_TEST, f"cannot query {target}: {e}"[:300],
                             tuple(recs), time.monotonic() - t0, target)
@@ -288,3 +290,12 @@ def run_prometheus_probe(probe: Probe, transport, url: str, t0: float) -> ProbeR
             if probe.kind == "metrics":
                 return metrics_sample(probe, transport, load, (based(other or "", gh, gp), opath), t0)
             return promql_sample(probe, load, based(other or "", gh, gp) + opath.rstrip("/"), t0)
+
+
+def _prom_query(c: httpx.Client, prom_base: str, params: dict[str, str], deadline_s: float) -> dict:
+    """One /api/v1/query answer, read within the probe's deadline and the evidence cap."""
+    url = httpx.URL(prom_base + "/api/v1/query", params=params)
+    ans = bounded_http.request(c, "GET", str(url), deadline_s=deadline_s, max_body=bounded_http.EVIDENCE_MAX_BODY)
+    if ans.cut:
+        raise ValueError(ans.cut_note())
+    return json.loads(ans.body)
