@@ -742,7 +742,7 @@ class BisectRun:
                                                 evidence_dir=runner.evidence_dir)
             n = len(self.trials) + 1
             self.on_event("trial-start", {"n": n, "purpose": purpose, "config": [step.id], "eta_s": None,
-                                          "units": len(units)})
+                                          "units": len(units), "total_deltas": len(runner.deltas)})
             t = commit_runner.run(n, [unit], pass_runs, purpose, kind=kind)
             self.trials.append(t)
             self._append_trial(t)
