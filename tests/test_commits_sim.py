@@ -73,3 +73,10 @@ def test_the_guilty_commit_among_five_is_named_over_ssh(scenario, sshd, guilty):
     assert r.state_left == "original" and _bytes(s.sim) == before
     doc = r.to_json()
     assert doc["commit"]["commit"]["sha"] == shas[guilty - 1]
+    # revert --verdict goes back to just before the named commit, keeping the pull's earlier commits
+    p = s.cli("revert", "--verdict", "--json")
+    assert p.returncode == 0, (p.stdout[-1500:], p.stderr[-1500:])
+    res = json.loads(p.stdout)
+    assert res["probe"]["outcome"] == "pass", res
+    assert _git(s.sim.src_dir, "rev-parse", "HEAD") == shas[guilty - 2]
+    assert "just before commit" in p.stderr and shas[guilty - 1][:12] in p.stderr
