@@ -309,7 +309,7 @@ def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_
             break_lock: bool = False, guard: Optional[str] = None, accept_cost: bool = False,
             dry_run: bool = False) -> int:
     env = env_of(ctx)
-    from envbisect.runs.revert import change, load_run_deltas, plan_change
+    from envbisect.runs.revert import at_named_commit, change, load_run_deltas, plan_change
 
     o = opts_of(ctx)
     with o.deployment() as dep:
@@ -318,6 +318,10 @@ def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_
             if src.verdict not in ("culprit", "interaction"):
                 raise UsageError(f"run {src.run_id} has verdict {src.verdict or 'none'}: no culprits to {action}")
             ids = list(src.culprits)
+            if action == "revert":
+                src, commit_notes = at_named_commit(src)
+                for note in commit_notes:
+                    env.err.print(f"envbisect: {note}")
             g = src.guard or {}
             if g.get("safe_to_revert") is False and not accept_cost:
                 raise UsageError(f"run {src.run_id}'s guard {g.get('probe')} measured that {g.get('text')}; "

@@ -177,6 +177,15 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
     if result.culprit_deltas:
         word = "must all go" if v.kind == "culprit" else "fail only together"
         env.out.print(f"  culprit(s), which {word}: " + ", ".join(result.culprit_deltas))
+    commit = getattr(result, "commit", None)
+    if commit is not None and commit.commit is not None:
+        c = commit.commit
+        env.out.print(f"  commit: {c.sha} {c.subject!r}" + (" (a merge: one step)" if c.merge else ""))
+        env.out.print(f"    author {c.author}; files: {', '.join(c.files) or '(none)'}")
+        env.out.print(f"    first failing of {len(commit.line)} first-parent commits "
+                      f"(last passing {commit.passed[:12]}; trials {', '.join(map(str, commit.trials)) or '-'})")
+    elif commit is not None:
+        env.out.print(f"  commit: not narrowed to one ({commit.text})")
     if env.quiet:  # -q: the verdict and its culprits are the result
         return
     env.out.print(f"  {v.explanation}")

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from envbisect.state.configuration import check_applicable, touched
+from envbisect.state.commitline import LineCommit, NotALine, first_parent_line, mirror
+from envbisect.search.commits import CommitFound, CommitLineSearch
 from envbisect.state.structured import key_secrets
 from envbisect.state.deltas import Delta, Diff, linked_units, same_change
 from envbisect.state.sourced import verdict_notes
@@ -87,6 +89,7 @@ class BisectResult:
     symptom: Mapping[str, Any] | None = None  # how the current configuration fails (runs/symptom.py)
     dependencies: tuple[Mapping[str, Any], ...] = ()  # deltas that fail differently without a partner
     baseline_proof: BaselineProof | None = None  # not-config (or inconclusive for want of it): runs/baseline_proof.py
+    commit: "CommitVerdict | None" = None  # a guilty HEAD move searched commit by commit (_refine_commits)
 
     @property
     def culprit_deltas(self) -> tuple[str, ...]:
@@ -119,6 +122,7 @@ class BisectResult:
             "symptom": dict(self.symptom) if self.symptom else None,
             "dependencies": [dict(d) for d in self.dependencies],
             "baseline_proof": self.baseline_proof.to_json() if self.baseline_proof else None,
+            "commit": self.commit.to_json() if self.commit else None,
         }
 
     def _trial_json(self, t: Trial) -> dict[str, Any]:
@@ -129,6 +133,33 @@ class BisectResult:
         elif standing is not None:
             doc["corrected_outcome"] = standing
         return doc
+
+
+@dataclass(frozen=True)
+class CommitVerdict:
+    """A guilty HEAD move searched along its first-parent line (search/commits.py). `commit` is the
+    first commit observed failing whose parent on the line was observed passing; None when a trial
+    was unresolved (then `passed`..`failed` is as far as the line was narrowed)."""
+
+    delta: str  # the git delta's id
+    line: tuple[LineCommit, ...]  # oldest first
+    commit: LineCommit | None
+    passed: str  # the last commit seen passing (the baseline commit at first)
+    failed: str  # the first commit seen failing
+    trials: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"delta": self.delta, "commit": self.commit.to_json() if self.commit else None,
+                "last_passing": self.passed, "first_failing": self.failed, "trials": list(self.trials),
+                "line": [c.to_json() for c in self.line]}
+
+    @property
+    def text(self) -> str:
+        if self.commit is None:
+            return (f"{self.delta}: the line of {len(self.line)} commits was narrowed to {self.passed[:12]}.."
+                    f"{self.failed[:12]} (a trial was unresolved); no single commit is named")
+        return (f"{self.delta}: commit {self.commit.short} is the first of {len(self.line)} commits (first-parent) "
+                f"that fails (trials {', '.join(map(str, self.trials)) or 'none needed'})")
 
 
 @dataclass(frozen=True)
@@ -575,6 +606,9 @@ class BisectRun:
             if apart:  # the verdict's own explanation says which members were tested apart, and by which trial
                 verdict = dataclasses.replace(verdict, explanation=verdict.explanation
                                               + " Observed, testing auto-linked members apart: " + "; ".join(apart) + ".")
+            commit = self._refine_commits(verdict, units, refined, runner, search, notes)
+            if commit is not None:
+                verdict = dataclasses.replace(verdict, explanation=verdict.explanation + " " + commit.text + ".")
             guard = self._guard_revert(verdict, units, refined, runner, notes)
             proof = None
             evidence = [t for t in self.trials if not self.corrections.retracted(t.n)]
@@ -648,7 +682,7 @@ class BisectRun:
             verdict = with_drift(verdict, recorded, list(drift_hint))
         result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, units, path_report, drift_hint,
                               final, tuple(notes), refined, guard, self.corrections, watch.to_json(),
-                              tuple(dependencies), proof)
+                              tuple(dependencies), proof, commit)
         RunDir(self.run_dir).write(rundir.VERDICT, self.dep.masker.redact_json(result.to_json()))
         return result
 
@@ -677,6 +711,65 @@ class BisectRun:
                 tested.append((m, trial))
             judge_apart(test, tested, refined, apart, notes)
         return refined, apart
+
+    def _refine_commits(self, verdict: Verdict, units: Mapping[str, tuple[str, ...]],
+                        refined: Mapping[str, tuple[str, ...]], runner: TrialRunner, search,  # noqa: ANN001
+                        notes: list[str]) -> CommitVerdict | None:
+        """A HEAD move named alone is searched along its first-parent commits (search/commits.py).
+        Each step is the culprit-alone configuration with the repo at commit c: every other delta at
+        its baseline, one co-restart and the probe. Its premises: the baseline commit passes (the
+        search's baseline trial) and the current HEAD fails alone (observed by the search or, if
+        the search did not try it alone, one confirmation trial here)."""
+        g = git_culprit(verdict, units, refined, runner.deltas)
+        if g is None:
+            return None
+        self.on_event("step", {"message": f"{g.id}: reading its first-parent commits from a local mirror"})
+        try:
+            with mirror(self.dep.transports[g.host], g.path or "", g.new or "") as m:
+                line = first_parent_line(m, g.old or "", g.new or "")
+        except (NotALine, RemoteError) as e:
+            notes.append(f"{g.id}: not searched commit by commit: {e}")
+            return None
+        pass_runs = search.pass_runs()
+        used: list[int] = []
+
+        def trial_at(c: LineCommit, purpose: str, kind: TrialKind) -> Trial:
+            step = dataclasses.replace(g, id=f"{g.id}@{c.sha[:12]}", new=c.sha)
+            unit = f"commit:{c.sha[:12]}"
+            commit_runner = self.runner_factory(self.playbook, self.dep.transports, runner.editor, runner.original,
+                                                [d for d in runner.deltas if d.id != g.id] + [step], runner.contents,
+                                                runner.probe, {unit: (step.id,)}, on_step=runner.on_step,
+                                                evidence_dir=runner.evidence_dir)
+            n = len(self.trials) + 1
+            self.on_event("trial-start", {"n": n, "purpose": purpose, "config": [step.id], "eta_s": None,
+                                          "units": len(units), "total_deltas": len(runner.deltas)})
+            t = commit_runner.run(n, [unit], pass_runs, purpose, kind=kind)
+            self.trials.append(t)
+            self._append_trial(t)
+            self.on_event("trial-end", {"trial": t})
+            used.append(n)
+            return t
+
+        alone = [t for t in self.trials if tuple(t.config) == (g.id,) and t.outcome.failed]
+        if not alone and len(line) > 1:
+            t = trial_at(line[-1], f"{g.id} alone at {line[-1].sha[:12]} (the current HEAD) must fail: the commit "
+                                   "line's premise", TrialKind.CONFIRM)
+            if not t.outcome.failed:
+                notes.append(f"{g.id}: alone at the current HEAD it did not fail (trial {t.n}: {t.reason}); "
+                             "not searched commit by commit")
+                return None
+        search_line = CommitLineSearch(len(line))
+        while True:
+            nxt = search_line.next()
+            if isinstance(nxt, CommitFound):
+                break
+            c = line[nxt.index - 1]
+            t = trial_at(c, f"commit line of {g.id}: does it fail at commit {nxt.index} of {len(line)} "
+                            f"({c.sha[:12]} {c.subject!r})?", TrialKind.REFINE)
+            search_line.observe(nxt.index, None if t.outcome is Outcome.UNRESOLVED else t.outcome.failed)
+        passed = g.old or "" if nxt.passed == 0 else line[nxt.passed - 1].sha
+        found = line[nxt.index - 1]
+        return CommitVerdict(g.id, tuple(line), found if nxt.found else None, passed, found.sha, tuple(used))
 
     def _guard_revert(self, verdict: Verdict, units: Mapping[str, tuple[str, ...]],
                       refined: Mapping[str, tuple[str, ...]], runner: TrialRunner,
@@ -769,6 +862,18 @@ class BisectRun:
 # than the process. No margin is added; a clock stepped back since would only make this stricter
 # for files written before the step.
 _START_MARGIN_S = 0.0
+
+
+def git_culprit(verdict: Verdict, units: Mapping[str, tuple[str, ...]], refined: Mapping[str, tuple[str, ...]],
+                deltas: Sequence[Delta]) -> Delta | None:
+    """The git delta a culprit verdict names alone, if it does."""
+    if verdict.kind != "culprit" or len(verdict.culprits) != 1:
+        return None
+    ids = refined.get(verdict.culprits[0], units.get(verdict.culprits[0], ()))
+    found = [d for d in deltas if d.id in ids]
+    if len(found) != 1 or len(ids) != 1 or found[0].kind != "git":
+        return None
+    return found[0]
 
 
 def running_stack_unverified(diff: Diff | None, playbook, deltas: Sequence[Delta]) -> str | None:  # noqa: ANN001

@@ -7,6 +7,8 @@ incident this tool exists for lost a +12.8% throughput knob by leaving an innoce
 """
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 import time
@@ -43,6 +45,23 @@ class RunDeltas:
     guard: Mapping[str, Any] | None = None  # bisect --guard: is reverting the culprits safe for speed?
     # deltas that fail differently without a partner: ({"needy": [...], "partners": [...], "text"}, ...)
     dependencies: tuple[Mapping[str, Any], ...] = ()
+    commit: Mapping[str, Any] | None = None  # a guilty HEAD move's first failing commit (verdict.json "commit")
+
+
+def at_named_commit(source: RunDeltas) -> tuple[RunDeltas, list[str]]:
+    """`revert --verdict` after a commit-level verdict: the HEAD move is reverted to just before the
+    named commit (its first parent, the last commit the search saw passing), keeping the pull's
+    earlier commits; the delta's id stays, its baseline side becomes that parent."""
+    doc = source.commit or {}
+    named = doc.get("commit") if isinstance(doc.get("commit"), dict) else None
+    if not named or not doc.get("last_passing") or doc.get("delta") not in source.culprits:
+        return source, []
+    parent = str(doc["last_passing"])
+    deltas = tuple(dataclasses.replace(d, old=parent) if d.id == doc["delta"] and d.kind == "git" else d
+                   for d in source.deltas)
+    note = (f"{doc['delta']}: back to {parent[:12]}, just before commit {str(named.get('sha'))[:12]} "
+            f"{named.get('subject')!r}; the earlier commits of the HEAD move are kept")
+    return dataclasses.replace(source, deltas=deltas), [note]
 
 
 def load_run_deltas(dep: Deployment, run_id: str | None) -> RunDeltas:
@@ -65,16 +84,19 @@ def load_run_deltas(dep: Deployment, run_id: str | None) -> RunDeltas:
         verdict = None
         guard = None
         dependencies: tuple[Mapping[str, Any], ...] = ()
+        commit = None
         v = rd.read_optional(rundir.VERDICT)
         if v is not None:
             culprits, verdict = tuple(map(str, v.get("culprits", ()))), v.get("verdict")
             guard = v.get("guard") if isinstance(v.get("guard"), dict) else None
             dependencies = tuple(d for d in v.get("dependencies") or () if isinstance(d, dict))
+            commit = v.get("commit") if isinstance(v.get("commit"), dict) else None
     except (TypeError, ValueError, AttributeError) as e:
         raise StoreError(f"{rd.file(rundir.RUN)}: damaged run file ({e})") from None
     dep.masker.learn_env((d.key, v) for d in deltas if d.kind == "env" and d.key for v in (d.old, d.new))
     dep.masker.learn_env(key_secrets(deltas))
-    return RunDeltas(path.name, deltas, contents, str(doc.get("probe", "")), culprits, verdict, guard, dependencies)
+    return RunDeltas(path.name, deltas, contents, str(doc.get("probe", "")), culprits, verdict, guard, dependencies,
+                     commit)
 
 
 def keep_pairs_whole(action: str, ids: Sequence[str], source: RunDeltas, *,

@@ -1,0 +1,81 @@
+"""The first-parent commit line of a deployed repo's HEAD move, read with GitPython from a local mirror.
+
+The mirror is fetched over the existing transport: the host packs the objects reachable from the
+current HEAD (`git pack-objects --revs --stdout`, read-only: no ref, no index, no file on the host
+changes) and the pack is indexed into a bare repository in a local temporary directory. Nothing is
+ever pushed. The line is what `git bisect --first-parent` walks: base..head following first parents,
+oldest first; a merge on it is one commit (its files against its first parent).
+"""
+from __future__ import annotations
+
+import shlex
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import contextlib
+
+from envbisect.errors import RemoteError
+
+
+@dataclass(frozen=True)
+class LineCommit:
+    sha: str
+    subject: str
+    author: str  # "Name <email>"
+    files: tuple[str, ...]  # changed against its first parent
+    merge: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sha": self.sha, "subject": self.subject, "author": self.author, "files": list(self.files),
+                "merge": self.merge}
+
+    @property
+    def short(self) -> str:
+        return f"{self.sha[:12]} {self.subject!r} by {self.author}"
+
+
+class NotALine(Exception):
+    """The HEAD move is not a forward move along first parents (a rewind, a reset elsewhere)."""
+
+
+@contextlib.contextmanager
+def mirror(transport, repo_path: str, head: str) -> Iterator[Path]:  # noqa: ANN001
+    """A local bare repository holding every object reachable from `head` on the host."""
+    cmd = f"git -C {shlex.quote(repo_path)} pack-objects --revs --stdout -q"
+    res = transport.run(cmd, stdin=(head + "\n").encode(), timeout=300)
+    if not res.ok:
+        raise RemoteError(f"{transport.host}: packing {repo_path} for a local mirror failed: {res.stderr_line()}")
+    with tempfile.TemporaryDirectory(prefix="envbisect-mirror-") as tmp:
+        dest = Path(tmp) / "mirror.git"
+        subprocess.run(["git", "init", "-q", "--bare", str(dest)], check=True, capture_output=True)
+        p = subprocess.run(["git", "-C", str(dest), "index-pack", "--stdin"], input=res.stdout, capture_output=True)
+        if p.returncode != 0:
+            raise RemoteError(f"{transport.host}: the pack of {repo_path} could not be indexed: "
+                              f"{p.stderr.decode('utf-8', 'replace').strip()[-200:]}")
+        subprocess.run(["git", "-C", str(dest), "update-ref", "refs/heads/envbisect-head", head], check=True,
+                       capture_output=True)
+        yield dest
+
+
+def first_parent_line(mirror_dir: Path, base: str, head: str) -> list[LineCommit]:
+    """base..head along first parents, oldest first. NotALine unless base is where the line starts."""
+    import git  # GitPython: imported here so the rest of envbisect does not pay for it
+
+    repo = git.Repo(str(mirror_dir))
+    try:
+        commits = list(repo.iter_commits(f"{base}..{head}", first_parent=True))
+    except git.GitCommandError as e:
+        raise NotALine(f"{base[:12]}..{head[:12]}: {str(e).strip().splitlines()[-1]}") from e
+    commits.reverse()
+    if not commits or not commits[0].parents or commits[0].parents[0].hexsha != base:
+        raise NotALine(f"{head[:12]} is not a first-parent descendant of {base[:12]} (a rewind or a reset?)")
+    out = []
+    for c in commits:
+        parent = c.parents[0].hexsha
+        files = tuple(f for f in repo.git.diff("--name-only", parent, c.hexsha).splitlines() if f)
+        subject = (c.message.splitlines() or [""])[0] if isinstance(c.message, str) else ""
+        out.append(LineCommit(c.hexsha, subject, f"{c.author.name} <{c.author.email}>", files, len(c.parents) > 1))
+    return out
