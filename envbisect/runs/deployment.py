@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from envbisect.state.deltas import Diff, compute_diff, fallback_note, split_flags, with_knobs
+from envbisect.state.deltas import Diff, compute_diff, fallback_note, engine_names, split_flags, with_knobs
 from envbisect.hosts.engine import read_sglang
 from envbisect.state.sourced import keep_sourced, sourced_notes
 from envbisect.state.structured import key_secrets
@@ -191,8 +191,10 @@ class Deployment:
 
     def tie_to_knobs(self, result: Diff, current: Snapshot) -> Diff:
         """Each env delta and flag tied to the knob the host's installed SGLang reads (hosts/engine.py):
-        one round trip per host that has such a delta; where it cannot be read, today's behaviour and a note."""
-        hosts = sorted({d.host for d in result.deltas if d.kind == "env" and d.key})
+        one round trip per host that has a delta of an ``SGL*_`` variable or a flag (a separate step: the
+        registry is parsed once per version and kept in the store); where it cannot be read, today's
+        behaviour and a note."""
+        hosts = sorted(engine_names(result))
         registries: dict[str, Any] = {}
         notes = []
         for h in hosts:
@@ -202,7 +204,7 @@ class Deployment:
             registries[h] = reg
             if note:
                 notes.append(note)
-        return with_knobs(result, registries, notes)
+        return with_knobs(result, registries, notes, self.playbook.arg_keys)
 
 
 __all__: Iterable[str] = ["Deployment", "ConnectOptions"]

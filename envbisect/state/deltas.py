@@ -811,12 +811,24 @@ def _flag_deltas(d: Delta, other_keys: set[str]) -> tuple[list[Delta], str | Non
             for c in changes], None
 
 
-def with_knobs(diff: Diff, registries: Mapping[str, "KnobRegistry | None"], notes: Iterable[str] = ()) -> Diff:
+def engine_names(diff: Diff) -> dict[str, list[str]]:
+    """Per host, the names of its env deltas and flags an engine's registry may know (``SGL*_`` variables
+    and flags): only those hosts need their registry read."""
+    out: dict[str, list[str]] = {}
+    for d in diff.deltas:
+        if d.kind == "env" and d.key and (d.flag is not None or d.key.startswith(("SGLANG_", "SGL_"))):
+            out.setdefault(d.host, []).append(d.flag or d.key)
+    return out
+
+
+def with_knobs(diff: Diff, registries: Mapping[str, "KnobRegistry | None"], notes: Iterable[str] = (),
+               arg_keys: Iterable[str] = ()) -> Diff:
     """The diff with each env delta and flag tied to the knob the host's installed engine reads
     (`registries`: host -> its registry, None where it could not be read): linked by that knob
     whatever its spelling, "back to the default D" when removed, and "not read by the installed
     sglang V" when the engine does not know a name of its own namespace."""
     out = []
+    extra = frozenset(arg_keys)
     for d in diff.deltas:
         reg = registries.get(d.host) if d.kind == "env" and d.key else None
         if reg is None:
@@ -825,7 +837,8 @@ def with_knobs(diff: Diff, registries: Mapping[str, "KnobRegistry | None"], note
         name = d.flag if d.flag is not None else d.key or ""
         k = reg.flag(name) if d.flag is not None else reg.knob(name)
         if k is None:
-            if reg.owns(name):
+            # an argument string is read by the start script, not by the engine's registry
+            if reg.owns(name) and (d.flag is not None or not is_arg_key(d.key, extra)):
                 out.append(replace(d, detail=d.detail + (
                     f"{name} is not read by the installed {reg.engine} {reg.version}: typo or stale?",)))
             else:
