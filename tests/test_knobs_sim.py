@@ -21,7 +21,8 @@ GUILTY = "decode:SGLANG_SM120_MMA_TARGET_CTAS"
 def knob_scenario(scenario, sshd):
     s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
     s.baseline()
-    plant(s.sim, ALIAS + [("decode", "SGLANG_TYPO_X", "1"), ("decode", "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL", None),
+    plant(s.sim, ALIAS + [("decode", "SGLANG_TYPO_X", "1"),
+                          ("decode", "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL", None),
                           ("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")])
     return s
 
@@ -45,7 +46,8 @@ def test_alias_pair_is_linked_and_never_named_alone(scenario, sshd):
     assert "SGLANG_TYPO_X is not read by the installed sglang 0.5.3: typo or stale?" in out.stdout, out.stdout
     assert "removed: back to the default 5.0" in out.stdout, out.stdout
     # a known variable is not marked
-    assert "SGL_TEST_RETRACT is not read" not in out.stdout and "SGLANG_SM120_MMA_TARGET_CTAS is not read" not in out.stdout
+    assert "SGL_TEST_RETRACT is not read" not in out.stdout
+    assert "SGLANG_SM120_MMA_TARGET_CTAS is not read" not in out.stdout
 
 
 def test_unreadable_package_keeps_todays_behaviour_with_a_note(scenario, sshd):
