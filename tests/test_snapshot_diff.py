@@ -72,7 +72,8 @@ def test_diff_against_snapshot_reports_exactly_the_planted_deltas(tmp_path, via)
         (tree.watch / "new.yaml").write_text("x: 1\n")
         os.unlink(tree.watch / "sub" / "cfg04.yaml")
         diff = dep.diff(against="noon")
-        assert dep.round_trips() == {"node1": 2}  # the snapshot, then the diff's own snapshot
+        # the snapshot, the diff's own snapshot, then the installed engine's knobs (SGLANG_* deltas changed)
+        assert dep.round_trips() == {"node1": 3}
     got = deltas_by_id(diff)
     assert set(got) == {
         "decode:SGLANG_SM120_MMA_TARGET_CTAS", "decode:MAX_TOTAL_TOKENS", "prefill:SGLANG_KV_PAGE_SIZE",
@@ -250,7 +251,7 @@ def test_two_hosts_in_parallel(tmp_path, sshd, sshd2):
         dep.snapshot("good")
         t2.edit("decode", DECODE + "export SGLANG_X=1\n")
         diff = dep.diff(against="good")
-        assert dep.round_trips() == {"a": 2, "b": 2}
+        assert dep.round_trips() == {"a": 2, "b": 3}  # b: and its installed engine's knobs (SGLANG_X changed)
     assert [(d.host, d.id) for d in diff.deltas] == [("b", "decode:SGLANG_X")]
 
 

@@ -84,7 +84,8 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
                 env.out.print(Text(f"      {env.shown(det, one_line=True)}", style="dim"))
     if result.links():
         env.out.print(Text.assemble("\n", bold("linked"),
-                                " (same variable changed in several services; they may need to change together):"))
+                                " (the same variable or engine knob changed in several services; "
+                                "they may need to change together):"))
         for ids in result.links():
             env.out.print("  " + " + ".join(ids))
     if result.drift:

@@ -13,9 +13,10 @@ import contextlib
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
-from envbisect.state.deltas import Diff, compute_diff, fallback_note, split_flags
+from envbisect.state.deltas import Diff, compute_diff, fallback_note, engine_names, split_flags, with_knobs
+from envbisect.hosts.engine import read_sglang
 from envbisect.state.sourced import keep_sourced, sourced_notes
 from envbisect.state.structured import key_secrets
 from envbisect.errors import UsageError
@@ -176,6 +177,7 @@ class Deployment:
         if last_good is not None:
             result = dataclasses.replace(result, last_good=last_good)
         result = split_flags(result, self.playbook.arg_keys)  # an argument string: one delta per flag
+        result = self.tie_to_knobs(result, current)  # what the installed engine says about each name
         # what the env files source and envbisect could not see (or the baseline did not look at)
         result = dataclasses.replace(result, notes=result.notes + tuple(sourced_notes(current, baseline)))
         if baseline is None:  # say which sources stood in, and how to have a snapshot next time
@@ -186,6 +188,23 @@ class Deployment:
                               for v in (d.old, d.new))
         self.masker.learn_env(key_secrets(result.deltas))
         return result
+
+    def tie_to_knobs(self, result: Diff, current: Snapshot) -> Diff:
+        """Each env delta and flag tied to the knob the host's installed SGLang reads (hosts/engine.py):
+        one round trip per host that has a delta of an ``SGL*_`` variable or a flag (a separate step: the
+        registry is parsed once per version and kept in the store); where it cannot be read, today's
+        behaviour and a note."""
+        hosts = sorted(engine_names(result))
+        registries: dict[str, Any] = {}
+        notes = []
+        for h in hosts:
+            procs = current.hosts[h].processes.values() if h in current.hosts else ()
+            paths = [p for pr in procs for p in ((pr.environ or {}).get("PYTHONPATH") or "").split(":") if p]
+            reg, note = read_sglang(self.transports[h], h, dict.fromkeys(paths), self.store.root)
+            registries[h] = reg
+            if note:
+                notes.append(note)
+        return with_knobs(result, registries, notes, self.playbook.arg_keys)
 
 
 __all__: Iterable[str] = ["Deployment", "ConnectOptions"]

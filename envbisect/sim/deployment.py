@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envbisect.sim.installed import write_installed_sglang
+
 SERVICES = ("prefill", "decode", "router")
 RESTART_ORDER = ("prefill", "decode", "router")
 SIM_DIR = Path(__file__).resolve().parent
@@ -512,6 +514,7 @@ fi
   fi
   export ENVBISECT_SIM_RULES="$ROOT/rules.json"
   export ENVBISECT_SIM_SERVICE="$svc"
+  export PYTHONPATH="$ROOT/site-packages"  # the installed sglang the workers' python would import
   export SIM_LOAD_SECONDS="${{SIM_LOAD_SECONDS:-{load_seconds}}}"
   case "$svc" in
     prefill)
@@ -791,6 +794,8 @@ def build(root: Path, *, ssh: str = "local", env: dict[str, dict[str, str]] | No
             _git(src_dir, "init", "-q")
             _git(src_dir, "add", "VERSION", "README.md", "configs/feature_flags.yaml")
             _git(src_dir, "commit", "-q", "-m", "release v1.0.0")
+
+    write_installed_sglang(root)
 
     start = root / "bin" / "start"
     stop = root / "bin" / "stop"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from envbisect.inputs.argstring import ArgStringError, diff_args, is_arg_key, parse_args
 from envbisect.inputs.envfile import EnvFile, EnvFileError, meaning_refs, parse_env, shell_quote, word_meaning
@@ -26,6 +26,9 @@ from envbisect.inputs.masking import SecretMasker
 from envbisect.state.snapshot import FileState, HostState, ProcessState, RepoState, Snapshot
 from envbisect.state.sourced import source_lines_changed
 from envbisect.state.structured import Unfaithful, format_of, key_changes, key_name
+
+if TYPE_CHECKING:
+    from envbisect.state.knobs import KnobRegistry
 
 CHANGES = ("added", "removed", "changed")
 
@@ -37,9 +40,31 @@ def same_change(d: "Delta") -> tuple[str, str, str | None]:
     alone, a layout mismatch, was named as a culprit). A flag of an argument string: the key with
     the flag (`link_name`), and its values as the consumer gets them (``--page-size=16`` and
     ``--page-size 16`` are the same change)."""
+    if d.knob is not None:  # one knob of the installed engine, whatever its spelling (state/knobs.py)
+        return (d.knob, d.change, _knob_value(d))
     if d.flag is not None:
         return (link_name(d), d.change, repr(_flag_values(d.args_new, d.flag)))
     return (d.key or "", d.change, d.new_eval if d.new_eval is not None else _static_value(d))
+
+
+_TRUE, _FALSE = frozenset({"1", "true", "yes", "y", "on"}), frozenset({"0", "false", "no", "n", "off"})
+
+
+def _knob_value(d: "Delta") -> str | None:
+    """The new value of a knob as the engine reads it: a flag's values joined (a bare switch is
+    "true"), a variable's value as bash makes it; a boolean word in either is true or false, so
+    ``SGLANG_X=1`` and a bare ``--x`` that replaces it are the same change."""
+    if d.flag is not None:
+        values = _flag_values(d.args_new, d.flag)
+        if values is None:
+            return None
+        text = " ".join(" ".join(v) for v in values) or "true"
+    else:
+        text = d.new_eval if d.new_eval is not None else _static_value(d)
+        if text is None:
+            return None
+    low = text.strip().lower()
+    return "true" if low in _TRUE else "false" if low in _FALSE else text
 
 
 def link_name(d: "Delta") -> str:
@@ -108,6 +133,9 @@ class Delta:
     flag: str | None = None
     args_old: str | None = None
     args_new: str | None = None
+    # env only: the installed engine's name for what this variable or flag sets (`knobs.Knob.name`,
+    # "SGLANG_X" for SGL_X too, "flag:page_size" for --page-size); None: no registry, or not its knob
+    knob: str | None = None
 
     def word(self, side: str) -> str | None:
         """The shell text a trial writes for `side` ("old" | "new"); None: the key is absent there."""
@@ -140,7 +168,8 @@ class Delta:
         return {"id": self.id, "kind": self.kind, "host": self.host, "service": self.service, "path": self.path,
                 "key": self.key, "change": self.change, "old": old, "new": new,
                 "baseline_source": self.baseline_source, "detail": [masker.redact_text(d) for d in self.detail],
-                **extra, **({"flag": self.flag} if self.flag is not None else {})}
+                **extra, **({"flag": self.flag} if self.flag is not None else {}),
+                **({"knob": self.knob} if self.knob is not None else {})}
 
     def shown(self, side: str, masker: SecretMasker) -> str | None:
         """One side for people, masked: the value; the shell text instead when it is not a plain
@@ -716,6 +745,8 @@ def linked_units(deltas: Iterable[Delta], link_keys: Iterable[str] = ()) -> dict
     for d in deltas:
         if d.kind == "env" and d.key in keys:
             grouped.setdefault(f"linked:{d.key}", []).append(d.id)
+        elif d.kind == "env" and d.knob is not None and d.knob in keys:
+            grouped.setdefault(f"linked:{d.knob}", []).append(d.id)
         elif d.kind == "env" and d.flag is not None and link_name(d) in keys:
             grouped.setdefault(f"linked:{link_name(d)}", []).append(d.id)
         else:
@@ -778,3 +809,45 @@ def _flag_deltas(d: Delta, other_keys: set[str]) -> tuple[list[Delta], str | Non
     return [replace(d, id=f"{d.id}[{c.name}]", change=c.change, old=c.old.text if c.old else None,
                     new=c.new.text if c.new else None, flag=c.name, args_old=old_text, args_new=new_text)
             for c in changes], None
+
+
+def engine_names(diff: Diff) -> dict[str, list[str]]:
+    """Per host, the names of its env deltas and flags an engine's registry may know (``SGL*_`` variables
+    and flags): only those hosts need their registry read."""
+    out: dict[str, list[str]] = {}
+    for d in diff.deltas:
+        if d.kind == "env" and d.key and (d.flag is not None or d.key.startswith(("SGLANG_", "SGL_"))):
+            out.setdefault(d.host, []).append(d.flag or d.key)
+    return out
+
+
+def with_knobs(diff: Diff, registries: Mapping[str, "KnobRegistry | None"], notes: Iterable[str] = (),
+               arg_keys: Iterable[str] = ()) -> Diff:
+    """The diff with each env delta and flag tied to the knob the host's installed engine reads
+    (`registries`: host -> its registry, None where it could not be read): linked by that knob
+    whatever its spelling, "back to the default D" when removed, and "not read by the installed
+    sglang V" when the engine does not know a name of its own namespace."""
+    out = []
+    extra = frozenset(arg_keys)
+    for d in diff.deltas:
+        reg = registries.get(d.host) if d.kind == "env" and d.key else None
+        if reg is None:
+            out.append(d)
+            continue
+        name = d.flag if d.flag is not None else d.key or ""
+        k = reg.flag(name) if d.flag is not None else reg.knob(name)
+        if k is None:
+            # an argument string is read by the start script, not by the engine's registry
+            if reg.owns(name) and (d.flag is not None or not is_arg_key(d.key, extra)):
+                out.append(replace(d, detail=d.detail + (
+                    f"{name} is not read by the installed {reg.engine} {reg.version}: typo or stale?",)))
+            else:
+                out.append(d)
+            continue
+        detail = d.detail
+        default = reg.default(k)
+        if d.change == "removed":
+            detail += (f"removed: back to the default {default}" if default is not None
+                       else "removed: back to no value (the engine documents no default)",)
+        out.append(replace(d, knob=k.name, detail=detail))
+    return replace(diff, deltas=tuple(out), notes=diff.notes + tuple(notes))
