@@ -32,6 +32,7 @@ from typing import Callable, Iterable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envbisect.runs.bisect import BisectRun, make_units  # noqa: E402
+from envbisect.state.corrections import Corrections  # noqa: E402
 from envbisect.state.deltas import Delta  # noqa: E402
 from envbisect.search import POLICIES, Observation, Verdict  # noqa: E402
 
@@ -325,6 +326,7 @@ def run_envbisect(lab: Lab, policy: str) -> Answer:
     refined: dict[str, tuple[str, ...]] = {}
     if any(len(v) > 1 for v in units.values()):
         fake_run = SimpleNamespace(opts=SimpleNamespace(link=()), declared_links=(), trials=[],
+                                   corrections=Corrections(), watch=None,
                                    _append_trial=lambda _t: None, on_event=lambda _k, _d: None)
         refined, _apart = BisectRun._refine_links(fake_run, verdict, units, _RefineRunner(lab, units), search, [])
     if verdict.kind not in ("culprit", "interaction"):

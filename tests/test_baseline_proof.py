@@ -265,9 +265,11 @@ def test_an_inconclusive_verdict_names_the_failed_restart():
     assert unresolved_causes(culprit, [bad]) is culprit
 
 
-def test_an_auto_linked_member_failing_another_way_is_not_blamed():
+def test_an_auto_linked_member_failing_another_way_keeps_the_group_whole():
     """A refine trial (a member of an auto-linked unit tested alone) that fails another way than the
-    symptom is no evidence that member carries it (runs/symptom.py): it is not named on it."""
+    symptom is no evidence that member carries it (runs/symptom.py); but the side that does fail with
+    the symptom cannot go alone either (the other would be left failing its own way): the group is
+    reported, saying why. With the other side passing, nothing is blamed on the other failure."""
     from envbisect.runs.bisect import ApartTest, judge_apart
 
     test = ApartTest("linked:X", ("prefill:X", "decode:X"), ())
@@ -277,8 +279,10 @@ def test_an_auto_linked_member_failing_another_way_is_not_blamed():
                   symptom="other", kind=TrialKind.REFINE)
     refined, apart, notes = {}, [], []
     judge_apart(test, [("prefill:X", same), ("decode:X", other)], refined, apart, notes)
-    assert refined == {"linked:X": ("prefill:X",)}, (refined, notes)
+    # neither side can go alone: reverting prefill:X would leave decode:X failing its own way
+    assert refined == {}, (refined, notes)
     assert "decode:X failed another way without the other side (trial 8)" in apart[0]
+    assert "reported as the group" in notes[0] and "decode:X fails another way" in notes[0], notes
     passed = Trial(9, "refine", ("prefill:X",), ("prefill:X",), Outcome.PASS, "ok", kind=TrialKind.REFINE)
     refined, apart, notes = {}, [], []
     judge_apart(test, [("prefill:X", passed), ("decode:X", other)], refined, apart, notes)

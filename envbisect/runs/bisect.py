@@ -262,6 +262,12 @@ def judge_apart(test: ApartTest, tested: "Sequence[tuple[str, Trial]] | None", r
         notes.append(f"{u} was auto-linked for the search; tested apart: {how}; a member failing another way than "
                      "the symptom is no evidence about it: reported as the group")
         return
+    if failing and other:  # one side shows the symptom, the rest fail another way without it: none
+        # can go alone (reverting the failing side would leave the others failing their own way)
+        notes.append(f"{u} was auto-linked for the search; tested apart: {how}; each side breaks it alone (a value "
+                     f"that must match across services: {', '.join(other)} fails another way without the rest): "
+                     "reported as the group")
+        return
     if failing and len(failing) < len(members):
         refined[u] = tuple(failing)
         notes.append(f"{u} was auto-linked for the search; tested apart: {how}; only {', '.join(failing)} is to blame")
