@@ -136,7 +136,10 @@ def test_culprit_in_a_sourced_file_is_found_and_put_back(scenario):  # noqa: F81
 
 
 @pytest.mark.sim
-def test_not_config_says_what_it_could_not_see(scenario):  # noqa: F811
+def test_a_sourced_file_it_cannot_see_makes_the_verdict_inconclusive(scenario):  # noqa: F811
+    """Red-team W2: the guilty value sat in a file sourced through a variable of the start script; the
+    baseline trial kept it and failed, and the verdict was a false not-config. A file envbisect cannot
+    see may have stayed: the baseline was not reproduced, so the verdict is inconclusive, naming it."""
     s = scenario(rules=RULES)
     s.sim.stop_all()
     # $ROOT is a variable of the start script (bin/start), not of the env file: envbisect cannot know it
@@ -154,11 +157,13 @@ def test_not_config_says_what_it_could_not_see(scenario):  # noqa: F811
     assert any(want in n and "which envbisect cannot see: add it to [watch] paths" in n for n in doc["notes"]), doc
     p = s.cli("bisect", "--against", "good", "--probe", "e2e", "--json")
     doc = json.loads(p.stdout)
-    assert doc["verdict"] == "not-config", doc
-    assert any(want in n and "cannot see" in n for n in doc["notes"]), doc["notes"]
+    assert doc["verdict"] == "inconclusive", doc
+    assert p.returncode != 0
+    problems = [x for v in doc.values() if isinstance(v, dict) for x in v.get("problems") or ()]
+    assert any(want in x and "cannot see" in x for x in problems), doc  # the proof names what stayed
     # the library's verdict carries it, not only the CLI's output: the run's record has it too
-    record = json.loads((s.store / "runs" / doc["run"] / "verdict.json").read_text())
-    assert any(want in n and "cannot see" in n for n in record["notes"]), record["notes"]
+    record = (s.store / "runs" / doc["run"] / "verdict.json").read_text()
+    assert json.dumps(want)[1:-1] in record and "cannot see" in record, record
     assert tree_fingerprint(s.sim) == before
 
 

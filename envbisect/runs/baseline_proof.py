@@ -35,12 +35,15 @@ from envbisect.outcome import Cause, Outcome
 from envbisect.search import TrialKind, Verdict
 from envbisect.state.configuration import OriginalState, target_state
 from envbisect.state.deltas import Delta
+from envbisect.state.sourced import CANNOT_SEE, NOT_LOOKED
 from envbisect.trials.probe_check import service_ports
 from envbisect.hosts.restart import split_url
 
 # the diff's notes that name a part of the configuration seen to differ (or unreadable) that no
-# delta covers, so a baseline trial cannot have put it back (state/deltas.py writes them)
-UNSEEN_MARKS = ("its deltas are unknown", "its delta is unknown", ": cannot read (")
+# delta covers, so a baseline trial cannot have put it back (state/deltas.py writes them), and a file
+# an env file sources that envbisect cannot see or the baseline did not look at (state/sourced.py):
+# it may hold the cause and have stayed
+UNSEEN_MARKS = ("its deltas are unknown", "its delta is unknown", ": cannot read (", CANNOT_SEE, NOT_LOOKED)
 
 
 @dataclass(frozen=True)

@@ -23,25 +23,31 @@ def _baseline_values(diff_doc: Mapping[str, Any]) -> dict[tuple[str, str], str |
             if d.get("kind") == "env"}
 
 
+def _shown(value: str | None) -> str:
+    """A value as a sentence prints it: an unset key is "(unset)"."""
+    return "(unset)" if value is None else value
+
+
 def drift_hints(diff_doc: Mapping[str, Any]) -> list[str]:
     """One sentence per drifting key (and per service whose start environment is unknown)."""
     base = _baseline_values(diff_doc)
     hints = []
     for dr in diff_doc.get("drift", []):
         svc, key, proc, file = dr["service"], dr["key"], dr["process"], dr["file"]
-        who = f"{svc} (pid {dr['pid']}) was running with {key}={proc}"
+        who = f"{svc} (pid {dr['pid']}) was running with {key}={_shown(proc)}"
         changed = (svc, key) in base
         old = base.get((svc, key), file)
         if proc is not None and proc != file and proc != old:
-            said = f"today's file says {file}" + (f", the baseline's {old}" if changed else ", as at the baseline")
+            said = f"today's file says {_shown(file)}" + (f", the baseline's {_shown(old)}" if changed
+                                                           else ", as at the baseline")
             if file is None:
                 said = "no file sets it"
             hints.append(f"{who}, which no file sets ({said}): started by hand with it, or its file was edited "
                          "back since")
         elif changed and proc == old:
-            hints.append(f"{who}, the baseline's value, while its file says {file}: not restarted after the edit")
+            hints.append(f"{who}, the baseline's value, while its file says {_shown(file)}: not restarted after the edit")
         else:
-            hints.append(f"{who} while its file says {file}: it was not restarted after an edit, or restarted alone")
+            hints.append(f"{who} while its file says {_shown(file)}: it was not restarted after an edit, or restarted alone")
     for s in diff_doc.get("unknown_processes", []):
         hints.append(f"{s}: start environment unknown (overwritten by the program); cannot tell whether it was stale")
     if not hints:
