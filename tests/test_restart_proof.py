@@ -224,6 +224,10 @@ def test_a_decode_that_ignores_sigterm_never_passes_the_old_configuration(scenar
     proof = baseline[0].restart_proof
     assert any(f.service == "decode" and f.old_pid == decode_pid and f.old_gone is False for f in proof)
     assert tree_fingerprint(s.sim) == before
+    # the files are back at the original, which the old decode already runs: the final restore starts
+    # what it stopped around it, so the stack ends as it was found (not prefill and router left down)
+    assert s.sim.is_healthy("prefill") and s.sim.is_healthy("router"), r.notes
+    assert s.sim.pid("decode") == decode_pid
 
 
 @pytest.mark.sim

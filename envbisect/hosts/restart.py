@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Collection, Mapping, Optional
 from urllib.parse import urlsplit
 
 import httpx
@@ -283,13 +283,19 @@ def _replace(fact: ServiceRestart, **kw: Any) -> ServiceRestart:
 
 def co_restart(playbook: Playbook, transports: Mapping[str, Transport], *,
                on_step: Callable[[str], None] | None = None, guard: Guard | None = None,
-               expect_env: Mapping[str, Mapping[str, str | None]] | None = None) -> RestartResult:
+               expect_env: Mapping[str, Mapping[str, str | None]] | None = None,
+               keep_survivors: Collection[int] = ()) -> RestartResult:
     """Stop every service (reverse order), wait for their processes to be gone, then start each in
     order, wait for its health and prove it is a new process (module docstring).
     `expect_env` (service -> key -> value, None: unset): what the trial's environment gives each
     service, compared with the new process's /proc/PID/environ where it can be read.
     `guard(host or None)` runs before the stops and before each start (compare-and-swap: it raises
-    HostConflict when someone else changed a host; that is not a restart failure, it stops the run)."""
+    HostConflict when someone else changed a host; that is not a restart failure, it stops the run).
+    `keep_survivors`: pids of the processes that ran before envbisect changed anything. When every
+    process that outlives its stop is one of them, the other services are started anyway and it is
+    left running. Only for putting the original back: the files are then what that old process
+    already runs, so the stack ends as it was found; a trial never does this (it would probe a
+    process of another configuration). The result is still a failure, naming the survivor."""
     t0 = time.monotonic()
     step = on_step or (lambda _msg: None)
     facts: dict[str, ServiceRestart] = {}
@@ -317,7 +323,22 @@ def co_restart(playbook: Playbook, transports: Mapping[str, Transport], *,
                    f"({playbook.services[n].stop}); nothing was started")
             more = [f"{m} pid {left[m]}" for m in playbook.restart.order if m in left and m != n]
             facts[n] = _replace(facts[n], problem=msg)
-            return failed("infra", n, msg + (f" (also still running: {', '.join(more)})" if more else ""), {})
+            if not set(left.values()) <= set(keep_survivors):
+                return failed("infra", n, msg + (f" (also still running: {', '.join(more)})" if more else ""), {})
+            started = []
+            for name in playbook.restart.order:
+                if name in left:
+                    continue
+                step(f"starting {name} ({', '.join(f'{m} pid {left[m]}' for m in left)} left running)")
+                r = start_one(playbook, transports, playbook.services[name], guard=guard)
+                durations.update(r.durations)
+                if not r.ok:
+                    return failed(r.failure, r.service, r.message, durations, r.log_tail)
+                started.append(name)
+            kept = ", ".join(f"{m} pid {left[m]}" for m in playbook.restart.order if m in left)
+            return failed("infra", n, f"{kept} never stopped ({wait:g} s after its stop command) and was left "
+                          f"running, with the original files it already runs; started {', '.join(started) or 'none'}"
+                          " around it", durations)
         for name in playbook.restart.order:
             step(f"starting {name}")
             r = start_one(playbook, transports, playbook.services[name], guard=guard)

@@ -835,12 +835,19 @@ class BisectRun:
         rs = None
         if restart:
             rs = co_restart(self.playbook, self.dep.transports,
-                            on_step=lambda m: self.on_event("step", {"message": m}), guard=editor.guard)
+                            on_step=lambda m: self.on_event("step", {"message": m}), guard=editor.guard,
+                            keep_survivors=self._pids_before_the_run())
         editor.finish()
         editor.unlock()
         if rs is not None and not rs.ok:
             self.on_event("warning", {"message": f"restored files, but the co-restart failed: {rs.message}"})
         return "original"
+
+    def _pids_before_the_run(self) -> frozenset[int]:
+        """The services' processes as the run found them: the old pids the first restarting trial
+        stopped (Trial.restart_proof). A process of a trial's configuration is never among them."""
+        first = next((t for t in self.trials if not t.free and t.restart_proof), None)
+        return frozenset(f.old_pid for f in (first.restart_proof if first else ()) if f.old_pid)
 
     def _remaining(self, req: TrialRequest) -> int:
         """Restarts still expected, this one included: an estimate for the ETA, nothing decides on it.
