@@ -213,31 +213,7 @@ def schedule(ctx: typer.Context,
     head = sch.command[:len(sch.command) - sch.command[::-1].index("snapshot") - 1]  # up to the subcommand
     deploy_hook = ("after a deploy, from its hook: " + " ".join(shlex.quote(a) for a in head)
                    + " snapshot --label deploy-$(git rev-parse --short HEAD)")
-    if sch.kind == "systemd":
-        if done is None:
-            for path, text in sch.files.items():
-                env.out.print(Text(f"# {path}", style="bold"))
-                env.out.print(text)
-            env.out.print(f"write them with `{again}`, then run: {sch.enable_command}")
-        else:
-            for p in done.changed:
-                env.out.print(f"wrote {p}")
-            for p in done.unchanged:
-                env.out.print(f"unchanged {p}")
-            env.out.print("now run:")
-            for step in done.next_steps:
-                env.out.print(f"  {step}")
-    else:
-        if done is None:
-            env.out.print(sch.cron_marker)
-            env.out.print(sch.cron_line)
-            env.out.print(f"add it with `{again}` (or `crontab -e`)")
-        elif done.changed:
-            env.out.print(f"added to your crontab: {sch.cron_line}")
-            for step in done.next_steps:
-                env.out.print(f"  {step}")
-        else:
-            env.out.print(f"your crontab already has it: {sch.cron_line}")
+    render.render_timer(env, sch, done, write_hint=f"write them with `{again}`", add_hint=f"add it with `{again}`")
     env.out.print(Text(deploy_hook, style="dim"))
 
 

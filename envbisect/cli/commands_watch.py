@@ -137,29 +137,8 @@ def _service(env, o, every: str, passed: list[str], kind: Optional[str], install
     if as_json:
         env.emit_json({**sch.to_json(), "installed": done.to_json() if done else None})
         return ExitStatus.OK
-    if sch.kind == "systemd":
-        if done is None:
-            for path, text in sch.files.items():
-                env.out.print(Text(f"# {path}", style="bold"))
-                env.out.print(text, soft_wrap=True)
-            env.out.print(f"write it with --install, then run: {sch.enable_command}")
-        else:
-            for p in done.changed:
-                env.out.print(f"wrote {p}")
-            for p in done.unchanged:
-                env.out.print(f"unchanged {p}")
-            env.out.print("now run:")
-            for step in done.next_steps:
-                env.out.print(f"  {step}")
-    else:
-        if done is None:
-            env.out.print(sch.cron_marker)
-            env.out.print(sch.cron_line, soft_wrap=True)
-            env.out.print("add it with --install (or `crontab -e`)")
-        elif done.changed:
-            env.out.print(f"added to your crontab: {sch.cron_line}", soft_wrap=True)
-        else:
-            env.out.print(f"your crontab already has it: {sch.cron_line}", soft_wrap=True)
+    render.render_timer(env, sch, done, write_hint="write it with --install", add_hint="add it with --install",
+                        soft_wrap=True)
     return ExitStatus.OK
 
 

@@ -314,3 +314,33 @@ def render_restore_plan(env: Environment, res: dict) -> None:
     env.out.print("then co-restart: stop " + " → ".join(reversed(res["restart_order"])) + ", start "
                   + " → ".join(res["restart_order"]))
     env.out.print("dry run: no host was touched")
+
+
+def render_timer(env: Environment, sch, done, *, write_hint: str, add_hint: str,  # noqa: ANN001
+                 soft_wrap: bool = False) -> None:
+    """What `schedule` and `watch --print/--install` show of a systemd unit or crontab line
+    (runs/schedule.py's Schedule), and of what installing it did (`done`, None: only printed)."""
+    if sch.kind == "systemd":
+        if done is None:
+            for path, text in sch.files.items():
+                env.out.print(Text(f"# {path}", style="bold"))
+                env.out.print(text, soft_wrap=soft_wrap)
+            env.out.print(f"{write_hint}, then run: {sch.enable_command}")
+            return
+        for p in done.changed:
+            env.out.print(f"wrote {p}")
+        for p in done.unchanged:
+            env.out.print(f"unchanged {p}")
+        env.out.print("now run:")
+        for step in done.next_steps:
+            env.out.print(f"  {step}")
+    elif done is None:
+        env.out.print(sch.cron_marker)
+        env.out.print(sch.cron_line, soft_wrap=soft_wrap)
+        env.out.print(f"{add_hint} (or `crontab -e`)")
+    elif done.changed:
+        env.out.print(f"added to your crontab: {sch.cron_line}", soft_wrap=soft_wrap)
+        for step in done.next_steps:
+            env.out.print(f"  {step}")
+    else:
+        env.out.print(f"your crontab already has it: {sch.cron_line}", soft_wrap=soft_wrap)
