@@ -40,3 +40,21 @@ class Cause(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class VerdictKind(str, Enum):
+    """What a bisection concludes. Serialised as its text, as run records always held it."""
+
+    CULPRIT = "culprit"  # each named unit breaks the stack on its own; all must be reverted
+    INTERACTION = "interaction"  # the units of a term fail only together
+    NOT_CONFIG = "not-config"  # the baseline fails too, under the same probe: no delta is to blame
+    NOT_REPRODUCED = "not-reproduced"  # the current configuration passed after a co-restart
+    INCONCLUSIVE = "inconclusive"  # budget, infrastructure or an unproven premise: nothing is named
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def names_changes(self) -> bool:
+        """Whether the verdict names deltas (to revert, to report as guilty)."""
+        return self in (VerdictKind.CULPRIT, VerdictKind.INTERACTION)
