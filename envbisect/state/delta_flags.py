@@ -1,0 +1,111 @@
+"""Finer splits of env deltas: an argument-string variable as one delta per flag (`split_flags`),
+and each env delta or flag tied to the knob the installed engine reads (`with_knobs`). Pure: no I/O.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Iterable, Mapping
+
+from envbisect.inputs.argstring import ArgStringError, diff_args, is_arg_key, parse_args
+from envbisect.inputs.envfile import EnvFileError, meaning_refs, word_meaning
+from envbisect.state.delta import Delta, Diff
+
+if TYPE_CHECKING:
+    from envbisect.state.knobs import KnobRegistry
+
+
+def split_flags(diff: Diff, arg_keys: Iterable[str] = ()) -> Diff:
+    """The diff with each changed argument string (`argstring.is_arg_key`: ``*_ARGS``, ``*_FLAGS``,
+    or a key in `arg_keys`) replaced by one delta per flag added, removed or changed, with the id
+    ``SERVICE:KEY[--flag]``. What cannot be split stays one whole-value delta, with a note why."""
+    extra = frozenset(arg_keys)
+    out: list[Delta] = []
+    notes: list[str] = []
+    by_file: dict[tuple[str, str], set[str]] = {}
+    for d in diff.deltas:
+        if d.kind == "env" and d.key:
+            by_file.setdefault((d.host, d.path), set()).add(d.key)
+    for d in diff.deltas:
+        if d.kind != "env" or d.change != "changed" or d.flag is not None or not is_arg_key(d.key, extra):
+            out.append(d)
+            continue
+        flags, why = _flag_deltas(d, by_file.get((d.host, d.path), set()) - {d.key})
+        if why:
+            notes.append(f"{d.id}: compared as one value: {why}")
+            out.append(d)
+        else:
+            out.extend(flags)
+    return replace(diff, deltas=tuple(out), notes=diff.notes + tuple(notes))
+
+
+def _flag_deltas(d: Delta, other_keys: set[str]) -> tuple[list[Delta], str | None]:
+    """`d`'s flag deltas, or why it stays whole."""
+    texts = []
+    for value, word, ev in ((d.old, d.old_word, d.old_eval), (d.new, d.new_word, d.new_eval)):
+        try:
+            meaning = word_meaning(word) if word is not None else (("lit", value or ""),)
+        except EnvFileError:
+            return [], "its shell text cannot be read"
+        if all(kind == "lit" for kind, _ in meaning):
+            texts.append("".join(t for _, t in meaning))
+            continue
+        if any(kind == "cmd" for kind, _ in meaning):
+            return [], "its value runs a command substitution"
+        read = sorted(meaning_refs(meaning) & other_keys)
+        if read:
+            return [], f"its value reads {', '.join(read)}, which changed too"
+        if ev is None:
+            return [], "what bash makes of its value was not recorded"
+        texts.append(ev)
+    old_text, new_text = texts
+    try:
+        changes = diff_args(parse_args(old_text), parse_args(new_text))
+    except ArgStringError as e:
+        return [], f"not a list of flags ({e})"
+    if not changes:
+        return [], "only the order or spelling of its flags changed"
+    return [replace(d, id=f"{d.id}[{c.name}]", change=c.change, old=c.old.text if c.old else None,
+                    new=c.new.text if c.new else None, flag=c.name, args_old=old_text, args_new=new_text)
+            for c in changes], None
+
+
+def engine_names(diff: Diff) -> dict[str, list[str]]:
+    """Per host, the names of its env deltas and flags an engine's registry may know (``SGL*_`` variables
+    and flags): only those hosts need their registry read."""
+    out: dict[str, list[str]] = {}
+    for d in diff.deltas:
+        if d.kind == "env" and d.key and (d.flag is not None or d.key.startswith(("SGLANG_", "SGL_"))):
+            out.setdefault(d.host, []).append(d.flag or d.key)
+    return out
+
+
+def with_knobs(diff: Diff, registries: Mapping[str, "KnobRegistry | None"], notes: Iterable[str] = (),
+               arg_keys: Iterable[str] = ()) -> Diff:
+    """The diff with each env delta and flag tied to the knob the host's installed engine reads
+    (`registries`: host -> its registry, None where it could not be read): linked by that knob
+    whatever its spelling, "back to the default D" when removed, and "not read by the installed
+    sglang V" when the engine does not know a name of its own namespace."""
+    out = []
+    extra = frozenset(arg_keys)
+    for d in diff.deltas:
+        reg = registries.get(d.host) if d.kind == "env" and d.key else None
+        if reg is None:
+            out.append(d)
+            continue
+        name = d.flag if d.flag is not None else d.key or ""
+        k = reg.flag(name) if d.flag is not None else reg.knob(name)
+        if k is None:
+            # an argument string is read by the start script, not by the engine's registry
+            if reg.owns(name) and (d.flag is not None or not is_arg_key(d.key, extra)):
+                out.append(replace(d, detail=d.detail + (
+                    f"{name} is not read by the installed {reg.engine} {reg.version}: typo or stale?",)))
+            else:
+                out.append(d)
+            continue
+        detail = d.detail
+        default = reg.default(k)
+        if d.change == "removed":
+            detail += (f"removed: back to the default {default}" if default is not None
+                       else "removed: back to no value (the engine documents no default)",)
+        out.append(replace(d, knob=k.name, detail=detail))
+    return replace(diff, deltas=tuple(out), notes=diff.notes + tuple(notes))
