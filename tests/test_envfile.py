@@ -197,7 +197,7 @@ def test_empty_file():
         ("A=`date\n", 1, "unterminated backquote"),
         ("A=$(date\n", 1, "unterminated $("),
         ("A=${X\n", 1, "unterminated ${"),
-        ("A=1\nB=2 C=3\n", 2, "after the value of B"),
+        ("A=1\nB=2 C=3 serve\n", 2, "after the value of C"),
         ("A=1 cmd\n", 1, "after the value of A"),
         ("A=1;\n", 1, "after the value of A"),
         ("A=(a b)\n", 1, "after the value of A"),

@@ -18,7 +18,8 @@ the shell cannot execute (`EnvFile.with_value`, `shell_quote`); a word that the 
 written back as exactly that shell text (`EnvFile.with_word`), so a baseline such as
 ``"${HF_HOME%/*}/kv"`` means again what it meant.
 
-Supported: ``export K=V``, ``K=V``, leading blanks, comments, blank lines, single quotes, double
+Supported: ``export K=V``, ``K=V``, several of them on one line (``export A=1 B=2``: each is an
+assignment of its own, edited alone), leading blanks, comments, blank lines, single quotes, double
 quotes (``\\" \\\\ \\$ \\``` escapes), backslash escapes, backslash-newline continuations,
 ``$NAME`` / ``${NAME}`` references (plus ``${NAME:-w}``-style defaults in `EnvFile.resolved`),
 ``~`` at the start of a value or after ``:``.
@@ -26,7 +27,7 @@ quotes (``\\" \\\\ \\$ \\``` escapes), backslash escapes, backslash-newline cont
 Deliberately *not* understood (see the individual docstrings): control flow (an assignment inside
 an ``if`` block counts as unconditional), ``declare``/``readonly``/``local`` (ignored like any
 other command), ``export K`` without ``=`` (ignored: it assigns nothing), here-documents, ``+=``,
-arrays, ``$'...'`` quoting and several assignments on one line (the last four raise
+arrays, ``$'...'`` quoting and assignments followed by a command on one line (the last four raise
 `EnvFileError` rather than being silently misread).
 
 Size (718 lines): a shell-word parser and its meaning (quoting, which expansions can be evaluated and which cannot), and line-exact edits by it: one grammar.
@@ -199,7 +200,7 @@ class EnvFile:
         copies = [a for a in reference.assignments if a.key == key]
         text = self.text
         for a in copies:
-            line = reference.text[a.start : a.end] + "\n"
+            line = reference.statement_of(a) + "\n"
             first = reference.text.count("\n", 0, a.start)  # a.start is a line start: its 0-based index
             at = _insertion_point(_lines(reference.text), first, _lines(text))
             sep = "\n" if at == len(text) and text and not text.endswith("\n") else ""
@@ -209,7 +210,7 @@ class EnvFile:
         if not any(key in meaning_refs(a.meaning) for a in self.assignments):
             sep = "" if not self.text or self.text.endswith("\n") else "\n"
             for end in (self.text + sep, self.text + sep + "\n"):  # a blank line ends a dangling backslash
-                text = end + "".join(reference.text[a.start : a.end] + "\n" for a in copies)
+                text = end + "".join(reference.statement_of(a) + "\n" for a in copies)
                 if self._edit_keeps_others(text, key, want.meaning):
                     return text
         raise EnvFileError(want.lineno, f"cannot put {key} back above the lines that read it without changing "
@@ -227,13 +228,37 @@ class EnvFile:
         for a in self.assignments:
             if a.key != key:
                 continue
-            pieces.append(self.text[pos : a.start])
-            pos = a.end + 1 if a.end < len(self.text) else a.end
+            cut = self._own_span(a)
+            if cut is None:  # the line holds only this key: the whole line goes
+                cut = (a.start, a.end + 1 if a.end < len(self.text) else a.end)
+            if cut[0] < pos:
+                continue  # within the line removed already
+            pieces.append(self.text[pos : cut[0]])
+            pos = cut[1]
         pieces.append(self.text[pos:])
         new = "".join(pieces)
         if not self._edit_keeps_others(new, key, None):
             raise EnvFileError(0, f"cannot remove {key} without changing other assignments")
         return new
+
+    def _own_span(self, a: EnvAssignment) -> tuple[int, int] | None:
+        """Where `a` alone stands on a line it shares with assignments of other keys (``export A=1 B=2``):
+        its ``KEY=VALUE`` word and the blanks up to the next one (the last: from the previous value's
+        end). None when every assignment of its line is of its key."""
+        line = [b for b in self.assignments if b.start == a.start]
+        if all(b.key == a.key for b in line):
+            return None
+        i = line.index(a)
+        if i + 1 < len(line):
+            return a.value_start - len(a.key) - 1, line[i + 1].value_start - len(line[i + 1].key) - 1
+        return line[i - 1].value_end, a.value_end
+
+    def statement_of(self, a: EnvAssignment) -> str:
+        """The text that sets `a` on a line of its own: its whole line, or, from a line it shares with
+        other keys, ``[export ]KEY=VALUE``."""
+        if self._own_span(a) is None:
+            return self.text[a.start : a.end]
+        return f"{'export ' if a.exported else ''}{a.key}={a.word}"
 
     def resolved(self, environ: Mapping[str, str] = {}) -> dict[str, str]:
         """values with ${X}/$X expanded in file order the way `sh` sourcing would (earlier assignments, then environ, else empty); single-quoted parts are not expanded. Used to compare with a process's real environment.
@@ -308,34 +333,31 @@ def parse_env(text: str) -> EnvFile:
         if m is None:
             i = lx.skip_statement(i) + 1
             continue
-        key = m.group(2)
-        if m.group(3) == "+=":
-            lx.error(m.start(3), f"'+=' (append) for {key} is not supported")
-        vs = m.end()
-        ve, parts, refs = lx.lex_value(vs)
-        j = ve
-        while j < n and text[j] in " \t":
-            j += 1
+        exported, stmt, am = m.group(1) is not None, [], m
+        while True:  # ``export A=1 B=2``: each word of the statement that is KEY=VALUE is an assignment
+            key = am.group(2)
+            if am.group(3) == "+=":
+                lx.error(am.start(3), f"'+=' (append) for {key} is not supported")
+            vs = am.end()
+            ve, parts, refs = lx.lex_value(vs)
+            stmt.append((key, vs, ve, parts, refs))
+            j = ve
+            while j < n and text[j] in " \t":
+                j += 1
+            am = _NEXT_ASSIGN_RE.match(text, j) if j > ve else None
+            if am is None:
+                break
         if j < n and text[j] != "\n":
             if text[j] == "#" and j > ve:
                 nl = text.find("\n", j)
                 j = n if nl < 0 else nl
             else:
-                lx.error(j, f"unexpected {text[j]!r} after the value of {key} (only one "
-                            "assignment per line, optionally followed by a comment, is supported)")
-        out.append(EnvAssignment(
-            key=key,
-            value="".join(t for _, t in parts),
-            exported=m.group(1) is not None,
-            start=i,
-            end=j,
-            lineno=lx.lineno(i),
-            refs=tuple(dict.fromkeys(refs)),
-            value_start=vs,
-            value_end=ve,
-            parts=tuple(parts),
-            word=text[vs:ve],
-        ))
+                lx.error(j, f"unexpected {text[j]!r} after the value of {key} (only assignments on a "
+                            "line, optionally followed by a comment, are supported)")
+        out.extend(EnvAssignment(key=key, value="".join(t for _, t in parts), exported=exported, start=i, end=j,
+                                 lineno=lx.lineno(i), refs=tuple(dict.fromkeys(refs)), value_start=vs,
+                                 value_end=ve, parts=tuple(parts), word=text[vs:ve])
+                   for key, vs, ve, parts, refs in stmt)
         i = j + 1
     return EnvFile(text=text, assignments=tuple(out))
 
@@ -406,6 +428,7 @@ def shell_quote(value: str) -> str:
 _KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN_RE = re.compile(r"[ \t]*(?:(export)[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)(\+?=)")
+_NEXT_ASSIGN_RE = re.compile(r"()([A-Za-z_][A-Za-z0-9_]*)(\+?=)")  # a further assignment of the same line
 _WORD_END = frozenset(" \t\n;&|<>()")
 _BRACE_NAME_RE = re.compile(r"[#!]?([A-Za-z_][A-Za-z0-9_]*)")
 _BRACE_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-+=])(.*))?\}\Z", re.S)

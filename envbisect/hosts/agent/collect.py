@@ -512,6 +512,7 @@ def eval_env_file(path, environ, pid=None):
 MAX_SOURCED = 8  # resolved files per env file ("a handful"); later lines are reported, not followed
 SOURCE_RE = re.compile(r"(?:^|[;&|({]|\b(?:then|do|else|elif)\b)[ \t]*(?:\.|source)[ \t]+(?=[^ \t])")
 ASSIGN_LINE_RE = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=")
+NEXT_ASSIGN_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
 UNSET_RE = re.compile(r"^[ \t]*unset[ \t]+([A-Za-z_][A-Za-z0-9_ \t]*)")
 WORD_END = " \t;&|)<>"
 
@@ -704,10 +705,12 @@ def source_lines(text, known):
                     value, why = None, "an empty path"
             out.append((lineno, word, value, why))
         a = ASSIGN_LINE_RE.match(line)
-        if a:
-            _, parts, why = lex_word(line, a.end())
+        while a:  # ``export A=1 B=2``: each assignment of the line, left to right, as bash makes them
+            end, parts, why = lex_word(line, a.end())
             value, _why = (None, why) if why else expand(parts, known, lineno)
             known[a.group(1)] = value
+            rest = end + len(line[end:]) - len(line[end:].lstrip(" \t"))
+            a = NEXT_ASSIGN_RE.match(line, rest) if rest > end else None
         u = UNSET_RE.match(line)
         if u:
             for name in u.group(1).split():
