@@ -15,215 +15,41 @@ puts back every resource that is provably envbisect's own and leaves the others 
 recording each conflict in the run (`conflicts.json`). A run killed with -9 can still be undone
 exactly (`envbisect restore`).
 
-Size (800 lines): the journal (and its authenticated host copies), the deployment lock (heartbeat,
-takeover of a dead holder's lock) and the editor that applies and restores are one transaction
-protocol; split, each part would re-check the others' invariants.
+The journal's records are `journal_records.py`'s, the hosts' authenticated copies `host_copies.py`'s,
+and the lock holder and its heartbeat `lock.py`'s; this module holds the editor that takes the lock,
+journals, applies and restores, and re-exports their public names.
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
-import glob
 import json
-import os
-import socket
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from envbisect.hosts import faults
-from envbisect.state import rundir
-from envbisect.state.configuration import (FileOriginal, Key, OriginalState, RepoOriginal, TargetState, env_check_ops,
-                            raise_on_env_check)
 from envbisect.errors import EnvbisectError, HostConflict, LockHeld, LockLost, RemoteError, UsageError
+from envbisect.hosts import faults
+from envbisect.hosts.collector import for_each_host
+from envbisect.hosts.host_copies import find_journal, host_copy, verified_copy
 from envbisect.hosts.hostops import b64, run_ops, unb64
+from envbisect.hosts.journal_records import (Journal, RepoState, journal_dir, local_journal_paths, made_json,
+                                             made_path, remote_paths, sha)
+from envbisect.hosts.lock import (HEARTBEAT_S, STALE_AFTER_S, Heartbeat, boot_id, controller_id, describe_holder,
+                                  holder_gone_here, pid_namespace)
+from envbisect.hosts.transport import Transport
 from envbisect.inputs.masking import SecretMasker
 from envbisect.inputs.playbook import Playbook
-from envbisect.hosts.collector import for_each_host
+from envbisect.state import rundir
+from envbisect.state.configuration import (FileOriginal, Key, OriginalState, RepoOriginal, TargetState, env_check_ops,
+                                           raise_on_env_check)
 from envbisect.state.store import Store, write_private
-from envbisect.hosts.transport import Transport
 
-HEARTBEAT_S = 20.0  # the lock holder refreshes its lock this often
-STALE_AFTER_S = 300.0  # a lock of another controller with no heartbeat for this long is stale
-
-RepoState = tuple[str, "str | None"]  # (HEAD commit, "refs/heads/main" or None when detached)
-
-
-def remote_paths(deployment: str) -> tuple[str, str]:
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in deployment)
-    return f"~/.envbisect/{safe}.lock", f"~/.envbisect/{safe}.journal.json"
-
-
-def made_path(deployment: str) -> str:
-    return remote_paths(deployment)[1][: -len(".journal.json")] + ".made.json"
-
-
-def sha(data: bytes | None) -> str | None:
-    return None if data is None else hashlib.sha256(data).hexdigest()
-
-
-@dataclass(frozen=True)
-class Journal:
-    run_id: str
-    deployment: str
-    created_at: float
-    original: OriginalState
-    state: str = "active"  # active | closed
-    conflicts: tuple[dict, ...] = ()
-    # the states envbisect made (or was about to make) on each resource: kept in made.json
-    made_files: Mapping[Key, frozenset] = field(default_factory=dict, compare=False)
-    made_repos: Mapping[Key, frozenset] = field(default_factory=dict, compare=False)
-
-    def to_json(self) -> dict[str, Any]:
-        hosts: dict[str, dict[str, Any]] = {}
-        for (h, p), f in self.original.files.items():
-            d = {"exists": f.exists, "mode": f.mode, "uid": f.uid, "gid": f.gid, "mtime_ns": f.mtime_ns,
-                 "atime_ns": f.atime_ns, "content_b64": b64(f.content) if f.content is not None else None}
-            hosts.setdefault(h, {"files": {}, "repos": {}})["files"][p] = d
-        for (h, p), r in self.original.repos.items():
-            hosts.setdefault(h, {"files": {}, "repos": {}})["repos"][p] = {"head": r.head, "ref": r.ref}
-        return {"format": 1, "run_id": self.run_id, "deployment": self.deployment, "created_at": self.created_at,
-                "state": self.state, "hosts": hosts, "conflicts": list(self.conflicts)}
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "Journal":
-        files: dict[Key, FileOriginal] = {}
-        repos: dict[Key, RepoOriginal] = {}
-        for h, hd in doc["hosts"].items():
-            for p, f in hd.get("files", {}).items():
-                files[(h, p)] = FileOriginal(f["exists"], unb64(f.get("content_b64")), f.get("mode"), f.get("uid"),
-                                             f.get("gid"), f.get("mtime_ns"), f.get("atime_ns"))
-            for p, r in hd.get("repos", {}).items():
-                repos[(h, p)] = RepoOriginal(r["head"], r.get("ref"))
-        return cls(doc["run_id"], doc["deployment"], doc["created_at"], OriginalState(files, repos),
-                   doc.get("state", "active"), tuple(doc.get("conflicts", ())))
-
-    def for_host(self, host: str) -> "Journal":
-        """The journal of one host's resources only: what that host's copy holds."""
-        o = self.original
-        return Journal(**{**self.__dict__, "original": OriginalState(
-            {k: v for k, v in o.files.items() if k[0] == host}, {k: v for k, v in o.repos.items() if k[0] == host}),
-            "made_files": {}, "made_repos": {}})
-
-    def with_made(self, doc: Mapping[str, Any] | None) -> "Journal":
-        """Add the states recorded in a made.json document (of this run) to what is known."""
-        if not doc or doc.get("run_id") != self.run_id:
-            return self
-        mf = {k: set(v) for k, v in self.made_files.items()}
-        mr = {k: set(v) for k, v in self.made_repos.items()}
-        for h, hd in doc.get("hosts", {}).items():
-            for p, shas in hd.get("files", {}).items():
-                mf.setdefault((h, p), set()).update(shas)
-            for p, states in hd.get("repos", {}).items():
-                mr.setdefault((h, p), set()).update((s[0], s[1]) for s in states)
-        return Journal(**{**self.__dict__, "made_files": {k: frozenset(v) for k, v in mf.items()},
-                          "made_repos": {k: frozenset(v) for k, v in mr.items()}})
-
-
-def made_json(run_id: str, files: Mapping[Key, Iterable], repos: Mapping[Key, Iterable]) -> dict[str, Any]:
-    hosts: dict[str, dict[str, Any]] = {}
-    for (h, p), v in files.items():
-        hosts.setdefault(h, {"files": {}, "repos": {}})["files"][p] = sorted(v, key=lambda x: (x is None, x or ""))
-    for (h, p), v in repos.items():
-        hosts.setdefault(h, {"files": {}, "repos": {}})["repos"][p] = sorted([list(s) for s in v], key=str)
-    return {"format": 1, "run_id": run_id, "hosts": hosts}
-
-
-def boot_id() -> str:
-    """This machine's boot id ("" where there is none): with the host name, it says whether a pid in a
-    lock record is a pid of this machine, this boot."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-# --- host copies: each speaks for its own host, authenticated by the controller -------------------
-# A host is trusted for itself only. Its copy of the journal holds its own resources, names the host
-# and the deployment, and carries an HMAC-SHA256 with the key in the local store (Store.journal_key):
-# a copy someone else wrote (or one host's copy put on another) is refused, never used.
-
-def _mac(key: bytes, doc: Mapping[str, Any]) -> str:
-    body = json.dumps({k: v for k, v in doc.items() if k != "mac"}, sort_keys=True, separators=(",", ":"))
-    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
-
-
-def host_copy(key: bytes, host: str, deployment: str, kind: str, doc: Mapping[str, Any]) -> bytes:
-    """`doc` (a journal or made.json of `host`'s resources only) as that host's authenticated copy."""
-    signed = {**doc, "kind": kind, "host": host, "deployment": deployment}
-    return json.dumps({**signed, "mac": _mac(key, signed)}).encode()
-
-
-def verified_copy(key: bytes | None, host: str, deployment: str, kind: str, raw: bytes,
-                  run_id: str | None = None) -> dict[str, Any]:
-    """The document of `host`'s copy when this controller wrote it for this host and deployment;
-    otherwise a one-line UsageError (nothing of it is used)."""
-    where = f"{host}: the {'journal' if kind == 'journal' else 'made.json'} copy on the host"
-    try:
-        doc = json.loads(raw)
-        if not isinstance(doc, dict):
-            raise ValueError("not a JSON object")
-    except ValueError as e:
-        raise UsageError(f"{where} is damaged ({e}); not used") from None
-    mac = doc.get("mac")
-    if key is None or not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(key, doc)):
-        raise UsageError(f"{where} is not authenticated by this controller (no valid HMAC with the key in its "
-                         "store); it is not used: remove it from the host, or restore from the store that ran it")
-    if doc.get("kind") != kind or doc.get("host") != host or doc.get("deployment") != deployment:
-        raise UsageError(f"{where} was written for {doc.get('kind')} of host {doc.get('host')!r}, deployment "
-                         f"{doc.get('deployment')!r}; not used")
-    if set(doc.get("hosts", {})) - {host}:
-        raise UsageError(f"{where} speaks for other hosts too; not used")
-    rundir.check_run_id(doc.get("run_id"), f"{where} names run")
-    if run_id is not None and doc.get("run_id") != run_id:
-        raise UsageError(f"{where} is of run {doc.get('run_id')}, not {run_id}; not used")
-    return doc
-
-
-def pid_namespace() -> str:
-    """This process's pid namespace (`pid:[4026531836]`; "" where it cannot be read). A container that
-    shares the machine's host name and boot id has pids of its own: a pid means something only in the
-    namespace that gave it out."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
-
-
-def controller_id() -> dict[str, Any]:
-    return {"controller": socket.gethostname(), "boot_id": boot_id(), "pid_ns": pid_namespace(), "pid": os.getpid()}
-
-
-def holder_gone_here(held: Mapping[str, Any]) -> bool:
-    """A lock holder is provably gone when its record names this machine, this boot and this pid
-    namespace, and its pid is not running here. Any other record (another machine, a container with
-    pids of its own, an older record without a namespace) is judged by its heartbeat alone. Only the
-    controller can tell: on a host, the controller's pid means nothing."""
-    me = controller_id()
-    if not me["boot_id"] or not me["pid_ns"] or any(held.get(k) != me[k] for k in ("controller", "boot_id", "pid_ns")):
-        return False
-    try:
-        pid = int(held.get("pid"))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-    if pid <= 0 or pid == me["pid"]:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OverflowError):
-        return False
-    return False
-
-
-def _who(held: Mapping[str, Any], age_s: float | None) -> str:
-    beat = f", last heartbeat {int(age_s)} s ago" if age_s is not None else ""
-    return f"controller {held.get('controller')}, pid {held.get('pid')}{beat}"
+__all__ = [
+    "HostEditor", "read_original", "describe_conflict", "Journal", "RepoState", "made_json", "sha", "remote_paths",
+    "made_path", "local_journal_paths", "journal_dir", "find_journal", "host_copy", "verified_copy",
+    "HEARTBEAT_S", "STALE_AFTER_S", "boot_id", "pid_namespace", "controller_id", "holder_gone_here",
+]
 
 
 def describe_conflict(c: Mapping[str, Any]) -> str:
@@ -244,33 +70,6 @@ def _send(t: Transport, ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
         faults.kill()
     return run_ops(t, ops)
 
-
-class _Heartbeat:
-    """Refreshes the lock on every host every `interval` s while the run holds it; notices a lock
-    broken by someone else (the next mutation batch then stops the run)."""
-
-    def __init__(self, editor: "HostEditor", interval: float):
-        self.editor, self.interval = editor, interval
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=f"envbisect-heartbeat-{editor.run_id}", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop_event.wait(self.interval):
-            for h, t in list(self.editor.transports.items()):
-                if self.stop_event.is_set():
-                    return
-                try:
-                    run_ops(t, [self.editor._lock_op()], timeout=max(10.0, self.interval))
-                except LockLost as e:
-                    self.editor.lock_lost = str(e)
-                except Exception:  # noqa: BLE001 - a lost connection is the main thread's business
-                    pass
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        if self.thread is not threading.current_thread():
-            self.thread.join(timeout=30)
 
 
 class HostEditor:
@@ -297,7 +96,7 @@ class HostEditor:
         self.edited = False  # has any edit been sent (after begin)?
         self.lock_lost: str | None = None
         self._locked = False
-        self._beat: _Heartbeat | None = None
+        self._beat: Heartbeat | None = None
         self._key: bytes | None = None
 
     @property
@@ -336,32 +135,17 @@ class HostEditor:
                     # token, so a lock taken meanwhile by someone else is judged afresh) as dead
                     res = run_ops(t, [{**op, "dead_token": held["token"]}])[0]
                 if not res.get("locked"):
-                    if res.get("journal_run") and not res.get("held_by"):
-                        jr = res["journal_run"]
-                        if not self._restorable_here(h, t, jr):
-                            raise LockHeld(f"{h}: run {jr} left changes on this host that are not undone yet (its "
-                                           "journal is active) and was run from another store: its journal is not "
-                                           "authenticated by this one; run `envbisect restore --run "
-                                           f"{jr}` with the store (on the controller) that ran it")
-                        raise LockHeld(f"{h}: run {jr} left changes on this host that are not undone "
-                                       f"yet (its journal is active); run `envbisect restore --run {jr}` first")
-                    held = res.get("held_by", {})
-                    if res.get("running"):
-                        raise LockHeld(f"{h}: run {held.get('run_id')} is still running ({_who(held, res.get('age_s'))}); "
-                                       "stop it (Ctrl-C or SIGTERM puts the hosts back) instead of restoring under it")
-                    raise LockHeld(
-                        f"{h}: deployment {self.playbook.name!r} is locked by run {held.get('run_id')} "
-                        f"({_who(held, res.get('age_s'))}); wait for it, or if that controller is gone for good, "
-                        "run again with --break-lock")
+                    raise self._refusal(h, t, res)
                 if not dry:
                     locked.append(h)
                 if res.get("broke"):
                     b = res["broke"]
-                    notes.append(f"{h}: broke the lock of run {b.get('run_id')} ({_who(b, res.get('age_s'))})")
+                    notes.append(f"{h}: broke the lock of run {b.get('run_id')} "
+                                 f"({describe_holder(b, res.get('age_s'))})")
                 elif res.get("took_over"):
                     b = res["took_over"]
                     notes.append(f"{h}: took over the stale lock of run {b.get('run_id')} "
-                                 f"({_who(b, res.get('age_s'))}: its holder is gone)")
+                                 f"({describe_holder(b, res.get('age_s'))}: its holder is gone)")
             if restoring is None:
                 self._refuse_local_journals()
         except BaseException:
@@ -372,8 +156,31 @@ class HostEditor:
             return notes
         self._locked = True
         if self.heartbeat_s > 0 and self._beat is None:
-            self._beat = _Heartbeat(self, self.heartbeat_s)
+            self._beat = Heartbeat(self.transports, self._lock_op(), self._lost_lock, self.heartbeat_s,
+                                   name=f"envbisect-heartbeat-{self.run_id}")
         return notes
+
+    def _refusal(self, h: str, t: Transport, res: Mapping[str, Any]) -> LockHeld:
+        """Why the lock on host h was not taken: another run's active journal, a running run, or a
+        holder that may still be alive."""
+        if res.get("journal_run") and not res.get("held_by"):
+            jr = res["journal_run"]
+            if not self._restorable_here(h, t, jr):
+                return LockHeld(f"{h}: run {jr} left changes on this host that are not undone yet (its "
+                                "journal is active) and was run from another store: its journal is not "
+                                "authenticated by this one; run `envbisect restore --run "
+                                f"{jr}` with the store (on the controller) that ran it")
+            return LockHeld(f"{h}: run {jr} left changes on this host that are not undone "
+                            f"yet (its journal is active); run `envbisect restore --run {jr}` first")
+        held = res.get("held_by", {})
+        who = describe_holder(held, res.get("age_s"))
+        if res.get("running"):
+            return LockHeld(f"{h}: run {held.get('run_id')} is still running ({who}); "
+                            "stop it (Ctrl-C or SIGTERM puts the hosts back) instead of restoring under it")
+        return LockHeld(
+            f"{h}: deployment {self.playbook.name!r} is locked by run {held.get('run_id')} "
+            f"({who}); wait for it, or if that controller is gone for good, "
+            "run again with --break-lock")
 
     def _restorable_here(self, host: str, t: Transport, run_id: str) -> bool:
         """Can `envbisect restore --run RUN_ID` with this store undo that run? Yes when the store holds
@@ -406,6 +213,9 @@ class HostEditor:
             if doc.get("deployment") == self.playbook.name and doc.get("state") == "active":
                 raise LockHeld(f"run {doc.get('run_id')} left an active journal in {runs_dir} (its changes may be "
                                f"live on the hosts); run `envbisect restore --run {doc.get('run_id')}` first")
+
+    def _lost_lock(self, why: str) -> None:
+        self.lock_lost = why
 
     def _lock_op(self) -> dict[str, Any]:
         return {"op": "assert_lock", "path": self.lock_path, "token": self.owner["token"]}
@@ -763,85 +573,3 @@ def read_original(playbook: Playbook, transports: Mapping[str, Transport], files
     return OriginalState(fo, ro)
 
 
-def local_journal_paths(runs_dir: Path, run_id: str | None = None) -> list[Path]:
-    """Every local journal in the store (or run ``run_id``'s): a run's own, and a fleet run's one
-    per replica (``runs/ID/REPLICA/journal.json``)."""
-    if run_id is not None:
-        rundir.check_run_id(run_id)
-    if not runs_dir.exists():
-        return []
-    pattern = "*" if run_id is None else glob.escape(run_id)
-    return sorted(runs_dir.glob(f"{pattern}/{rundir.JOURNAL}")) + sorted(runs_dir.glob(f"{pattern}/*/{rundir.JOURNAL}"))
-
-
-def journal_dir(runs_dir: Path, run_id: str, deployment: str) -> Path:
-    """Where deployment ``deployment``'s journal of run ``run_id`` lives (or will, when only the
-    hosts still have it): a fleet run keeps one folder per replica, so two replicas never share one."""
-    rundir.check_run_id(run_id)
-    for p in local_journal_paths(runs_dir, run_id):
-        try:
-            if json.loads(p.read_text()).get("deployment") == deployment:
-                return p.parent
-        except (OSError, ValueError):
-            continue
-    base = runs_dir / run_id
-    return base / deployment if (base / rundir.JOURNAL).exists() or "-fleet-" in run_id else base
-
-
-def find_journal(playbook: Playbook, transports: Mapping[str, Transport], runs_dir: Path,
-                 run_id: str | None = None) -> Journal | None:
-    """The newest active journal for this deployment (or run `run_id`'s). The local store's is
-    authoritative: when it has one, the host copies are not read. Only when it has none (the store
-    lost it) are the hosts' copies used, each for its own host's resources and only when its HMAC
-    verifies with this store's key (`verified_copy`; otherwise one line, nothing used)."""
-    if run_id is not None:
-        rundir.check_run_id(run_id)
-    cands = []
-    if runs_dir.exists():
-        for p in local_journal_paths(runs_dir, run_id):
-            try:
-                doc = json.loads(p.read_text())
-            except (OSError, ValueError):
-                continue
-            if doc.get("deployment") == playbook.name and doc.get("state") == "active":
-                j = Journal.from_json(doc)
-                try:
-                    j = j.with_made(json.loads((p.parent / rundir.MADE).read_text()))
-                except (OSError, ValueError):
-                    pass
-                cands.append(j)
-    if cands:
-        return max(cands, key=lambda j: j.created_at)
-    key = Store(runs_dir.parent).journal_key(create=False)
-    remote, remote_made = remote_paths(playbook.name)[1], made_path(playbook.name)
-    per_host: dict[str, tuple[Journal, dict | None]] = {}
-    for h, t in transports.items():
-        got = run_ops(t, [{"op": "get", "path": remote}, {"op": "get", "path": remote_made}])
-        raw = unb64(got[0].get("content_b64"))
-        if not raw:
-            continue
-        doc = verified_copy(key, h, playbook.name, "journal", raw, run_id)
-        try:
-            j = Journal.from_json(doc)
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise UsageError(f"{h}: the journal on the host is damaged ({e})") from None
-        if j.state != "active":
-            continue
-        made_raw = unb64(got[1].get("content_b64"))
-        made = verified_copy(key, h, playbook.name, "made", made_raw, j.run_id) if made_raw else None
-        per_host[h] = (j, made)
-    if not per_host:
-        return None
-    newest = max(per_host.values(), key=lambda jm: jm[0].created_at)[0]
-    files: dict[Key, FileOriginal] = {}
-    repos: dict[Key, RepoOriginal] = {}
-    for j, _ in per_host.values():
-        if j.run_id == newest.run_id:
-            files.update(j.original.files)
-            repos.update(j.original.repos)
-    found = Journal(newest.run_id, playbook.name, min(j.created_at for j, _ in per_host.values()
-                                                      if j.run_id == newest.run_id), OriginalState(files, repos))
-    for j, made in per_host.values():
-        if j.run_id == newest.run_id:
-            found = found.with_made(made)
-    return found

@@ -5,19 +5,21 @@ cluster must be an error naming the file, the key and the problem, not a silentl
 """
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from envbisect.errors import PlaybookError
+from envbisect.inputs.probe_keys import parse_answers, parse_reading
+from envbisect.inputs.tables import TableReader, check_absolute
 
 LOCAL = "local"
 PROBE_KINDS = ("http", "multi_round", "concurrent", "command", "perf", "metrics", "promql", "answers")
 # kinds judged like a perf probe: samples of a number, compared with the baseline's (trials/perf.py)
 PERF_KINDS = ("perf", "metrics", "promql")
-METRICS_READINGS = ("rate", "quantile", "gauge")  # what a metrics probe makes of its series (probe_metrics.py)
 PROBE_REPEAT_MAX = 40  # = Search(max_probes=...): a trial is never probed more often than that
 PROBE_CONCURRENCY_MAX = 1024  # one thread and one connection each
 
@@ -165,48 +167,6 @@ DEPLOYMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 # --- parsing -------------------------------------------------------------------------------
 
-class _Reader:
-    """Typed access to one TOML table that remembers the dotted key for error messages."""
-
-    def __init__(self, path: Path, prefix: str, table: Any):
-        self.path, self.prefix = path, prefix
-        if not isinstance(table, dict):
-            raise PlaybookError(path, prefix, f"must be a table, got {type(table).__name__}")
-        self.table = table
-        self.used: set[str] = set()
-
-    def key(self, k: str) -> str:
-        return f"{self.prefix}.{k}" if self.prefix else k
-
-    def get(self, k: str, kind: type | tuple[type, ...], default: Any = ..., *, required: bool = False) -> Any:
-        self.used.add(k)
-        if k not in self.table:
-            if required or default is ...:
-                raise PlaybookError(self.path, self.key(k), "is required")
-            return default
-        v = self.table[k]
-        if kind is float and isinstance(v, int) and not isinstance(v, bool):
-            v = float(v)
-        if not isinstance(v, kind) or (kind is not bool and isinstance(v, bool)):
-            want = kind.__name__ if isinstance(kind, type) else "/".join(t.__name__ for t in kind)
-            raise PlaybookError(self.path, self.key(k), f"must be {want}, got {type(v).__name__} {v!r}")
-        if isinstance(v, str) and not v.strip() and required:
-            raise PlaybookError(self.path, self.key(k), "must not be empty")
-        return v
-
-    def str_list(self, k: str) -> tuple[str, ...]:
-        v = self.get(k, list, [])
-        for item in v:
-            if not isinstance(item, str):
-                raise PlaybookError(self.path, self.key(k), f"must be a list of strings, got {item!r}")
-        return tuple(v)
-
-    def finish(self) -> None:
-        unknown = sorted(set(self.table) - self.used)
-        if unknown:
-            raise PlaybookError(self.path, self.key(unknown[0]), "unknown key (see docs/playbook.md)")
-
-
 def load_playbook(path: str | Path) -> Playbook:
     path = Path(path)
     try:
@@ -225,19 +185,64 @@ def load_playbook(path: str | Path) -> Playbook:
 
 
 def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
-    top = _Reader(path, "", dict(data))
-    dep = _Reader(path, "deployment", top.get("deployment", dict, {}))
-    name = dep.get("name", str, path.stem)
+    top = TableReader(path, "", dict(data))
+    name = _deployment_name(TableReader(path, "deployment", top.get("deployment", dict, {})))
+    hosts = _hosts(path, top.get("hosts", dict, required=True))
+    services = _services(path, top.get("services", dict, required=True), hosts)
+    restart = _restart(TableReader(path, "restart", top.get("restart", dict, {})), services)
+    repos = _repos(path, top.get("repos", list, []), hosts)
+    wr = TableReader(path, "watch", top.get("watch", dict, {}))
+    watch = _watch_paths(wr, hosts)
+    max_file_size = wr.get("max_file_size", int, 1 << 20)
+    watch_alerts = wr.str_list("alerts")
+    if any(not a.strip() for a in watch_alerts):
+        raise PlaybookError(path, "watch.alerts", "an alert name must not be empty")
+    wr.finish()
+    backups = _one_key(TableReader(path, "baseline", top.get("baseline", dict, {})), "backups", TableReader.str_list)
+    sr = TableReader(path, "secrets", top.get("secrets", dict, {}))
+    secret_names, secret_values = sr.str_list("names"), sr.str_list("values")
+    sr.finish()
+    probes = {pname: _parse_probe(path, pname, ptable, hosts)
+              for pname, ptable in top.get("probes", dict, {}).items()}
+    client_url = _one_key(TableReader(path, "client", top.get("client", dict, {})), "url", _optional_str)
+    inventory_file = _one_key(TableReader(path, "inventory", top.get("inventory", dict, {})), "file", _optional_str)
+    link_keys = _one_key(TableReader(path, "bisect", top.get("bisect", dict, {})), "link", TableReader.variable_names)
+    arg_keys = _one_key(TableReader(path, "deltas", top.get("deltas", dict, {})), "args", TableReader.variable_names)
+    top.finish()
+    return Playbook(
+        path=path, name=name, hosts=hosts, services=services, restart=restart, repos=tuple(repos),
+        watch_paths=watch, max_file_size=max_file_size, backups=backups, secret_names=secret_names,
+        secret_values=secret_values, probes=probes, client_url=client_url, inventory_file=inventory_file,
+        link_keys=link_keys, arg_keys=arg_keys, watch_alerts=watch_alerts,
+    )
+
+
+def _optional_str(r: TableReader, k: str) -> str | None:
+    return r.get(k, str, None)
+
+
+def _one_key(r: TableReader, k: str, read: Callable[[TableReader, str], Any]) -> Any:
+    """A table of one key: its value, read by `read`; any other key is an error."""
+    value = read(r, k)
+    r.finish()
+    return value
+
+
+def _deployment_name(dep: TableReader) -> str:
+    name = dep.get("name", str, dep.path.stem)
     if not DEPLOYMENT_NAME.fullmatch(name):
         given = "" if "name" in dep.table else " (taken from the file name; set [deployment] name)"
-        raise PlaybookError(path, "deployment.name", f"{name!r} is not a deployment name{given}: letters, digits, "
-                            "'_', '.', '-', starting with a letter or digit, at most 64 (it names the lock, "
-                            "the journal and the scheduled job)")
+        raise PlaybookError(dep.path, "deployment.name", f"{name!r} is not a deployment name{given}: letters, "
+                            "digits, '_', '.', '-', starting with a letter or digit, at most 64 (it names the "
+                            "lock, the journal and the scheduled job)")
     dep.finish()
+    return name
 
+
+def _hosts(path: Path, table: Mapping[str, Any]) -> dict[str, Host]:
     hosts: dict[str, Host] = {}
-    for hname, htable in top.get("hosts", dict, required=True).items():
-        r = _Reader(path, f"hosts.{hname}", htable)
+    for hname, htable in table.items():
+        r = TableReader(path, f"hosts.{hname}", htable)
         inv = r.get("inventory", str, None)
         if inv is None and "ssh" not in r.table:
             inv = hname  # no ssh: the host of that name in the inventory
@@ -256,15 +261,17 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
         r.finish()
     if not hosts:
         raise PlaybookError(path, "hosts", "at least one host is required")
+    return hosts
 
+
+def _services(path: Path, table: Mapping[str, Any], hosts: Mapping[str, Host]) -> dict[str, Service]:
     services: dict[str, Service] = {}
-    for sname, stable in top.get("services", dict, required=True).items():
-        r = _Reader(path, f"services.{sname}", stable)
+    for sname, stable in table.items():
+        r = TableReader(path, f"services.{sname}", stable)
         host = r.get("host", str, required=True)
         if host not in hosts:
             raise PlaybookError(path, r.key("host"), f"names unknown host {host!r} (known: {', '.join(hosts)})")
-        env_file = r.get("env_file", str, required=True)
-        _absolute(path, r.key("env_file"), env_file)
+        env_file = r.absolute("env_file", r.get("env_file", str, required=True))
         health = r.get("health", str, required=True)
         if not health.startswith(("http://", "https://")):
             raise PlaybookError(path, r.key("health"), f"must be an http(s) URL, got {health!r}")
@@ -276,15 +283,19 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
         r.finish()
     if not services:
         raise PlaybookError(path, "services", "at least one service is required")
+    return services
 
-    rr = _Reader(path, "restart", top.get("restart", dict, {}))
+
+def _restart(rr: TableReader, services: Mapping[str, Service]) -> Restart:
+    path = rr.path
     order = rr.str_list("order") or tuple(services)
     for s in order:
         if s not in services:
             raise PlaybookError(path, "restart.order", f"names unknown service {s!r}")
     missing = [s for s in services if s not in order]
     if missing:
-        raise PlaybookError(path, "restart.order", f"does not list service(s) {', '.join(missing)}: a co-restart must cover every service")
+        raise PlaybookError(path, "restart.order",
+                            f"does not list service(s) {', '.join(missing)}: a co-restart must cover every service")
     if len(set(order)) != len(order):
         raise PlaybookError(path, "restart.order", "lists a service twice")
     restart = Restart(order, rr.get("health_timeout_s", float, 600.0), rr.get("poll_interval_s", float, 2.0),
@@ -295,23 +306,28 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
         raise PlaybookError(path, "restart.stop_wait_s",
                             f"must be > 0 seconds (at most an hour), got {restart.stop_wait_s!r}")
     rr.finish()
+    return restart
 
+
+def _repos(path: Path, tables: list[Any], hosts: Mapping[str, Host]) -> list[Repo]:
     repos = []
-    for i, rtable in enumerate(top.get("repos", list, [])):
-        r = _Reader(path, f"repos[{i}]", rtable)
+    for i, rtable in enumerate(tables):
+        r = TableReader(path, f"repos[{i}]", rtable)
         host = r.get("host", str, required=True)
         if host not in hosts:
             raise PlaybookError(path, r.key("host"), f"names unknown host {host!r}")
-        rpath = r.get("path", str, required=True)
-        _absolute(path, r.key("path"), rpath)
+        rpath = r.absolute("path", r.get("path", str, required=True))
         repos.append(Repo(host, rpath.rstrip("/") or "/"))
         r.finish()
+    return repos
 
-    wr = _Reader(path, "watch", top.get("watch", dict, {}))
+
+def _watch_paths(wr: TableReader, hosts: Mapping[str, Host]) -> dict[str, tuple[str, ...]]:
+    path = wr.path
     watch: dict[str, tuple[str, ...]] = {}
     plain = wr.str_list("paths")
     for p in plain:
-        _absolute(path, "watch.paths", p)
+        check_absolute(path, "watch.paths", p)
     # A single-host playbook may list plain paths; several hosts name theirs per host.
     if plain:
         if len(hosts) == 1:
@@ -319,162 +335,97 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
         else:
             raise PlaybookError(path, "watch.paths", "with several hosts, use [watch.hosts] HOST = [paths]")
     if "hosts" in wr.table:
-        per = _Reader(path, "watch.hosts", wr.get("hosts", dict))
+        per = TableReader(path, "watch.hosts", wr.get("hosts", dict))
         for h in list(per.table):
             if h not in hosts:
                 raise PlaybookError(path, f"watch.hosts.{h}", "names unknown host")
             watch[h] = watch.get(h, ()) + per.str_list(h)
         per.finish()
-    max_file_size = wr.get("max_file_size", int, 1 << 20)
-    watch_alerts = wr.str_list("alerts")
-    if any(not a.strip() for a in watch_alerts):
-        raise PlaybookError(path, "watch.alerts", "an alert name must not be empty")
-    wr.finish()
-
-    br = _Reader(path, "baseline", top.get("baseline", dict, {}))
-    backups = br.str_list("backups")
-    br.finish()
-
-    sr = _Reader(path, "secrets", top.get("secrets", dict, {}))
-    secret_names, secret_values = sr.str_list("names"), sr.str_list("values")
-    sr.finish()
-
-    probes = {}
-    for pname, ptable in top.get("probes", dict, {}).items():
-        probes[pname] = _parse_probe(path, pname, ptable, hosts)
-
-    cr = _Reader(path, "client", top.get("client", dict, {}))
-    client_url = cr.get("url", str, None)
-    cr.finish()
-    ir = _Reader(path, "inventory", top.get("inventory", dict, {}))
-    inventory_file = ir.get("file", str, None)
-    ir.finish()
-    br = _Reader(path, "bisect", top.get("bisect", dict, {}))
-    link_keys = br.str_list("link")
-    for k in link_keys:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
-            raise PlaybookError(path, "bisect.link", f"{k!r} is not a variable name")
-    br.finish()
-    dr = _Reader(path, "deltas", top.get("deltas", dict, {}))
-    arg_keys = dr.str_list("args")
-    for k in arg_keys:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
-            raise PlaybookError(path, "deltas.args", f"{k!r} is not a variable name")
-    dr.finish()
-    top.finish()
-    return Playbook(
-        path=path, name=name, hosts=hosts, services=services, restart=restart, repos=tuple(repos),
-        watch_paths=watch, max_file_size=max_file_size, backups=backups, secret_names=secret_names,
-        secret_values=secret_values, probes=probes, client_url=client_url, inventory_file=inventory_file,
-        link_keys=link_keys, arg_keys=arg_keys, watch_alerts=watch_alerts,
-    )
+    return watch
 
 
 # name -> higher is better (what a perf probe can measure; search/perf.py decides on it)
 PERF_METRICS = {"output_tokens_per_s": True, "latency_p50_s": False, "latency_p95_s": False, "ttft_p50_s": False}
 
 
-def parse_fraction(text: str | float | int, allow_zero: bool = False) -> float:
-    """ "5%" or 0.05 -> 0.05; ValueError (one line) for anything else or outside (0, 1)."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        v = float(text)
-    else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%?)\s*", str(text))
-        if not m:
-            raise ValueError(f"must be a fraction such as \"5%\" or 0.05, got {text!r}")
-        v = float(m.group(1)) / (100.0 if m.group(2) else 1.0)
-    if not (0 <= v < 1 if allow_zero else 0 < v < 1):
-        raise ValueError(f"must be between 0% and 100% ({'0 allowed, ' if allow_zero else ''}exclusive), got {text!r}")
-    return v
-
-
 def _parse_probe(path: Path, name: str, table: Any, hosts: Mapping[str, Host]) -> Probe:
-    r = _Reader(path, f"probes.{name}", table)
+    # Every setting is checked here, at load: a bad one found mid-run would stop a bisection after
+    # the lock and journal were taken.
+    r = TableReader(path, f"probes.{name}", table)
     kind = r.get("kind", str, required=True)
     if kind not in PROBE_KINDS:
         raise PlaybookError(path, r.key("kind"), f"must be one of {', '.join(PROBE_KINDS)}, got {kind!r}")
     vantage = r.get("vantage", str, LOCAL)
     if vantage != LOCAL and vantage not in hosts:
         raise PlaybookError(path, r.key("vantage"), f"names unknown host {vantage!r} (or use \"local\")")
+    request = _probe_request(r, kind)
+    if kind in PERF_KINDS:
+        measured = _perf_keys(r, kind)
+    elif kind == "answers":
+        measured = parse_answers(r)
+    else:
+        measured = {}
+    p = Probe(name=name, kind=kind, vantage=vantage, insecure=r.get("insecure", bool, False), **request, **measured)
+    r.finish()
+    return p
+
+
+def _probe_request(r: TableReader, kind: str) -> dict[str, Any]:
+    """The keys of what a probe sends and expects (every kind): Probe fields."""
     body = r.get("body", (str, dict), None)
     if isinstance(body, dict):
-        import json
-
         body = json.dumps(body)
     headers = r.get("headers", dict, {})
     url = r.get("url", str, None)
     command = r.get("command", str, None)
     if kind == "command":
         if not command:
-            raise PlaybookError(path, r.key("command"), "is required for kind = \"command\"")
+            raise PlaybookError(r.path, r.key("command"), "is required for kind = \"command\"")
     elif not url:
-        raise PlaybookError(path, r.key("url"), f"is required for kind = \"{kind}\"")
-    # Every setting is checked here, at load: a bad one found mid-run would stop a bisection after
-    # the lock and journal were taken.
-    def in_range(k: str, kind: type, default: Any, lo: float, hi: float, what: str) -> Any:
-        v = r.get(k, kind, default)
-        if v is not None and not lo <= v <= hi:
-            raise PlaybookError(path, r.key(k), f"must be {what}, got {v!r}")
-        return v
-
-    repeat = in_range("repeat", int, 1, 1, PROBE_REPEAT_MAX, f"between 1 and {PROBE_REPEAT_MAX} "
-                      "(probe runs per trial; the search adds runs for intermittent faults itself)")
-    rounds = in_range("rounds", int, 6, 1, 10_000, "between 1 and 10000")
-    concurrency = in_range("concurrency", int, 16, 1, PROBE_CONCURRENCY_MAX, f"between 1 and {PROBE_CONCURRENCY_MAX}")
-    expect_status = in_range("expect_status", int, 200, 100, 599, "an HTTP status (100-599)")
-    timeout_s = in_range("timeout_s", float, 30.0, 0.001, 86_400, "> 0 seconds (at most a day)")
-    latency_budget_s = in_range("latency_budget_s", float, None, 0.001, 86_400, "> 0 seconds")
+        raise PlaybookError(r.path, r.key("url"), f"is required for kind = \"{kind}\"")
+    out = dict(
+        url=url, body=body, command=command, headers=tuple((str(k), str(v)) for k, v in headers.items()),
+        repeat=r.in_range("repeat", int, 1, 1, PROBE_REPEAT_MAX, f"between 1 and {PROBE_REPEAT_MAX} "
+                          "(probe runs per trial; the search adds runs for intermittent faults itself)"),
+        rounds=r.in_range("rounds", int, 6, 1, 10_000, "between 1 and 10000"),
+        concurrency=r.in_range("concurrency", int, 16, 1, PROBE_CONCURRENCY_MAX,
+                               f"between 1 and {PROBE_CONCURRENCY_MAX}"),
+        expect_status=r.in_range("expect_status", int, 200, 100, 599, "an HTTP status (100-599)"),
+        timeout_s=r.in_range("timeout_s", float, 30.0, 0.001, 86_400, "> 0 seconds (at most a day)"),
+        latency_budget_s=r.in_range("latency_budget_s", float, None, 0.001, 86_400, "> 0 seconds"),
+    )
     method = r.get("method", str, "POST").upper()
     if not re.fullmatch(r"[A-Z]+", method):
-        raise PlaybookError(path, r.key("method"), f"must be an HTTP method such as GET or POST, got {method!r}")
+        raise PlaybookError(r.path, r.key("method"), f"must be an HTTP method such as GET or POST, got {method!r}")
     expect_body = r.get("expect_body", str, None)
     if expect_body is not None:
         try:
             re.compile(expect_body)
         except re.error as e:
-            raise PlaybookError(path, r.key("expect_body"), f"is not a valid regular expression: {e}") from None
+            raise PlaybookError(r.path, r.key("expect_body"), f"is not a valid regular expression: {e}") from None
     if url is not None and not url.startswith(("http://", "https://")):
-        raise PlaybookError(path, r.key("url"), f"must be an http(s) URL, got {url!r}")
+        raise PlaybookError(r.path, r.key("url"), f"must be an http(s) URL, got {url!r}")
+    return dict(out, method=method, expect_body=expect_body)
+
+
+def _perf_keys(r: TableReader, kind: str) -> dict[str, Any]:
+    """The keys of a probe judged like perf (perf, metrics, promql): Probe fields."""
     perf: dict[str, Any] = {}
-    if kind in PERF_KINDS:
-        if kind == "perf":
-            metric = r.get("metric", str, "output_tokens_per_s")
-            if metric not in PERF_METRICS:
-                raise PlaybookError(path, r.key("metric"), f"must be one of {', '.join(PERF_METRICS)}, got {metric!r}")
-        else:
-            from envbisect.inputs.probe_keys import parse_reading
-
-            reading = parse_reading(r, kind, in_range)
-            metric = reading.pop("metric")
-            perf.update(reading)
-        try:
-            regression = parse_fraction(r.get("regression", (str, float, int), "5%"))
-        except ValueError as e:
-            raise PlaybookError(path, r.key("regression"), str(e)) from None
-        try:
-            start_noise = parse_fraction(r.get("start_noise", (str, float, int), "2%"), allow_zero=True)
-        except ValueError as e:
-            raise PlaybookError(path, r.key("start_noise"), str(e)) from None
-        samples = in_range("samples", int, 3, 2, 50, "between 2 and 50 (samples per started configuration)")
-        perf.update(metric=metric, regression=regression, samples=samples, start_noise=start_noise,
-                    requests=in_range("requests", int, 64, 1, 100_000, "between 1 and 100000 (requests per sample)"),
-                    max_samples=in_range("max_samples", int, max(16, samples), samples, 200,
-                                         f"between samples ({samples}) and 200"),
-                    warmup=in_range("warmup", int, None, 0, 100_000, "between 0 and 100000"))
-    elif kind == "answers":
-        from envbisect.inputs.probe_keys import parse_answers
-
-        perf = parse_answers(r, in_range)
-    p = Probe(
-        name=name, kind=kind, vantage=vantage, url=url, method=method, body=body,
-        headers=tuple((str(k), str(v)) for k, v in headers.items()), expect_status=expect_status,
-        expect_body=expect_body, timeout_s=timeout_s, latency_budget_s=latency_budget_s, repeat=repeat,
-        rounds=rounds, concurrency=concurrency, command=command, insecure=r.get("insecure", bool, False), **perf,
-    )
-    r.finish()
-    return p
-
-
-def _absolute(path: Path, key: str, value: str) -> None:
-    if not value.startswith("/"):
-        raise PlaybookError(path, key, f"must be an absolute path on the host, got {value!r}")
+    if kind == "perf":
+        metric = r.get("metric", str, "output_tokens_per_s")
+        if metric not in PERF_METRICS:
+            raise PlaybookError(r.path, r.key("metric"),
+                                f"must be one of {', '.join(PERF_METRICS)}, got {metric!r}")
+    else:
+        reading = parse_reading(r, kind)
+        metric = reading.pop("metric")
+        perf.update(reading)
+    regression = r.fraction("regression", "5%")
+    start_noise = r.fraction("start_noise", "2%", allow_zero=True)
+    samples = r.in_range("samples", int, 3, 2, 50, "between 2 and 50 (samples per started configuration)")
+    perf.update(metric=metric, regression=regression, samples=samples, start_noise=start_noise,
+                requests=r.in_range("requests", int, 64, 1, 100_000, "between 1 and 100000 (requests per sample)"),
+                max_samples=r.in_range("max_samples", int, max(16, samples), samples, 200,
+                                       f"between samples ({samples}) and 200"),
+                warmup=r.in_range("warmup", int, None, 0, 100_000, "between 0 and 100000"))
+    return perf

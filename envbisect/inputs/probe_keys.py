@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
 from envbisect.errors import PlaybookError
-from envbisect.inputs.playbook import METRICS_READINGS, parse_fraction
+from envbisect.inputs.tables import TableReader
+
+METRICS_READINGS = ("rate", "quantile", "gauge")  # what a metrics probe makes of its series (probe_metrics.py)
 
 ANSWER_FORMS = ("answer", "regex", "choice")  # the JSONL key -> how the reply is judged
 FORM_KIND = {"answer": "exact", "regex": "regex", "choice": "choice"}
 ANSWERS_MAX_ITEMS = 100_000
 
 
-def parse_reading(r: Any, kind: str, in_range: Callable[..., Any]) -> dict[str, Any]:
+def parse_reading(r: TableReader, kind: str) -> dict[str, Any]:
     """metrics / promql keys -> Probe fields (with `metric`: the label the perf judge shows)."""
-    out: dict[str, Any] = {"load_s": in_range("load_s", float, 3.0, 0.2, 3600, "between 0.2 and 3600 seconds")}
+    out: dict[str, Any] = {"load_s": r.in_range("load_s", float, 3.0, 0.2, 3600, "between 0.2 and 3600 seconds")}
     higher = r.get("higher_is_better", bool, None)
     if kind == "metrics":
         murl = r.get("metrics_url", str, required=True)
@@ -33,8 +36,9 @@ def parse_reading(r: Any, kind: str, in_range: Callable[..., Any]) -> dict[str, 
             raise PlaybookError(r.path, r.key("series"), f"is not a Prometheus metric name: {series!r}")
         reading = r.get("reading", str, "rate")
         if reading not in METRICS_READINGS:
-            raise PlaybookError(r.path, r.key("reading"), f"must be one of {', '.join(METRICS_READINGS)}, got {reading!r}")
-        q = in_range("quantile", float, 0.5, 0.0, 1.0, "between 0 and 1")
+            raise PlaybookError(r.path, r.key("reading"),
+                                f"must be one of {', '.join(METRICS_READINGS)}, got {reading!r}")
+        q = r.in_range("quantile", float, 0.5, 0.0, 1.0, "between 0 and 1")
         labels = r.get("labels", dict, {})
         for k, v in labels.items():
             if not isinstance(v, str):
@@ -60,14 +64,15 @@ def parse_reading(r: Any, kind: str, in_range: Callable[..., Any]) -> dict[str, 
     return out
 
 
-def parse_answers(r: Any, in_range: Callable[..., Any]) -> dict[str, Any]:
+def parse_answers(r: TableReader) -> dict[str, Any]:
     """answers keys -> Probe fields; the JSONL file is read and checked now, not mid-run."""
     rel = r.get("answers", str, required=True)
-    path = (r.path.parent / rel) if not rel.startswith("/") else r.path.__class__(rel)
+    path = (r.path.parent / rel) if not rel.startswith("/") else Path(rel)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise PlaybookError(r.path, r.key("answers"), f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+        reason = getattr(e, "strerror", None) or e
+        raise PlaybookError(r.path, r.key("answers"), f"cannot read {path}: {reason}") from None
     items = []
     for i, line in enumerate(lines, 1):
         if not line.strip():
@@ -94,15 +99,8 @@ def parse_answers(r: Any, in_range: Callable[..., Any]) -> dict[str, Any]:
         raise PlaybookError(r.path, r.key("answers"), f"{path} holds no prompts")
     if len(items) > ANSWERS_MAX_ITEMS:
         raise PlaybookError(r.path, r.key("answers"), f"{path} holds more than {ANSWERS_MAX_ITEMS} prompts")
-
-    def fraction(k: str, default: str, allow_zero: bool) -> float:
-        try:
-            return parse_fraction(r.get(k, (str, float, int), default), allow_zero=allow_zero)
-        except ValueError as e:
-            raise PlaybookError(r.path, r.key(k), str(e)) from None
-
     return dict(answer_items=tuple(items), model=r.get("model", str, "default"),
-                max_tokens=in_range("max_tokens", int, 64, 1, 100_000, "between 1 and 100000"),
-                requests=in_range("requests", int, 200, 10, 100_000, "between 10 and 100000 (prompts per run)"),
-                tolerance=fraction("tolerance", "10%", False), min_accuracy=fraction("min_accuracy", "0%", True),
+                max_tokens=r.in_range("max_tokens", int, 64, 1, 100_000, "between 1 and 100000"),
+                requests=r.in_range("requests", int, 200, 10, 100_000, "between 10 and 100000 (prompts per run)"),
+                tolerance=r.fraction("tolerance", "10%"), min_accuracy=r.fraction("min_accuracy", "0%", True),
                 metric="accuracy")
