@@ -39,8 +39,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (  # noqa: E402
-    Answer, Case, Lab, cases, delta_ids, evidence_bound, run_bisect, run_bisect_verify, run_ddmin, run_envbisect, run_toggle,
-    stable_seed,
+    Answer, Case, Lab, cases, delta_ids, evidence_bound, run_bisect, run_bisect_verify, run_ddmin, run_envbisect,
+    run_toggle, stable_seed,
 )
 
 from envbisect.outcome import VerdictKind  # noqa: E402
@@ -303,7 +303,8 @@ def table(res: dict) -> str:
     for family in ("linked", "culprit-twin"):
         for n in res["config"]["ns"]:
             e, v = rows[(family, n, "envbisect")], rows[(family, n, "bisect-verify")]
-            out.append(f"{family:<13} {n:>3} {e['bound']:>5.2f}  {e['mean_restarts']:>9.2f}  {v['mean_restarts']:>13.2f}"
+            out.append(f"{family:<13} {n:>3} {e['bound']:>5.2f}  {e['mean_restarts']:>9.2f}  "
+                       f"{v['mean_restarts']:>13.2f}"
                        f"  (right {e['right']:.0%} / {v['right']:.0%})")
     out.append("")
     out.append("restarts: mean co-restarts per incident (a probe of the running stack that verifiably runs its files "

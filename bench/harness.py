@@ -309,7 +309,8 @@ class _RefineRunner:
     def delta_ids(self, unit_ids) -> tuple[str, ...]:  # noqa: ANN001
         return tuple(sorted(d for u in unit_ids for d in self.units[u]))
 
-    def run(self, n: int, unit_ids, probes: int, purpose: str, stop_after: int = 1, *_a, **_kw):  # noqa: ANN001, ANN002, ANN003
+    def run(self, n: int, unit_ids, probes: int, purpose: str,  # noqa: ANN001
+            stop_after: int = 1, *_a, **_kw):  # noqa: ANN002, ANN003
         config = {d for u in unit_ids for d in self.units[u]}
         _, failures = self.lab.trial(config, probes, stop_after)
         return SimpleNamespace(n=n, outcome=_FAIL if failures else _PASS, free=False, purpose=purpose,
