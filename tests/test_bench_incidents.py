@@ -31,11 +31,16 @@ def _run(inc: bi.Incident, method: str) -> tuple[harness.Answer, harness.Lab]:
 
 
 def test_every_cycle_of_the_mix_holds_the_proportions():
-    for start in (0, 50, 150):
+    for start in (0, 50, 150):  # every cycle from a multiple of CYCLE
         fams = [bi.family_of(i) for i in range(start, start + bi.CYCLE)]
         assert {f: fams.count(f) for f in bi.FAMILIES} == dict(bi.SLOTS)
-    fams = [bi.incident(16, i).family for i in range(500)]
-    assert fams.count("not-config") == 100 and fams.count("not-reproduced") == 50
+    incs = [bi.incident(16, i) for i in range(500)]
+    not_config = [x for x in incs if x.family == "not-config"]
+    partial = [x for x in incs if x.family == "not-reproduced"]
+    assert len(not_config) == 100 and len(partial) == 50
+    # half the failing baselines fail intermittently; half the partial restarts leave older files running
+    assert sum(x.detection < 1.0 for x in not_config) == 50
+    assert sum(x.runs_its_files for x in partial) == 25
 
 
 def test_incidents_are_seeded_and_culprits_are_never_logging_knobs():
