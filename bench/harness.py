@@ -31,6 +31,7 @@ from typing import Callable, Iterable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from envbisect.outcome import VerdictKind  # noqa: E402
 from envbisect.runs.bisect import BisectRun, make_units  # noqa: E402
 from envbisect.state.corrections import Corrections  # noqa: E402
 from envbisect.state.deltas import Delta  # noqa: E402
@@ -237,9 +238,17 @@ class Lab:
         self.restarts = 0
         self.probes = 0
         self._terms = [frozenset(t) for t in case.terms]
+        # whether every process of the running stack verifiably runs its files: only then may a
+        # request for current be answered by probing the stack as it runs, without a restart
+        self.running_verified = getattr(case, "runs_its_files", True)
 
     def bad(self, config: frozenset) -> bool:
         return any(t <= config for t in self._terms)
+
+    def fails_when(self, config: frozenset, running: bool) -> bool:
+        """Whether probe runs of ``config`` can fail: ``running`` is the stack probed as it runs
+        (no restart), else ``config`` co-restarted.  On this oracle both are ``bad(config)``."""
+        return self.bad(config)
 
     def other(self, config: Iterable[str]) -> bool:
         """Fails differently from the symptom: a needy delta without its partners (a service that
@@ -252,7 +261,7 @@ class Lab:
         config = frozenset(config)
         if not free:
             self.restarts += 1
-        bad = self.bad(config)
+        bad = self.fails_when(config, running=free)
         passes = failures = 0
         for _ in range(max(1, runs)):
             self.probes += 1
@@ -300,7 +309,8 @@ class _RefineRunner:
     def delta_ids(self, unit_ids) -> tuple[str, ...]:  # noqa: ANN001
         return tuple(sorted(d for u in unit_ids for d in self.units[u]))
 
-    def run(self, n: int, unit_ids, probes: int, purpose: str, stop_after: int = 1, *_a, **_kw):  # noqa: ANN001, ANN002, ANN003
+    def run(self, n: int, unit_ids, probes: int, purpose: str,  # noqa: ANN001
+            stop_after: int = 1, *_a, **_kw):  # noqa: ANN002, ANN003
         config = {d for u in unit_ids for d in self.units[u]}
         _, failures = self.lab.trial(config, probes, stop_after)
         return SimpleNamespace(n=n, outcome=_FAIL if failures else _PASS, free=False, purpose=purpose,
@@ -320,12 +330,15 @@ def run_envbisect(lab: Lab, policy: str) -> Answer:
         if isinstance(step, Verdict):
             break
         config = {d for u in step.config for d in units[u]}
+        # the running stack is probed as it runs only when it verifiably runs its files (as
+        # BisectRun asks running_stack_unverified); otherwise current is co-restarted
+        free = step.free and lab.running_verified
         if lab.other(config):  # the run's SymptomWatch marks it: another failure, no evidence
-            lab.restarts += 0 if step.free else 1
-            search.observe(Observation(step.config, other=True, free=step.free))
+            lab.restarts += 0 if free else 1
+            search.observe(Observation(step.config, other=True, free=free))
             continue
-        passes, failures = lab.trial(config, step.probes, step.stop_after, free=step.free)
-        search.observe(Observation(step.config, passes, failures=failures, free=step.free))
+        passes, failures = lab.trial(config, step.probes, step.stop_after, free=free)
+        search.observe(Observation(step.config, passes, failures=failures, free=free))
     verdict = step
     refined: dict[str, tuple[str, ...]] = {}
     if any(len(v) > 1 for v in units.values()):
@@ -333,7 +346,7 @@ def run_envbisect(lab: Lab, policy: str) -> Answer:
                                    corrections=Corrections(), watch=None,
                                    _append_trial=lambda _t: None, on_event=lambda _k, _d: None)
         refined, _apart = BisectRun._refine_links(fake_run, verdict, units, _RefineRunner(lab, units), search, [])
-    if verdict.kind not in ("culprit", "interaction"):
+    if not VerdictKind(verdict.kind).names_changes:
         return Answer(None, verdict.kind)
     terms = frozenset(frozenset(d for u in t for d in refined.get(u, units[u])) for t in verdict.terms)
     return Answer(terms, verdict.kind)
@@ -346,8 +359,8 @@ def run_toggle(lab: Lab, runs: int = HAND_PROBES) -> Answer:
     for d in ids:
         _, failures = lab.trial(full - {d}, runs)
         if not failures:
-            return Answer(frozenset({frozenset({d})}), "culprit")
-    return Answer(None, "inconclusive")
+            return Answer(frozenset({frozenset({d})}), VerdictKind.CULPRIT)
+    return Answer(None, VerdictKind.INCONCLUSIVE)
 
 
 def run_bisect(lab: Lab, k: int = 1) -> Answer:
@@ -363,7 +376,7 @@ def run_bisect(lab: Lab, k: int = 1) -> Answer:
             hi = mid
         else:
             lo = mid
-    return Answer(frozenset({frozenset({ids[hi - 1]})}), "culprit")
+    return Answer(frozenset({frozenset({ids[hi - 1]})}), VerdictKind.CULPRIT)
 
 
 def run_bisect_verify(lab: Lab, runs: int = HAND_PROBES) -> Answer:
@@ -383,7 +396,7 @@ def run_bisect_verify(lab: Lab, runs: int = HAND_PROBES) -> Answer:
         return tried[key]
 
     if fails((), runs):
-        return Answer(None, "not-config")
+        return Answer(None, VerdictKind.NOT_CONFIG)
     lo, hi = 0, len(ids)
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -393,8 +406,8 @@ def run_bisect_verify(lab: Lab, runs: int = HAND_PROBES) -> Answer:
             lo = mid
     x = ids[hi - 1]
     if not fails({x}, runs) or fails(set(ids) - {x}, runs):
-        return Answer(None, "inconclusive")
-    return Answer(frozenset({frozenset({x})}), "culprit")
+        return Answer(None, VerdictKind.INCONCLUSIVE)
+    return Answer(frozenset({frozenset({x})}), VerdictKind.CULPRIT)
 
 
 def run_ddmin(lab: Lab, runs: int = HAND_PROBES) -> Answer:
@@ -437,7 +450,7 @@ def run_ddmin(lab: Lab, runs: int = HAND_PROBES) -> Answer:
                 if gran >= len(c):
                     break
                 gran = min(len(c), 2 * gran)
-    kind = "culprit" if len(c) == 1 else "interaction"
+    kind = VerdictKind.CULPRIT if len(c) == 1 else VerdictKind.INTERACTION
     return Answer(frozenset({frozenset(c)}), kind)
 
 

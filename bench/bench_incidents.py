@@ -1,0 +1,388 @@
+"""The incident mix: every method on incidents shaped like the ones users have (oracle, no network).
+
+An incident is one diff of n deltas (n in 8 16 32 64) since a known-good baseline, most of them
+noise (router and logging changes, and often the same knob changed in both prefill and decode),
+and one cause, drawn in fixed proportions (every 50 incidents hold exactly these):
+
+  single          7   one delta breaks the stack alone
+  pair            7   two deltas break it only together
+  two             7   two deltas each break it alone
+  intermittent    7   one culprit; a bad config fails each probe run with probability 0.5
+  twin            7   the same knob changed the same way in prefill and decode; one side breaks it
+  not-config     10   the baseline fails too (as in the seed incident): no delta is to blame; in half
+                      of them each probe run fails with probability 0.5
+  not-reproduced  5   the running stack fails, every co-restarted config passes (a partial restart)
+
+Methods, all through harness.Lab (a restart is one co-restarted config): one-at-a-time toggling,
+git bisect run, bisection with k probe runs per step, bisect-verify, Zeller's ddmin and envbisect
+(the real Search, default policy, with BisectRun's link refinement).  A verdict is *right* when it
+is the truth: the exact terms for a config cause, `not-config` for a failing baseline and
+`not-reproduced` for a partial restart; a method that never tests the baseline or never
+co-restarts current cannot give those two.  *innocent*: a delta outside the truth named (for
+not-config and not-reproduced every named delta is innocent).
+
+    python bench/bench_incidents.py            # 1000 incidents per n (about 30 s on 2 cores)
+    python bench/bench_incidents.py --quick    # n <= 32, 150 per n
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import random
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import (  # noqa: E402
+    Answer, Case, Lab, cases, delta_ids, evidence_bound, run_bisect, run_bisect_verify, run_ddmin, run_envbisect,
+    run_toggle, stable_seed,
+)
+
+from envbisect.outcome import VerdictKind  # noqa: E402
+
+NS = (8, 16, 32, 64)
+SLOTS = (("single", 7), ("pair", 7), ("two", 7), ("intermittent", 7), ("twin", 7), ("not-config", 10),
+         ("not-reproduced", 5))
+FAMILIES = tuple(f for f, _ in SLOTS)
+CYCLE = sum(c for _, c in SLOTS)  # 50: every CYCLE consecutive incidents hold the proportions exactly
+INTERMITTENT_DETECTION = 0.5
+BISECT_K = 10  # probe runs per step: a bad step at detection 0.5 passes all 10 in 0.1% of cases
+TWIN_KEY = "SGLANG_TWIN_KNOB"
+METHODS = ("toggle", "bisect", "bisect-k", "bisect-verify", "ddmin", "envbisect")
+METHOD_TITLES = {
+    "toggle": "one at a time: revert each delta alone from current, the first revert that passes is blamed",
+    "bisect": "git bisect run: baseline good and current bad untested, 1 probe run per step",
+    "bisect-k": f"git bisect run with {BISECT_K} probe runs per step",
+    "bisect-verify": "bisection plus the operator's checks: baseline first, then the culprit alone and its revert",
+    "ddmin": "Zeller's ddmin: empty config taken as passing, current as failing; its 1-minimal set is the verdict",
+    "envbisect": "envbisect bisect, default policy (confirm)",
+}
+FULL = {"ns": NS, "per_n": 1000}
+QUICK = {"ns": (8, 16, 32), "per_n": 150}
+MAX_INNOCENT = 0.005
+
+
+def _order() -> list[str]:
+    order = [f for f, c in SLOTS for _ in range(c)]
+    random.Random(stable_seed("incident-order")).shuffle(order)
+    return order
+
+
+_ORDER = _order()
+
+
+def family_of(index: int) -> str:
+    """The family of the ``index``-th incident: the slots interleaved, so that every CYCLE consecutive
+    incidents from a multiple of CYCLE hold each family in its proportion."""
+    return _ORDER[index % CYCLE]
+
+
+def ordinal(index: int) -> int:
+    """How many incidents of the same family come before the ``index``-th."""
+    family, at = family_of(index), index % CYCLE
+    return (index // CYCLE) * dict(SLOTS)[family] + _ORDER[:at].count(family)
+
+
+@dataclass(frozen=True)
+class Incident:
+    """One incident: the diff's deltas in the order `envbisect diff` lists them, and the truth."""
+
+    family: str
+    n: int
+    index: int
+    deltas: tuple[str, ...]
+    terms: tuple[tuple[str, ...], ...]  # config families: a config is bad iff it holds every delta of a term
+    detection: float
+    seed: int
+    linked: tuple[str, ...] = ()  # the same knob in prefill and decode (guilty in `twin`, else noise)
+    runs_its_files: bool = True  # the running stack verifiably runs its files: probing it is free
+    needs: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def truth(self) -> frozenset:
+        return frozenset(frozenset(t) for t in self.terms)
+
+
+def _noise_id(i: int, rng: random.Random) -> str:
+    svc = ("prefill", "decode", "router")[i % 3]
+    if svc == "router":
+        return f"router:ROUTER_K{i:03d}"
+    return f"{svc}:{'SGLANG_LOG_K' if rng.random() < 0.3 else 'SGLANG_K'}{i:03d}"
+
+
+def incident(n: int, index: int) -> Incident:
+    """The ``index``-th incident of a diff of ``n`` deltas: seeded, so every method sees the same."""
+    family = family_of(index)
+    seed = stable_seed("incident", n, index)
+    rng = random.Random(seed)
+    ids = [_noise_id(i, rng) for i in range(n)]
+    linked: tuple[str, ...] = ()
+    if family == "twin" or rng.random() < 0.5:  # the same change in prefill and decode, often present
+        a, b = sorted(rng.sample(range(n), 2))
+        ids[a], ids[b] = f"prefill:{TWIN_KEY}", f"decode:{TWIN_KEY}"
+        linked = (ids[a], ids[b])
+    # culprits are never logging-only knobs, nor (outside `twin`) a side of the twin
+    suspects = [d for d in ids if "_LOG_" not in d and d not in linked]
+    terms: tuple[tuple[str, ...], ...] = ()
+    detection = 1.0
+    if family in ("single", "intermittent"):
+        terms = ((rng.choice(suspects),),)
+        detection = INTERMITTENT_DETECTION if family == "intermittent" else 1.0
+    elif family in ("pair", "two"):
+        x, y = rng.sample(suspects, 2)
+        terms = ((x, y),) if family == "pair" else ((x,), (y,))
+    elif family == "twin":
+        terms = ((rng.choice(linked),),)
+    elif family == "not-config" and ordinal(index) % 2 == 1:
+        # as in the seed incident, a hang that comes back after a few rounds: every config fails
+        # some probe runs only
+        detection = INTERMITTENT_DETECTION
+    # a partial restart: half the time a service runs older files (the stack is not verifiably
+    # running its files, so envbisect co-restarts current first); else one service was restarted
+    # alone and its state, not its files, is off (the running stack verifiably runs its files)
+    runs_its_files = family != "not-reproduced" or ordinal(index) % 2 == 0
+    return Incident(family, n, index, tuple(ids), terms, detection, seed, linked, runs_its_files)
+
+
+def incidents(n: int, count: int) -> list[Incident]:
+    return [incident(n, i) for i in range(count)]
+
+
+class IncidentLab(Lab):
+    """The harness's Lab, with the two causes outside the config: a failing baseline (every config
+    fails) and a partial restart (only the stack as it runs fails)."""
+
+    def fails_when(self, config: frozenset, running: bool) -> bool:
+        if self.case.family == "not-config":
+            return True
+        if self.case.family == "not-reproduced":
+            return running
+        return self.bad(config)
+
+
+def judge(inc: Incident, ans: Answer) -> tuple[bool, bool]:
+    """(right, an innocent delta named) for one verdict on one incident."""
+    named = {d for t in (ans.terms or ()) for d in t}
+    if inc.family == "not-config":
+        return ans.kind == VerdictKind.NOT_CONFIG, bool(named)
+    if inc.family == "not-reproduced":
+        return ans.kind == VerdictKind.NOT_REPRODUCED, bool(named)
+    guilty = {d for t in inc.terms for d in t}
+    return ans.terms is not None and ans.terms == inc.truth, bool(named - guilty)
+
+
+def answer(method: str, lab: Lab) -> Answer:
+    if method == "envbisect":
+        return run_envbisect(lab, "confirm")
+    if method == "toggle":
+        return run_toggle(lab)
+    if method == "bisect":
+        return run_bisect(lab, 1)
+    if method == "bisect-k":
+        return run_bisect(lab, BISECT_K)
+    if method == "bisect-verify":
+        return run_bisect_verify(lab)
+    if method == "ddmin":
+        return run_ddmin(lab)
+    raise ValueError(f"unknown method {method!r}")
+
+
+def run_incident(inc: Incident, method: str) -> dict:
+    lab = IncidentLab(inc)
+    ans = answer(method, lab)
+    right, innocent = judge(inc, ans)
+    return {"family": inc.family, "restarts": lab.restarts, "probes": lab.probes, "right": right,
+            "innocent": innocent, "kind": str(ans.kind)}
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def _work(task: tuple) -> tuple:
+    n, method, lo, hi = task
+    return n, method, lo, [run_incident(incident(n, i), method) for i in range(lo, hi)]
+
+
+def summarize(recs: list[dict]) -> dict:
+    runs = len(recs)
+    restarts = sum(r["restarts"] for r in recs)
+    right = sum(r["right"] for r in recs)
+    return {"runs": runs, "restarts": restarts, "mean_restarts": restarts / runs, "right": right / runs,
+            "innocent": sum(r["innocent"] for r in recs) / runs,
+            "restarts_per_right": restarts / right if right else math.inf,
+            "worst_restarts": max(r["restarts"] for r in recs),
+            "verdicts": dict(Counter(r["kind"] for r in recs))}
+
+
+def _cells(parts: dict) -> list[dict]:
+    cells = []
+    for (n, method), chunks in sorted(parts.items(), key=lambda kv: (kv[0][0], METHODS.index(kv[0][1]))):
+        recs = [r for _, rs in sorted(chunks, key=lambda c: c[0]) for r in rs]
+        cell = {"n": n, "method": method, **summarize(recs),
+                "families": {f: summarize([r for r in recs if r["family"] == f]) for f in FAMILIES}}
+        cells.append(cell)
+    return cells
+
+
+def twin_cases(n: int) -> dict[str, list]:
+    """The single-culprit families with twins, every position: `linked` (a side of the twin is the
+    culprit; harness.cases) and `culprit-twin` (one culprit elsewhere, an innocent twin present)."""
+    culprit_twin = []
+    for i in range(n - 2):
+        at = random.Random(stable_seed("culprit-twin", n, i)).randrange(n - 1)
+        ids = delta_ids(n, at)
+        linked = (ids[at], ids[at + 1])
+        others = [d for d in ids if d not in linked]
+        culprit_twin.append(Case("culprit-twin", n, i, ((others[i],),), 1.0, 0, linked))
+    return {"linked": cases("linked", n), "culprit-twin": culprit_twin}
+
+
+def measure_twins(ns: tuple[int, ...]) -> list[dict]:
+    rows = []
+    for n in ns:
+        for family, cs in twin_cases(n).items():
+            for method in ("envbisect", "bisect-verify"):
+                recs = []
+                for c in cs:
+                    lab = Lab(c)
+                    ans = answer(method, lab)
+                    recs.append({"family": family, "restarts": lab.restarts, "probes": lab.probes,
+                                 "right": ans.terms == c.truth, "innocent": False, "kind": str(ans.kind)})
+                rows.append({"family": family, "n": n, "method": method, "bound": evidence_bound(n),
+                             **summarize(recs)})
+    return rows
+
+
+def measure(quick: bool = False, workers: int = 2, log=print) -> dict:  # noqa: ANN001
+    cfg = QUICK if quick else FULL
+    t0 = time.perf_counter()
+    chunk = 50
+    tasks = [(n, m, lo, min(cfg["per_n"], lo + chunk)) for n in cfg["ns"] for m in METHODS
+             for lo in range(0, cfg["per_n"], chunk)]
+    tasks.sort(key=lambda t: -t[0] * (1 if t[1] == "envbisect" else 0.1))
+    parts: dict[tuple, list] = {}
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        for n, method, lo, recs in pool.imap_unordered(_work, tasks):
+            parts.setdefault((n, method), []).append((lo, recs))
+    cells = _cells(parts)
+    overall = []
+    for method in METHODS:
+        recs_cells = [c for c in cells if c["method"] == method]
+        runs = sum(c["runs"] for c in recs_cells)
+        restarts = sum(c["restarts"] for c in recs_cells)
+        right = sum(c["right"] * c["runs"] for c in recs_cells)
+        overall.append({"method": method, "runs": runs, "mean_restarts": restarts / runs, "right": right / runs,
+                        "innocent": sum(c["innocent"] * c["runs"] for c in recs_cells) / runs,
+                        "restarts_per_right": restarts / right if right else math.inf})
+    twins = measure_twins(cfg["ns"])
+    log(f"  incidents: {len(tasks)} chunks, {time.perf_counter() - t0:.0f} s")
+    return {"config": {"ns": list(cfg["ns"]), "per_n": cfg["per_n"], "slots": dict(SLOTS), "bisect_k": BISECT_K,
+                       "intermittent_detection": INTERMITTENT_DETECTION, "quick": quick, "workers": workers},
+            "cells": cells, "overall": overall, "twins": twins, "runtime_s": time.perf_counter() - t0}
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def cell(res: dict, n: int, method: str) -> dict:
+    return next(c for c in res["cells"] if c["n"] == n and c["method"] == method)
+
+
+def _per_right(v: float) -> str:
+    return "inf" if math.isinf(v) else f"{v:.2f}"
+
+
+def table(res: dict) -> str:
+    head = (f"{'n':>3} {'method':<14} {'runs':>5} {'restarts':>8} {'worst':>5} {'right':>6} {'innocent':>8} "
+            f"{'per right':>9}  right by family ({', '.join(FAMILIES)})")
+    out = ["incident mix: " + ", ".join(f"{f} {c}/{CYCLE}" for f, c in SLOTS), head, "-" * len(head)]
+    last = None
+    for c in res["cells"]:
+        if last is not None and c["n"] != last:
+            out.append("")
+        last = c["n"]
+        fam = " ".join(f"{c['families'][f]['right']:.0%}" for f in FAMILIES)
+        out.append(f"{c['n']:>3} {c['method']:<14} {c['runs']:>5} {c['mean_restarts']:>8.2f} {c['worst_restarts']:>5} "
+                   f"{c['right']:>6.1%} {c['innocent']:>8.1%} {_per_right(c['restarts_per_right']):>9}  {fam}")
+    out.append("")
+    out.append("mean restarts by family: " + ", ".join(FAMILIES))
+    for c in res["cells"]:
+        out.append(f"{c['n']:>3} {c['method']:<14} "
+                   + " ".join(f"{c['families'][f]['mean_restarts']:>6.2f}" for f in FAMILIES))
+    out.append("")
+    out.append("all n: " + "; ".join(f"{o['method']} {_per_right(o['restarts_per_right'])} restarts per right "
+                                     f"verdict, right {o['right']:.1%}, innocent {o['innocent']:.1%}"
+                                     for o in res["overall"]))
+    out.append("")
+    out.append(f"{'family':<13} {'n':>3} {'bound':>5}  envbisect  bisect-verify  (single culprit with a twin)")
+    rows = {(r["family"], r["n"], r["method"]): r for r in res["twins"]}
+    for family in ("linked", "culprit-twin"):
+        for n in res["config"]["ns"]:
+            e, v = rows[(family, n, "envbisect")], rows[(family, n, "bisect-verify")]
+            out.append(f"{family:<13} {n:>3} {e['bound']:>5.2f}  {e['mean_restarts']:>9.2f}  "
+                       f"{v['mean_restarts']:>13.2f}"
+                       f"  (right {e['right']:.0%} / {v['right']:.0%})")
+    out.append("")
+    out.append("restarts: mean co-restarts per incident (a probe of the running stack that verifiably runs its files "
+               "is none); per right = all restarts / right verdicts; right by family: % right per family; "
+               f"bisect-k: {BISECT_K} probe runs per step; bound = evidence_bound(n)")
+    out.append(f"runtime {res['runtime_s']:.0f} s")
+    return "\n".join(out)
+
+
+def targets(res: dict, add) -> None:  # noqa: ANN001
+    """The incident mix's PASS/FAIL lines (``add(ok, target, measured)``)."""
+    ns = res["config"]["ns"]
+    e_all = next(o for o in res["overall"] if o["method"] == "envbisect")
+    per_n = []
+    for n in ns:
+        c = cell(res, n, "envbisect")
+        bad = {f: v["innocent"] for f, v in c["families"].items() if v["innocent"] > 0}
+        per_n.append(f"n={n} {c['innocent']:.1%}" + (f" ({', '.join(f'{f} {v:.1%}' for f, v in bad.items())})"
+                                                      if bad else ""))
+    add(e_all["innocent"] <= MAX_INNOCENT, f"[incidents] envbisect names an innocent change in <= "
+        f"{MAX_INNOCENT:.1%} of incidents", f"{e_all['innocent']:.2%} of {e_all['runs']} ({'; '.join(per_n)})")
+    bad, parts = [], []
+    for n in ns:
+        e = cell(res, n, "envbisect")
+        rivals = [cell(res, n, m) for m in METHODS if m != "envbisect"]
+        best = min(rivals, key=lambda c: c["restarts_per_right"])
+        parts.append(f"n={n} {_per_right(e['restarts_per_right'])} vs {_per_right(best['restarts_per_right'])} "
+                     f"({best['method']}; right {e['right']:.1%} vs {best['right']:.1%})")
+        if not e["restarts_per_right"] < best["restarts_per_right"]:
+            bad.append(parts[-1])
+    add(not bad, "[incidents] envbisect spends fewer restarts per right verdict than every other method, every n",
+        ("fails at " + "; ".join(bad) if bad else "; ".join(parts)) + " (envbisect vs the next best)")
+    bad, parts = [], []
+    for r in res["twins"]:
+        if r["method"] != "envbisect":
+            continue
+        parts.append(f"{r['family']} n={r['n']} {r['mean_restarts']:.2f} vs {r['bound']:.2f}")
+        if r["mean_restarts"] > r["bound"] + 1e-9 or r["right"] < 1.0:
+            bad.append(parts[-1] + ("" if r["right"] >= 1.0 else f" right {r['right']:.1%}"))
+    add(not bad, "[twins] envbisect's mean restarts <= evidence_bound(n) on the single-culprit families with twins",
+        ("fails at " + "; ".join(bad) if bad else "; ".join(parts)) + " (envbisect vs the bound)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    res = measure(args.quick, args.workers, log=lambda m: print(m, file=sys.stderr))
+    if args.json:
+        print(json.dumps(res, indent=2, default=str))
+        return
+    print(table(res))
+    targets(res, lambda ok, target, measured: print(f"{'PASS' if ok else 'FAIL'} {target}: {measured}"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The incident mix (bench/bench_incidents.py): each method's logic and verdict on incidents whose
+answer is known, the mix's proportions, and how a verdict is judged right."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import bench_incidents as bi  # noqa: E402
+import harness  # noqa: E402
+import run as bench_run  # noqa: E402
+
+from envbisect.outcome import VerdictKind  # noqa: E402
+
+
+def _of(family: str, n: int = 8, **kw) -> bi.Incident:  # noqa: ANN003
+    """The first incident of ``family`` in the mix of n deltas (optionally with more conditions)."""
+    for i in range(10 * bi.CYCLE):
+        inc = bi.incident(n, i)
+        if inc.family == family and all(getattr(inc, k) == v for k, v in kw.items()):
+            return inc
+    raise AssertionError(f"no {family} incident")
+
+
+def _run(inc: bi.Incident, method: str) -> tuple[harness.Answer, harness.Lab]:
+    lab = bi.IncidentLab(inc)
+    return bi.answer(method, lab), lab
+
+
+def test_every_cycle_of_the_mix_holds_the_proportions():
+    for start in (0, 50, 150):  # every cycle from a multiple of CYCLE
+        fams = [bi.family_of(i) for i in range(start, start + bi.CYCLE)]
+        assert {f: fams.count(f) for f in bi.FAMILIES} == dict(bi.SLOTS)
+    incs = [bi.incident(16, i) for i in range(500)]
+    not_config = [x for x in incs if x.family == "not-config"]
+    partial = [x for x in incs if x.family == "not-reproduced"]
+    assert len(not_config) == 100 and len(partial) == 50
+    # half the failing baselines fail intermittently; half the partial restarts leave older files running
+    assert sum(x.detection < 1.0 for x in not_config) == 50
+    assert sum(x.runs_its_files for x in partial) == 25
+
+
+def test_incidents_are_seeded_and_culprits_are_never_logging_knobs():
+    for i in range(200):
+        inc = bi.incident(32, i)
+        assert inc == bi.incident(32, i) and len(set(inc.deltas)) == 32
+        guilty = {d for t in inc.terms for d in t}
+        assert not any("_LOG_" in d for d in guilty)
+        if inc.family == "twin":
+            assert len(guilty) == 1 and guilty <= set(inc.linked)
+        else:
+            assert not guilty & set(inc.linked)
+        if inc.family in ("not-config", "not-reproduced"):
+            assert not inc.terms
+
+
+def test_ddmin_on_a_known_oracle():
+    # one culprit at position 0 of 8: halves [0..3] fails, then [0, 1], then [0]: 3 restarts
+    case = harness.cases("culprit", 8)[0]
+    lab = harness.Lab(case)
+    ans = harness.run_ddmin(lab)
+    assert ans.kind == VerdictKind.CULPRIT and ans.terms == case.truth and lab.restarts == 3
+    # a pair that fails only together: no subset fails at first, a complement does; the
+    # 1-minimal set is the pair, named as an interaction
+    for case in harness.cases("pair", 8)[:12]:
+        lab = harness.Lab(case)
+        ans = harness.run_ddmin(lab)
+        assert ans.kind == VerdictKind.INTERACTION and ans.terms == case.truth
+
+
+def test_ddmin_never_tests_the_baseline_so_a_failing_one_makes_it_name_a_delta():
+    inc = _of("not-config")
+    ans, lab = _run(inc, "ddmin")
+    right, innocent = bi.judge(inc, ans)
+    assert ans.kind == VerdictKind.CULPRIT and not right and innocent
+    assert lab.restarts == 3  # halving down to one delta, each half failing
+
+
+def test_toggle_has_no_verdict_on_a_not_config_incident():
+    inc = _of("not-config")
+    ans, lab = _run(inc, "toggle")
+    assert ans.kind == VerdictKind.INCONCLUSIVE and ans.terms is None
+    assert bi.judge(inc, ans) == (False, False)
+    assert lab.restarts == inc.n  # every revert, each failing
+
+
+def test_toggle_and_git_bisect_blame_an_innocent_for_a_partial_restart():
+    inc = _of("not-reproduced")
+    ans, lab = _run(inc, "toggle")  # the first revert passes: blamed
+    assert ans.terms == frozenset({frozenset({inc.deltas[0]})}) and lab.restarts == 1
+    assert bi.judge(inc, ans) == (False, True)
+    ans, _lab = _run(inc, "bisect")  # every prefix passes: the last delta is blamed
+    assert ans.terms == frozenset({frozenset({inc.deltas[-1]})})
+    assert bi.judge(inc, ans) == (False, True)
+
+
+def test_bisect_verify_checks_the_baseline_and_says_not_config():
+    inc = _of("not-config")
+    ans, lab = _run(inc, "bisect-verify")
+    assert ans.kind == VerdictKind.NOT_CONFIG and lab.restarts == 1
+    assert bi.judge(inc, ans) == (True, False)
+
+
+def test_envbisect_tells_the_causes_outside_the_config():
+    inc = _of("not-config")
+    ans, lab = _run(inc, "envbisect")
+    assert ans.kind == VerdictKind.NOT_CONFIG and lab.restarts == 1  # current free, the baseline restarted
+    # a service runs older files: current is co-restarted first, and passes
+    inc = _of("not-reproduced", runs_its_files=False)
+    ans, lab = _run(inc, "envbisect")
+    assert ans.kind == VerdictKind.NOT_REPRODUCED and lab.restarts == 1
+    # a service restarted alone: the running stack fails; only a co-restart of current shows it passing
+    inc = _of("not-reproduced", runs_its_files=True)
+    ans, lab = _run(inc, "envbisect")
+    assert ans.kind == VerdictKind.NOT_REPRODUCED and ans.terms is None and lab.restarts >= 2
+    assert bi.judge(inc, ans) == (True, False)
+
+
+@pytest.mark.parametrize("family", ["single", "pair", "two", "intermittent", "twin"])
+def test_envbisect_is_right_on_each_config_family(family):
+    for n in (8, 16):
+        inc = _of(family, n)
+        ans, _lab = _run(inc, "envbisect")
+        assert bi.judge(inc, ans) == (True, False), (inc, ans)
+
+
+def test_a_verdict_names_the_truth_to_be_right():
+    pair = _of("pair")
+    (x, y), = pair.terms
+    assert bi.judge(pair, harness.Answer(frozenset({frozenset({x})}), VerdictKind.CULPRIT)) == (False, False)
+    assert bi.judge(pair, harness.Answer(frozenset({frozenset({x, y})}), VerdictKind.INTERACTION)) == (True, False)
+    assert bi.judge(_of("not-config"), harness.Answer(None, VerdictKind.INCONCLUSIVE)) == (False, False)
+    assert bi.judge(_of("not-reproduced"), harness.Answer(None, VerdictKind.NOT_REPRODUCED)) == (True, False)
+
+
+def test_the_quick_mix_measures_every_method_and_prints_its_lines():
+    res = bi.measure(quick=True, workers=1, log=lambda _m: None)
+    assert {(c["n"], c["method"]) for c in res["cells"]} == {(n, m) for n in bi.QUICK["ns"] for m in bi.METHODS}
+    lines: list[tuple] = []
+    bi.targets(res, lambda ok, target, measured: lines.append((ok, target, measured)))
+    assert len(lines) == 3
+    assert lines[0][0], lines[0]  # envbisect names no innocent change
+    e = bi.cell(res, 8, "envbisect")
+    assert e["right"] == 1.0 and e["families"]["not-config"]["mean_restarts"] == 1.0
+    assert "bisect-verify" in bi.table(res)
+
+
+def test_information_lines_are_printed_but_not_counted(capsys):
+    t = bench_run.Targets()
+    t.add(False, "a target", "measured")
+    t.add(False, "infeasible", "measured", info=True)
+    t.add(True, "another", "measured")
+    assert t.failed == 1 and t.counted == 2
+    assert "INFO infeasible" in capsys.readouterr().out
