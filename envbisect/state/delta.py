@@ -26,6 +26,7 @@ class DeltaKind(str, Enum):
     GIT = "git"  # a deployed repo's HEAD
     FILE = "file"  # a whole file (watched, or an uncommitted change in a deployed repo)
     KEY = "key"  # one key path of a structured (YAML, JSON, TOML) file
+    FLAG = "flag"  # one flag of a start command line held in a script or unit file (`Delta.flag`)
 
     __hash__ = str.__hash__
 
