@@ -921,7 +921,7 @@ def running_stack_unverified(diff: Diff | None, playbook, deltas: Sequence[Delta
     for d in deltas:
         if d.kind == "git":
             return f"{d.id}: a git HEAD moved (the running code may predate it)"
-        if d.kind in ("file", "key"):
+        if d.kind in ("file", "key", "flag"):
             f = hosts[d.host].files.get(d.path) if d.host in hosts else None
             first = min(started.get(d.host, [0.0]))
             if f is None or f.mtime is None or f.mtime > first - _START_MARGIN_S:

@@ -1,5 +1,6 @@
 """File, repo and watched-path deltas: a whole file (watched, or an uncommitted change in a deployed
-repo), a repo's HEAD, and a structured file's keys (`per_key`, by state/structured.py).
+repo), a repo's HEAD, a structured file's keys (`per_key`, by state/structured.py) and a start
+script's or unit file's command line per flag (`delta_cmdline.per_flag`).
 
 Each kind is one function over one host (`HostSides`) returning a `Found`. Pure: no I/O.
 """
@@ -9,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping
 
 from envbisect.state.delta import Delta, DeltaKind, Found, HostSides, iso_time, sha256_hex
+from envbisect.state.delta_cmdline import per_flag
 from envbisect.state.snapshot import FileState, HostState, RepoState
 from envbisect.state.structured import Unfaithful, format_of, key_changes
 
@@ -68,7 +70,8 @@ def _repo_delta(host: str, path: str, repo: RepoState, base: RepoState | None, b
         detail.append(f"working tree has uncommitted changes: {', '.join(repo.dirty_files[:10])}")
     detail.extend(f"+ {c}" for c in repo.commits_since)
     detail.extend(f"- {c}" for c in repo.commits_rewound)
-    return Delta(f"git:{host}:{path}", DeltaKind.GIT, host, None, path, None, "changed", old, repo.head, source, tuple(detail))
+    return Delta(f"git:{host}:{path}", DeltaKind.GIT, host, None, path, None, "changed", old, repo.head, source,
+                 tuple(detail))
 
 
 REPO_FILE_MARK = "in the deployed repo"  # in the first detail of a file delta made by _dirty_deltas
@@ -76,7 +79,7 @@ REPO_FILE_MARK = "in the deployed repo"  # in the first detail of a file delta m
 
 def is_repo_file(d: Delta) -> bool:
     """Is this file delta an uncommitted change to a tracked file of a deployed repo (a hotfix)?"""
-    return d.kind in ("file", "key") and bool(d.detail) and REPO_FILE_MARK in d.detail[0]
+    return d.kind in ("file", "key", "flag") and bool(d.detail) and REPO_FILE_MARK in d.detail[0]
 
 
 def _dirty_deltas(host: str, rpath: str, repo: RepoState, cur: HostState, base: HostState | None,
@@ -183,7 +186,7 @@ def repo_deltas(h: HostSides) -> Found:
         if d:
             deltas.append(d)
         dirty = _dirty_deltas(h.name, rpath, repo, cur, base, h.base_id, h.since, h.contents, covered, notes)
-        deltas.extend(per_key(dirty, h.contents, notes))
+        deltas.extend(per_flag(per_key(dirty, h.contents, notes), h.contents, notes))
     return Found(tuple(deltas), tuple(notes))
 
 
@@ -203,7 +206,8 @@ def watched_deltas(h: HostSides) -> Found:
         if f.error:
             notes.append(f"{h.name}:{path}: cannot read ({f.error})")
         old = old_file_state(path, base, h.base_id, cur, h.since)
-        deltas.extend(per_key(file_delta(h.name, path, f, old, h.since, h.contents), h.contents, notes))
+        found = per_key(file_delta(h.name, path, f, old, h.since, h.contents), h.contents, notes)
+        deltas.extend(per_flag(found, h.contents, notes))  # a start script's or unit's command line per flag
     for path in sorted(gone):
         bf = base.files.get(path) if base else None
         if bf is None:
