@@ -198,8 +198,8 @@ def make_units(deltas: Sequence[Delta], link: Iterable[str], auto_link: bool) ->
     if auto_link:
         by_key: dict[tuple[str | None, str, str | None], set[str]] = {}
         for d in deltas:
-            if d.kind == "env":
-                by_key.setdefault(same_change(d), set()).add(d.service or "")
+            if d.kind in ("env", "flag"):  # a start line's flag: its file is its side
+                by_key.setdefault(same_change(d), set()).add(d.service or d.path)
         for (key, _c, _n), services in by_key.items():
             if key and len(services) > 1 and key not in keys:
                 keys.add(key)

@@ -72,8 +72,11 @@ def _knob_value(d: "Delta") -> str | None:
 
 
 def link_name(d: "Delta") -> str:
-    """The name deltas are linked by: the key, and for a flag of an argument string ``KEY[--flag]``."""
-    return f"{d.key}[{d.flag}]" if d.flag is not None else (d.key or "")
+    """The name deltas are linked by: the key, for a flag of an argument string ``KEY[--flag]``, for a
+    flag of a start command line ``[--flag]``."""
+    if d.flag is not None:
+        return f"{d.key}[{d.flag}]" if d.key is not None else f"[{d.flag}]"
+    return d.key or ""
 
 
 def _flag_values(text: str | None, flag: str) -> tuple[tuple[str, ...], ...] | None:
@@ -267,10 +270,11 @@ class Diff:
     last_good: Mapping[str, Any] | None = None
 
     def links(self) -> list[list[str]]:
-        """Env deltas of the same key in several services: these often must change together."""
+        """Env and flag deltas of the same change (key, flag or knob) in several places: these often must
+        change together."""
         by_key: dict[tuple[str, str, str | None], list[str]] = {}
         for d in self.deltas:
-            if d.kind == "env":
+            if d.kind in ("env", "flag"):
                 by_key.setdefault(same_change(d), []).append(d.id)
         return [ids for ids in by_key.values() if len(ids) > 1]
 
