@@ -345,6 +345,7 @@ def run_envbisect(lab: Lab, policy: str) -> Answer:
         fake_run = SimpleNamespace(opts=SimpleNamespace(link=()), declared_links=(), trials=[],
                                    corrections=Corrections(), watch=None,
                                    _append_trial=lambda _t: None, on_event=lambda _k, _d: None)
+        fake_run._record = lambda t, evidence=True: (fake_run.trials.append(t), t)[1]
         refined, _apart = BisectRun._refine_links(fake_run, verdict, units, _RefineRunner(lab, units), search, [])
     if not VerdictKind(verdict.kind).names_changes:
         return Answer(None, verdict.kind)
