@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from envbisect.search.belief import _bits
+from envbisect.search.belief import bits
 from envbisect.search.stages import AGAIN
 from envbisect.search.types import Dependency, TrialKind
 
 if TYPE_CHECKING:  # pragma: no cover
-    from envbisect.search.belief import _Belief
+    from envbisect.search.belief import Belief
     from envbisect.search.strategy import Search
 
 
@@ -81,7 +81,7 @@ def _bisect_edge(s: "Search", length: int, cfg: Callable[[int], int], want_clean
     return hi, None
 
 
-def step(s: "Search", post: "_Belief") -> object:
+def step(s: "Search", post: "Belief") -> object:
     """The next request of the dependency search, AGAIN after a dependency was recorded, or None
     when every configuration that failed differently is explained (or the search gave up on it)."""
     if s._dep_given_up:

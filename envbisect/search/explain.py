@@ -4,7 +4,7 @@ A mixin of `Search`: it reads the search's evidence and belief, never changes th
 from __future__ import annotations
 
 
-from envbisect.search.belief import _NONE, _Belief, _bits
+from envbisect.search.belief import NONE, Belief, bits
 from envbisect.search.types import Hypothesis, Verdict
 
 
@@ -13,16 +13,16 @@ class VerdictWriter:
 
 
 
-    def _marginals(self, post: _Belief) -> list[tuple[str, float]]:
+    def _marginals(self, post: Belief) -> list[tuple[str, float]]:
         conf = self._accepted_conf()
         marg = {u: p * conf for u, p in post.marginals().items()}
         for t, c in zip(self._terms, self._term_conf):
-            for u in _bits(t):
+            for u in bits(t):
                 marg[u] = c
         items = sorted(marg.items(), key=lambda t: (-t[1], t[0]))
         return [(self._units[u], p) for u, p in items]
 
-    def _suspects(self, post: _Belief) -> tuple[tuple[str, float], ...]:
+    def _suspects(self, post: Belief) -> tuple[tuple[str, float], ...]:
         return tuple((u, round(p, 4)) for u, p in self._marginals(post) if p >= 1e-3)[:20]
 
     def _not_reproduced(self) -> Verdict:
@@ -87,22 +87,22 @@ class VerdictWriter:
         elif post.z > 0:
             p_top, top, conf = self._assess(post)
             sus = self._suspects(post)
-            if top.kind == _NONE:
+            if top.kind == NONE:
                 lead = f"; most likely the deltas are not the cause ({conf:.0%})"
             elif sus:
                 lead = "; suspects: " + ", ".join(f"{u} {p:.0%}" for u, p in sus[:6])
         return Verdict("inconclusive", (), conf, sus, f"{why} before reaching {self.confidence:.0%} confidence{lead}.")
 
     def _hypothesis(self, kind: int, terms: list[int], p: float) -> Hypothesis:
-        if kind == _NONE:
+        if kind == NONE:
             return Hypothesis("not-config", (), p)
         if not terms:
             return Hypothesis("no-fault", (), p)
         tt = tuple(self._names(t) for t in terms)
         return Hypothesis("interaction" if any(len(t) > 1 for t in tt) else "culprit", tt, p)
 
-    def _verdict(self, post: _Belief, cls: tuple, conf: float) -> Verdict:
-        if cls.kind == _NONE:
+    def _verdict(self, post: Belief, cls: tuple, conf: float) -> Verdict:
+        if cls.kind == NONE:
             failed = [self._units_label(m) + self._cite(m) for m, ev in sorted(self._evidence.items())
                       if ev.failed and m != self._all][:4]
             seen = f"Observed: {'; '.join(failed)} failed" if failed else "Inferred, not observed: configs fail"
@@ -124,7 +124,7 @@ class VerdictWriter:
             culprits.extend(u for u in tt if u not in culprits)
         return Verdict(h.kind, tuple(culprits), conf, self._suspects(post), self._explain(post, terms), h.terms)
 
-    def _explain(self, post: _Belief, terms: list[int]) -> str:
+    def _explain(self, post: Belief, terms: list[int]) -> str:
         facts: list[str] = []
         inferred: list[str] = []
         allv = 0
@@ -153,8 +153,8 @@ class VerdictWriter:
                 details = []
                 # a weak pass (fewer runs than would settle it on their own) is still what was seen:
                 # said with its run count; the verdict's confidence weighs it
-                solo = [u for u in _bits(t) if self._status(1 << u, post) in ("pass", "weak")]
-                untested = [u for u in _bits(t) if u not in solo]
+                solo = [u for u in bits(t) if self._status(1 << u, post) in ("pass", "weak")]
+                untested = [u for u in bits(t) if u not in solo]
                 if solo:
                     details.append(", ".join(
                         f"{self._units[u]} alone passed"
@@ -225,7 +225,7 @@ class VerdictWriter:
     def _necessity(self, t: int, with_: int) -> tuple[bool, str]:
         """(observed?, sentence): the observed pair 'C passed, C + t failed' (C containing ``with_``),
         or -- when no such pair was run -- the inference from the bisection as a whole."""
-        (u,) = list(_bits(t))
+        (u,) = list(bits(t))
         best = None
         for mask, ev in self._evidence.items():
             if ev.failed or (mask >> u) & 1 or (mask & with_) != with_:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Union
 from envbisect.search.types import TrialKind
 
 if TYPE_CHECKING:  # pragma: no cover
-    from envbisect.search.belief import _Belief
+    from envbisect.search.belief import Belief
     from envbisect.search.strategy import Search
 
 AGAIN = object()  # "the stage changed: judge again"
@@ -34,17 +34,17 @@ class _Stage:
     def after_failure(self, s: "Search") -> bool:
         return False
 
-    def settle(self, s: "Search", post: "_Belief") -> bool:
+    def settle(self, s: "Search", post: "Belief") -> bool:
         return False
 
 
 class _Bisecting(_Stage):
     """A stage that is a prefix bisection: settled when the bisection has converged."""
 
-    def step(self, s: "Search", post: "_Belief") -> object:  # pragma: no cover - abstract
+    def step(self, s: "Search", post: "Belief") -> object:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def settle(self, s: "Search", post: "_Belief") -> bool:
+    def settle(self, s: "Search", post: "Belief") -> bool:
         return self.step(s, post) is AGAIN
 
 
@@ -53,7 +53,7 @@ class FindUnit(_Bisecting):
     """Prefix bisection over the search order for a unit the failure needs (the stack fails with
     the whole prefix and passes without it)."""
 
-    def step(self, s: "Search", post: "_Belief") -> object:
+    def step(self, s: "Search", post: "Belief") -> object:
         order = s._order
         res = s._bisect(post, len(order), lambda k: s._prefix(k, order), "bisect: {n} suspects left")
         if not isinstance(res, int):
@@ -75,7 +75,7 @@ class CheckAlone(_Stage):
         x = s._order[self.g]
         return x, 1 << x, s._up(1 << x), s._fix_mask(1 << x)
 
-    def step(self, s: "Search", post: "_Belief") -> object:
+    def step(self, s: "Search", post: "Belief") -> object:
         x, term, va, vf = self._masks(s)
         sa, sf = s._status(va, post), s._status(vf, post)
         if sa == "fail":
@@ -104,7 +104,7 @@ class CheckAlone(_Stage):
             return True
         return False
 
-    def settle(self, s: "Search", post: "_Belief") -> bool:
+    def settle(self, s: "Search", post: "Belief") -> bool:
         _x, _term, va, _vf = self._masks(s)
         if s._status(va, post) == "pass":
             s._stage = FindPartner(self.g)
@@ -119,7 +119,7 @@ class FindPartner(_Bisecting):
 
     g: int
 
-    def step(self, s: "Search", post: "_Belief") -> object:
+    def step(self, s: "Search", post: "Belief") -> object:
         x = s._order[self.g]
         gseq = s._order[: self.g]
         res = s._bisect(post, self.g, lambda k: s._prefix(k, gseq, 1 << x),
@@ -137,7 +137,7 @@ class CheckTerm(_Stage):
 
     term: int
 
-    def step(self, s: "Search", post: "_Belief") -> object:
+    def step(self, s: "Search", post: "Belief") -> object:
         vf = s._fix_mask(self.term)
         if s._status(vf, post) == "fail":
             s._new_frame(self.term, vf)
@@ -156,7 +156,7 @@ class CheckTerm(_Stage):
 class Exhausted(_Stage):
     """Every unit is in a term already: nothing left to structure (the fallback decides)."""
 
-    def step(self, s: "Search", post: "_Belief") -> object:
+    def step(self, s: "Search", post: "Belief") -> object:
         return None
 
 

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from envbisect.search.belief import _AND, _NONE, _NOTHING, _S, _Belief, _bits
+from envbisect.search.belief import PAIR, NONE, NOTHING, SINGLE, Belief, bits
 from envbisect.search.explain import VerdictWriter
 from envbisect.search import dependency
 from envbisect.search.stages import AGAIN, Exhausted, FindUnit, Stage
@@ -206,7 +206,7 @@ class Search(VerdictWriter):
         return m
 
     def _names(self, mask: int) -> tuple[str, ...]:
-        return tuple(self._units[i] for i in _bits(mask))
+        return tuple(self._units[i] for i in bits(mask))
 
     def _fmt(self, mask: int) -> str:
         names = self._names(mask)
@@ -253,7 +253,7 @@ class Search(VerdictWriter):
     def _ranked(self, mask: int) -> list[int]:
         """The units of ``mask`` in the search's order (frame order, then the others by index)."""
         pos = {u: i for i, u in enumerate(self._order)}
-        return sorted(_bits(mask), key=lambda u: (pos.get(u, self._n), u))
+        return sorted(bits(mask), key=lambda u: (pos.get(u, self._n), u))
 
     def _learn_need(self, e: int, partners: int) -> None:
         """Record that unit ``e`` needs ``partners``; move them before it in the bisection order,
@@ -277,20 +277,20 @@ class Search(VerdictWriter):
         """The deltas found to fail differently from the symptom without a partner."""
         return dependency.describe(self)
 
-    def _belief(self, exclude: int | None = None, extra: int = 0) -> _Belief:
+    def _belief(self, exclude: int | None = None, extra: int = 0) -> Belief:
         """Belief of the current frame; ``extra``: of the next frame, with ``extra``
         accepted too; ``exclude``: ignoring the observations of that config."""
         obs = self._resolved if exclude is None else [o for o in self._resolved if o[0] != exclude]
         # a unit that needs an accepted culprit never runs without it: whether it breaks the stack
         # too cannot be seen, so it is no suspect (search/dependency.py; the verdict names the pair)
         held = self._vars() | extra if self._needs else 0
-        return _Belief(
+        return Belief(
             frame_units=[u for u in self._order if not (extra >> u) & 1
                          and not (self._up(1 << u) & ~(1 << u) & held)],
             terms=self._terms + ([extra] if extra else []),
             obs=obs,
             prior=self.prior,
-            same=[(e, p) for e in self._needs for p in _bits(self._up(1 << e) & ~(1 << e))],
+            same=[(e, p) for e in self._needs for p in bits(self._up(1 << e) & ~(1 << e))],
         )
 
     def _accepted_conf(self) -> float:
@@ -309,7 +309,7 @@ class Search(VerdictWriter):
         """Current minus every culprit found so far and ``term`` (and what needs them)."""
         return self._down(self._all & ~(self._vars() | term))
 
-    def _status(self, mask: int, post: _Belief) -> str:
+    def _status(self, mask: int, post: Belief) -> str:
         ev = self._evidence.get(mask)
         if ev is None or ev.resolved == 0:
             return "other" if mask in self._other else "untested"
@@ -319,7 +319,7 @@ class Search(VerdictWriter):
             return "pass"
         return "weak"
 
-    def _probes(self, mask: int, post: _Belief) -> int:
+    def _probes(self, mask: int, post: Belief) -> int:
         """Fewest runs (>= base_probes) after which a pass leaves P(config bad) <= tau."""
         pb = post.p_bad(mask)
         if pb <= 0:
@@ -340,18 +340,18 @@ class Search(VerdictWriter):
                 return r
         return self.max_probes
 
-    def _request(self, mask: int, purpose: str, post: _Belief, kind: TrialKind,
+    def _request(self, mask: int, purpose: str, post: Belief, kind: TrialKind,
                  suspects_left: int | None = None) -> TrialRequest:
         return TrialRequest(frozenset(self._names(mask)), self._probes(mask, post), purpose, kind=kind,
                             suspects_left=suspects_left)
 
-    def _retest(self, mask: int, post: _Belief) -> TrialRequest:
+    def _retest(self, mask: int, post: Belief) -> TrialRequest:
         ev = self._evidence[mask]
         return self._request(
             mask, f"retest: {self._fmt(mask)} passed {ev.passes} runs, too few to rule out an intermittent fault", post,
             TrialKind.RETEST)
 
-    def _assess(self, post: _Belief) -> tuple[float, tuple, float]:
+    def _assess(self, post: Belief) -> tuple[float, tuple, float]:
         """(probability of the top class's first hypothesis, the class, verdict confidence).
 
         The verdict confidence multiplies the confidence of earlier culprits, the
@@ -359,7 +359,7 @@ class Search(VerdictWriter):
         independent culprit (judged in the next frame)."""
         p_top, top = post.ranked()[0]
         conf = p_top * self._accepted_conf()
-        if top.kind in (_S, _AND):
+        if top.kind in (SINGLE, PAIR):
             conf *= self._belief(extra=post.term(top)).p_nothing()
         return p_top, top, conf
 
@@ -476,20 +476,20 @@ class Search(VerdictWriter):
         """Apply a stage transition that an observed failure settles (stages.py)."""
         return self._stage.after_failure(self)
 
-    def _settle(self, post: _Belief) -> bool:
+    def _settle(self, post: Belief) -> bool:
         """Apply a stage transition the evidence settles given the posterior (stages.py)."""
         return self._stage.settle(self, post)
 
-    def _fluke_check(self, post: _Belief, top: tuple) -> TrialRequest | str | None:
+    def _fluke_check(self, post: Belief, top: tuple) -> TrialRequest | str | None:
         """Before concluding: if the leading hypothesis needs an observed pass to have
         been luck (a bad config passing every run), re-test that config first."""
-        if top.kind == _NOTHING and not self._terms:
+        if top.kind == NOTHING and not self._terms:
             return None
         t = post.term(top)
         terms = self._terms + ([t] if t else [])
         worst: tuple[int, int] | None = None
         for mask, ev in self._evidence.items():
-            if ev.failed or not (top.kind == _NONE or any(tt & mask == tt for tt in terms)):
+            if ev.failed or not (top.kind == NONE or any(tt & mask == tt for tt in terms)):
                 continue
             if ev.passes >= self._retest_cap:
                 return "contradiction"  # it would need a bad config to pass this many runs
@@ -502,10 +502,10 @@ class Search(VerdictWriter):
             mask, f"retest: {self._fmt(mask)} passed {passes} runs, but the leading hypothesis says it is bad", post,
             TrialKind.RETEST)
 
-    def _stage_step(self, post: _Belief) -> object:
+    def _stage_step(self, post: Belief) -> object:
         return self._stage.step(self, post)
 
-    def _bisect(self, post: _Belief, length: int, cfg, label: str) -> object:
+    def _bisect(self, post: Belief, length: int, cfg, label: str) -> object:
         """Prefix bisection over ``cfg(0) .. cfg(length)``: ``cfg(length)`` failed and
         ``cfg(0)`` passed.  Returns the minimal failing prefix length (an int) once
         settled, else the next request.  Rebuilt from the evidence every time, so a
@@ -536,7 +536,7 @@ class Search(VerdictWriter):
             else:
                 return self._request(cfg(mid), label.format(n=hi - lo), post, TrialKind.BISECT, hi - lo)
 
-    def _confirm(self, post: _Belief, term: int, need_surprise: bool = False) -> TrialRequest | None:
+    def _confirm(self, post: Belief, term: int, need_surprise: bool = False) -> TrialRequest | None:
         """Check the claim about ``term`` most likely to be overturned: that it breaks
         the stack alone (without the other deltas), or that current without it passes."""
         names = self._names(term)
@@ -563,7 +563,7 @@ class Search(VerdictWriter):
             return self.fix_request(vf, cands[0][2], post)
         return self._request(cands[0][1], cands[0][2], post, TrialKind.CONFIRM)
 
-    def fix_request(self, mask: int, purpose: str, post: _Belief) -> TrialRequest:
+    def fix_request(self, mask: int, purpose: str, post: Belief) -> TrialRequest:
         """The fix (current minus the culprits) must pass believably on its own: as many runs as a
         pass of a config at even odds of being bad needs, given the intermittency learnt so far.
         The posterior alone would accept it after base_probes runs (a further culprit is a priori
@@ -574,14 +574,14 @@ class Search(VerdictWriter):
         runs = max(req.probes, self._runs_for(0.5, post.q_given_bad(self._all), post.qs))
         return dataclasses.replace(req, probes=runs) if runs != req.probes else req
 
-    def _solo_pass_check(self, post: _Belief, top: tuple) -> TrialRequest | None:
+    def _solo_pass_check(self, post: Belief, top: tuple) -> TrialRequest | None:
         """"They fail only together" rests on each member having passed without the other: in a
         config that held it but not the whole pair. Under the pair hypothesis those passes look
         certain, so the posterior never doubts them; with an intermittent fault a single culprit
         passes by luck, and the verdict would name an innocent partner. So, for each member, the
         passes of all such configs together must be believable at even odds (P(bad | passes) <= tau
         with a prior of 1/2, as if it were a culprit alone), else it is probed alone (again)."""
-        if top.kind != _AND:
+        if top.kind != PAIR:
             return None
         term = post.term(top)
         qd = list(post.q_given_bad(self._all))
@@ -592,7 +592,7 @@ class Search(VerdictWriter):
             total = sum(qd)
             qd = [p / total for p in qd]
         runs = max(self._runs_for(0.5, qd, post.qs), self.base_probes)
-        for u in _bits(term):
+        for u in bits(term):
             name = self._units[u]
             passes = sum(ev.passes for m, ev in self._evidence.items()
                          if (m >> u) & 1 and (m & term) != term and not ev.failed)
@@ -613,10 +613,10 @@ class Search(VerdictWriter):
                                     "that it breaks the stack alone, intermittently", kind=TrialKind.RETEST)
         return None
 
-    def _fix_observed(self, post: _Belief, top: tuple) -> TrialRequest | None:
+    def _fix_observed(self, post: Belief, top: tuple) -> TrialRequest | None:
         """With ``require_fix``, "these are all the culprits" is observed, never inferred:
         current minus every culprit must have passed before the verdict is given."""
-        if not self.require_fix or top.kind not in (_S, _AND):
+        if not self.require_fix or top.kind not in (SINGLE, PAIR):
             return None
         term = post.term(top)
         vf = self._fix_mask(term)
@@ -625,11 +625,11 @@ class Search(VerdictWriter):
         names = ", ".join(self._names(self._vars() | term))
         return self.fix_request(vf, f"confirm: current without {names} (the fix) must pass", post)
 
-    def _restart_proof(self, post: _Belief, top: tuple) -> TrialRequest | None:
+    def _restart_proof(self, post: Belief, top: tuple) -> TrialRequest | None:
         """A culprit is never blamed on the running stack's word alone: its state may hold more
         than its files (a service restarted alone).  Each blamed term must have failed in some
         config after a full co-restart; if only the free probe saw it, co-restart current."""
-        if top.kind not in (_S, _AND):
+        if top.kind not in (SINGLE, PAIR):
             return None
         t = post.term(top)
         for term in self._terms + ([t] if t else []):
@@ -639,19 +639,19 @@ class Search(VerdictWriter):
                                     kind=TrialKind.CONFIRM)
         return None
 
-    def _spare_check(self, post: _Belief, top: tuple) -> TrialRequest | None:
+    def _spare_check(self, post: Belief, top: tuple) -> TrialRequest | None:
         """Confident already; but if a claim rests on the prior and checking it stays
         within the restart bound promised for this kind of answer, check it."""
-        if top.kind not in (_S, _AND):
+        if top.kind not in (SINGLE, PAIR):
             return None
         if self._terms:  # a further culprit: its own claims within the bound for several culprits
             if self.trials + 1 > restart_bound(self._n, "several"):
                 return None
-        elif self.trials + 1 > restart_bound(self._n, "culprit" if top.kind == _S else "interaction"):
+        elif self.trials + 1 > restart_bound(self._n, "culprit" if top.kind == SINGLE else "interaction"):
             return None
         return self._confirm(post, post.term(top))
 
-    def _fallback(self, post: _Belief) -> TrialRequest | None:
+    def _fallback(self, post: Belief) -> TrialRequest | None:
         """The structured steps are spent and the posterior is not confident: run the
         most informative check (a unit or pair alone, a fix check, or a re-test)."""
         cands: dict[int, str] = {}
