@@ -1,19 +1,14 @@
 """The search's vocabulary: what the caller observes (Observation), what the search asks for
-(TrialRequest, of a TrialKind), what it concludes (Verdict), what it assumes (Prior, Policy) and
-what it promises (restart_bound). Pure data, no I/O."""
+(TrialRequest, of a TrialKind), what it concludes (Verdict), what it assumes (Prior) and what it
+promises (restart_bound). Pure data, no I/O. The policies, which name priors, are in policy.py."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Iterable
 
 from envbisect.outcome import Outcome
-
-if TYPE_CHECKING:
-    from envbisect.search.strategy import Search
-
-
 
 
 @dataclass(frozen=True)
@@ -198,30 +193,6 @@ class Prior:
         """Interactions and second culprits are considered likely enough that every
         culprit is tested alone and the fix (current minus culprits) is checked."""
         return cls(interaction=1.0, multiple=1.0)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """How much of a verdict must be observed rather than inferred (``envbisect bisect --policy``)."""
-
-    prior: Prior
-    require_fix: bool  # "these are all the culprits" only once current-minus-culprits passed
-
-    def search(self, units: Sequence[str], **kw) -> "Search":
-        from envbisect.search.strategy import Search
-
-        return Search(units, prior=self.prior, require_fix=self.require_fix, **kw)
-
-
-POLICIES: dict[str, Policy] = {
-    # a culprit is seen failing alone (so an interaction is never called a single culprit) and the
-    # fix is seen passing (so a second independent culprit is never inferred away)
-    "confirm": Policy(Prior(interaction=1.0, multiple=1.0 / 60.0, later_interaction=1.0 / 60.0), require_fix=True),
-    # trust the prior: fewest restarts; interactions and second culprits are inferred unlikely
-    "fast": Policy(Prior(), require_fix=False),
-    # interactions and second culprits as likely as a single culprit: every claim checked
-    "thorough": Policy(Prior.cautious(), require_fix=True),
-}
 
 
 def restart_bound(n: int, kind: str = "culprit") -> int:
