@@ -161,9 +161,10 @@ class Prior:
     The default says a single culprit is 60 times as likely as an interaction and
     as two independent culprits.  That is what lets the search claim a single
     culprit without spending a restart to test it alone (policy ``fast``; see
-    docs/search.md); the verdict then says the claim was inferred, not observed.  :meth:`cautious` makes interactions and
-    second culprits as likely as single ones: every claim is then checked (one or
-    two more restarts) and interactions and second culprits are always found.
+    docs/search.md); the verdict then says the claim was inferred, not observed.
+    :meth:`cautious` makes interactions and second culprits as likely as single
+    ones: every claim is then checked (one or two more restarts) and interactions
+    and second culprits are always found.
 
     ``q`` is the grid of per-run pass probabilities of a bad config, with prior
     weights; ``q = 0`` is a deterministic fault.
