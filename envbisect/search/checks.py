@@ -99,7 +99,7 @@ def restart_proof(j: Judge, post: Belief, top: HypClass) -> TrialRequest | None:
     t = post.term(top)
     for term in list(j.terms) + ([t] if t else []):
         if not any(ev.restarted_fail and (m & term) == term for m, ev in j.configs.items()):
-            return TrialRequest(frozenset(j.units), j.rules.premise_probes,
+            return TrialRequest(frozenset(j.names(j.all)), j.rules.premise_probes,
                                 "confirm after a co-restart: current failed as it was running",
                                 kind=TrialKind.CONFIRM)
     return None

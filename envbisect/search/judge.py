@@ -79,8 +79,9 @@ def _frozen(d: dict) -> Mapping:
 class Judge:
     """The evidence of one search and the rules it is read by; never changed, replaced."""
 
-    units: tuple[str, ...]
+    units: tuple[str, ...]  # the search's units, then the members of its twins (see hints.py)
     rules: Rules
+    size: int = 0  # the search's units (the twins' members come after them)
     configs: Mapping[int, ConfigEvidence] = field(default_factory=lambda: _frozen({}))
     resolved: tuple[tuple[int, int, int], ...] = ()  # (config, passes, failures) per resolved trial
     restarts: int = 0  # trials that cost a restart (a free probe of the running stack is none)
@@ -93,13 +94,23 @@ class Judge:
     needs: Mapping[int, int] = field(default_factory=lambda: _frozen({}))
     needs_found: tuple[tuple[int, int], ...] = ()
     dependency_given_up: bool = False
+    # twins (hints.py): a unit -> its members (bits, the one to test first first), until it is split;
+    # then split: the unit -> its members' mask (every config that held the unit holds them)
+    twins: Mapping[int, tuple[int, ...]] = field(default_factory=lambda: _frozen({}))
+    split: Mapping[int, int] = field(default_factory=lambda: _frozen({}))
 
     def __deepcopy__(self, memo: dict) -> "Judge":
         return self  # a value: a copy of a search shares it
 
     @classmethod
-    def start(cls, units: Sequence[str], rules: Rules) -> "Judge":
-        return cls(tuple(units), rules, order=tuple(range(len(units))))
+    def start(cls, units: Sequence[str], rules: Rules, twins: Mapping[str, Sequence[str]] | None = None) -> "Judge":
+        """``twins``: a unit -> the member units it stands for, to be tested apart (hints.py)."""
+        names = list(units)
+        found: dict[int, tuple[int, ...]] = {}
+        for unit, members in (twins or {}).items():
+            found[names.index(unit)] = tuple(range(len(names), len(names) + len(members)))
+            names.extend(members)
+        return cls(tuple(names), rules, size=len(units), order=tuple(range(len(units))), twins=_frozen(found))
 
     # -- the next value --------------------------------------------------------------------------
 
@@ -144,15 +155,45 @@ class Judge:
     def without_dependency_search(self) -> "Judge":
         return dataclasses.replace(self, dependency_given_up=True)
 
+    def splittable(self, unit: int) -> bool:
+        """A twin not yet split, and in no dependency (a need is learnt over whole units)."""
+        if unit not in self.twins or unit in self.needs:
+            return False
+        return not any((partners >> unit) & 1 for partners in self.needs.values())
+
+    def with_split(self, unit: int) -> "Judge":
+        """Twin ``unit`` replaced by its members everywhere: in the order (in its place, the member to
+        test first first) and in every observed config (a config that held the unit held them all)."""
+        members = self.twins[unit]
+        split = dict(self.split)
+        split[unit] = sum(1 << m for m in members)
+        twins = {u: ms for u, ms in self.twins.items() if u != unit}
+        grown = dataclasses.replace(self, split=_frozen(split), twins=_frozen(twins))
+        order = [u for x in self.order for u in (members if x == unit else (x,))]
+        return dataclasses.replace(
+            grown, order=tuple(order),
+            configs=_frozen({grown.expand(m): ev for m, ev in self.configs.items()}),
+            resolved=tuple((grown.expand(m), k, f) for m, k, f in self.resolved),
+            other=_frozen({grown.expand(m): ts for m, ts in self.other.items()}))
+
+    def expand(self, mask: int) -> int:
+        """``mask`` with every split twin replaced by its members."""
+        for unit, members in self.split.items():
+            if (mask >> unit) & 1:
+                mask = (mask & ~(1 << unit)) | members
+        return mask
+
     # -- units and masks ---------------------------------------------------------------------------
 
     @property
     def n(self) -> int:
-        return len(self.units)
+        """The search's units (a twin counts once)."""
+        return self.size
 
-    @property
+    @cached_property
     def all(self) -> int:
-        return (1 << self.n) - 1
+        """Current: every unit (a split twin as its members)."""
+        return self.expand((1 << self.size) - 1)
 
     @cached_property
     def index(self) -> dict[str, int]:
@@ -162,7 +203,7 @@ class Judge:
         m = 0
         for u in units:
             m |= 1 << self.index[u]
-        return m
+        return self.expand(m)
 
     def names(self, mask: int) -> tuple[str, ...]:
         return tuple(self.units[i] for i in bits(mask))
@@ -210,7 +251,7 @@ class Judge:
     def ranked(self, mask: int) -> list[int]:
         """The units of ``mask`` in the search's order (frame order, then the others by index)."""
         pos = {u: i for i, u in enumerate(self.order)}
-        return sorted(bits(mask), key=lambda u: (pos.get(u, self.n), u))
+        return sorted(bits(mask), key=lambda u: (pos.get(u, len(self.units)), u))
 
     def accepted(self) -> int:
         """Every unit of an accepted term."""

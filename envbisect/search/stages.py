@@ -5,8 +5,9 @@ stack alone, find its partner if it does not, then check that the term found is 
 A stage is a value (frozen, so the search's state is just "which stage, over which units"); it
 reads the evidence through `EvidenceReader` and says what to do next, never changing anything:
 
-- ``step(ev, post)``: a TrialRequest, a `Move` (another stage, or `NewFrame`: a culprit accepted,
-  after which the caller re-judges the posterior), or None when the stage has nothing to ask;
+- ``step(ev, post)``: a TrialRequest, a `Move` (another stage; `NewFrame`: a culprit accepted;
+  `Split`: a twin found, to be tested member by member; after each the caller re-judges the
+  posterior), or None when the stage has nothing to ask;
 - ``after_failure(ev)``: a Move an observed failure settles, applied before the posterior is
   judged (after a failed fix check the frame must change first), or None;
 - ``settle(ev, post)``: a Move the posterior settles (a converged bisection, a unit that passed
@@ -30,6 +31,7 @@ class EvidenceReader(Protocol):
     order: tuple[int, ...]
 
     def status(self, mask: int, post: Belief) -> str: ...
+    def splittable(self, unit: int) -> bool: ...
     def failed(self, mask: int) -> bool: ...
     def up(self, mask: int) -> int: ...
     def fix_mask(self, term: int) -> int: ...
@@ -47,6 +49,14 @@ class NewFrame:
 
     term: int
     fix: int
+
+
+@dataclass(frozen=True)
+class Split:
+    """The bisection found twin ``unit`` (order[g]): replace it by its members, then `SplitTwin`."""
+
+    unit: int
+    g: int
 
 
 class _Stage:
@@ -78,7 +88,11 @@ class FindUnit(_Bisecting):
     def step(self, ev: EvidenceReader, post: Belief) -> "Move | TrialRequest | None":
         order = ev.order
         res = ev.bisect(post, len(order), lambda k: ev.prefix(k, order), "bisect: {n} suspects left")
-        return CheckAlone(res - 1) if isinstance(res, int) else res
+        if not isinstance(res, int):
+            return res
+        if res and ev.splittable(order[res - 1]):
+            return Split(order[res - 1], res - 1)
+        return CheckAlone(res - 1)
 
 
 @dataclass(frozen=True)
@@ -124,6 +138,50 @@ class CheckAlone(_Stage):
 
 
 @dataclass(frozen=True)
+class SplitTwin(_Stage):
+    """Twin ``twin`` (one change in several services) was found and split: its members are
+    order[g : g + count], the one to test first first. The test that would ask whether the twin
+    breaks the stack alone asks it of one member at a time instead: the first that fails alone is
+    the term (its fix, current without it, then shows whether the other side is innocent); when
+    every member passes alone, they fail only together."""
+
+    twin: int
+    g: int
+    count: int
+
+    def _members(self, ev: EvidenceReader) -> tuple[int, ...]:
+        return ev.order[self.g:self.g + self.count]
+
+    def step(self, ev: EvidenceReader, post: Belief) -> "Move | TrialRequest | None":
+        for m in self._members(ev):
+            alone = ev.up(1 << m)
+            st = ev.status(alone, post)
+            if st == "fail":
+                return CheckTerm(1 << m)
+            if st in ("untested", "weak"):
+                return ev.request(alone, f"confirm: does {ev.units[m]} break the stack alone, without the other "
+                                         f"side of {ev.units[self.twin]}?", post, TrialKind.CONFIRM)
+        return self._together(ev)
+
+    def _together(self, ev: EvidenceReader) -> "CheckTerm":
+        term = 0
+        for m in self._members(ev):
+            term |= 1 << m
+        return CheckTerm(term)
+
+    def after_failure(self, ev: EvidenceReader) -> "Move | None":
+        for m in self._members(ev):
+            if ev.failed(ev.up(1 << m)):
+                return CheckTerm(1 << m)
+        return None
+
+    def settle(self, ev: EvidenceReader, post: Belief) -> "Move | None":
+        if all(ev.status(ev.up(1 << m), post) == "pass" for m in self._members(ev)):
+            return self._together(ev)
+        return None
+
+
+@dataclass(frozen=True)
 class FindPartner(_Bisecting):
     """Unit ``order[g]`` passes alone: it needs a partner, bisected among the units before it in
     the order (the ones that passed without it)."""
@@ -166,13 +224,13 @@ class Exhausted(_Stage):
         return None
 
 
-Stage = Union[FindUnit, CheckAlone, FindPartner, CheckTerm, Exhausted]
-Move = Union[Stage, NewFrame]
+Stage = Union[FindUnit, CheckAlone, SplitTwin, FindPartner, CheckTerm, Exhausted]
+Move = Union[Stage, NewFrame, Split]
 
 
 def is_move(x: object) -> bool:
-    return isinstance(x, (_Stage, NewFrame))
+    return isinstance(x, (_Stage, NewFrame, Split))
 
 
-__all__ = ["EvidenceReader", "NewFrame", "Stage", "Move", "is_move", "FindUnit", "CheckAlone", "FindPartner",
-           "CheckTerm", "Exhausted"]
+__all__ = ["EvidenceReader", "NewFrame", "Split", "Stage", "Move", "is_move", "FindUnit", "CheckAlone", "SplitTwin",
+           "FindPartner", "CheckTerm", "Exhausted"]

@@ -8,11 +8,11 @@ judge; only this module replaces it, with the moves those readers return.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from envbisect.search import checks, dependency, explain
 from envbisect.search.judge import Judge, Rules
-from envbisect.search.stages import Exhausted, FindUnit, Move, NewFrame, Stage, is_move
+from envbisect.search.stages import Exhausted, FindUnit, Move, NewFrame, Split, SplitTwin, Stage, is_move
 from envbisect.search.types import Hypothesis, Observation, Prior, TrialKind, TrialRequest, Verdict
 
 
@@ -45,6 +45,7 @@ class Search:
         premise_probes: int = 12,
         premise_failures: int = 5,
         retries: int = 1,
+        twins: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         units = tuple(units)
         if len(set(units)) != len(units):
@@ -57,6 +58,12 @@ class Search:
             raise ValueError("premise_failures must be >= 1")
         if max_trials is not None and max_trials < 1:
             raise ValueError("max_trials must be >= 1")
+        twins = dict(twins or {})
+        members = [m for ms in twins.values() for m in ms]
+        if any(u not in units for u in twins) or len(set(members)) != len(members) or set(members) & set(units):
+            raise ValueError("twins: each a unit, its members new unit ids, used once")
+        if any(len(ms) != 2 for ms in twins.values()):
+            raise ValueError("twins: two members each (a change in two services)")
         self.confidence = confidence
         self.max_trials = max_trials
         self.base_probes = base_probes
@@ -70,7 +77,7 @@ class Search:
         self.retries = max(1, retries)
         rules = Rules(confidence, max_trials, base_probes, max_probes, self.prior, require_fix,
                       self.premise_probes, premise_failures, self.retries)
-        self._judge = Judge.start(units, rules)
+        self._judge = Judge.start(units, rules, twins)
         self._obs: list[Observation] = []
         self._stage: Stage = FindUnit()
         self._last_request: TrialRequest | None = None
@@ -82,7 +89,7 @@ class Search:
 
     @property
     def units(self) -> tuple[str, ...]:
-        return self._judge.units
+        return self._judge.units[:self._judge.n]
 
     @property
     def trials(self) -> int:
@@ -164,7 +171,11 @@ class Search:
     # -- moves: the only changes to the search's state ------------------------------------------
 
     def _apply(self, move: Move) -> None:
-        if isinstance(move, NewFrame):
+        if isinstance(move, Split):
+            count = len(self._judge.twins[move.unit])
+            self._judge = self._judge.with_split(move.unit)
+            self._stage = SplitTwin(move.unit, move.g, count)
+        elif isinstance(move, NewFrame):
             self._judge = self._judge.with_term(move.term, move.fix)
             self._stage = FindUnit() if self._judge.order else Exhausted()
         else:
@@ -220,7 +231,7 @@ class Search:
             # Probing a failing config past its first failure is cheap and measures how often it
             # fails: the estimate of q every later pass is judged by.
             what = "current (no deltas: the baseline)" if j.n == 0 else "current"
-            return TrialRequest(frozenset(j.units), self.premise_probes, f"premise: {what} must fail",
+            return TrialRequest(frozenset(j.names(j.all)), self.premise_probes, f"premise: {what} must fail",
                                 stop_after=self.premise_failures, free=True, kind=TrialKind.PREMISE_CURRENT)
         if not cur.failed or (not cur.restarted_fail and cur.restarted_passes >= self.premise_probes):
             return explain.not_reproduced(j)
