@@ -3,6 +3,7 @@ structured steps are spent. Each reads a frozen `Judge` and the current `Belief`
 the trial to run (or None: nothing to check)."""
 from __future__ import annotations
 
+from envbisect.outcome import VerdictKind
 from envbisect.search.belief import NONE, NOTHING, PAIR, SINGLE, Belief, HypClass, bits
 from envbisect.search.judge import Judge
 from envbisect.search.types import TrialKind, TrialRequest, restart_bound
@@ -113,7 +114,7 @@ def spare_check(j: Judge, post: Belief, top: HypClass) -> TrialRequest | None:
     if j.terms:  # a further culprit: its own claims within the bound for several culprits
         if j.restarts + 1 > restart_bound(j.n, "several"):
             return None
-    elif j.restarts + 1 > restart_bound(j.n, "culprit" if top.kind == SINGLE else "interaction"):
+    elif j.restarts + 1 > restart_bound(j.n, VerdictKind.CULPRIT if top.kind == SINGLE else VerdictKind.INTERACTION):
         return None
     return j.confirm(post, post.term(top))
 

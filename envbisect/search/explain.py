@@ -4,6 +4,7 @@ Each function reads a frozen `Judge` (the search's evidence, see judge.py) and t
 changes anything."""
 from __future__ import annotations
 
+from envbisect.outcome import VerdictKind
 from envbisect.search.belief import NONE, Belief, HypClass, bits
 from envbisect.search.judge import Judge
 from envbisect.search.types import Hypothesis, Verdict
@@ -26,14 +27,14 @@ def not_reproduced(j: Judge) -> Verdict:
     trials = ", ".join(str(t) for t in ev.trials)
     if ev.failed:  # it failed as it was running, and passed after a full co-restart
         return Verdict(
-            "not-reproduced", (), 1.0, (),
+            VerdictKind.NOT_REPRODUCED, (), 1.0, (),
             f"Observed: the running stack failed (trial {ev.trials[0]}), but after a full ordered co-restart "
             f"the same config passed {ev.restarted_passes} probe runs (trial {ev.trials[-1]}): the files are "
             "not the cause; the running state was (a service restarted alone, or a stale process).",
         )
     conf = 1.0 - j.belief().p_bad(j.all)
     return Verdict(
-        "not-reproduced",
+        VerdictKind.NOT_REPRODUCED,
         (),
         conf,
         (),
@@ -52,7 +53,7 @@ def not_config(j: Judge) -> Verdict:
         text += "."
     else:  # not reached by the search (a not-config verdict needs a failing baseline); kept honest anyway
         text = f"Inferred, not observed: {what} (no failing trial of it is recorded)."
-    return Verdict("not-config", (), 1.0, (),
+    return Verdict(VerdictKind.NOT_CONFIG, (), 1.0, (),
                    text + " So the deltas are not the cause: look outside the config "
                           "(clients, proxies, network, hardware, data).")
 
@@ -88,15 +89,16 @@ def final(j: Judge, reason: str, confident: bool = True) -> Verdict:
             lead = f"; most likely the deltas are not the cause ({conf:.0%})"
         elif sus:
             lead = "; suspects: " + ", ".join(f"{u} {p:.0%}" for u, p in sus[:6])
-    return Verdict("inconclusive", (), conf, sus, f"{why} before reaching {j.rules.confidence:.0%} confidence{lead}.")
+    return Verdict(VerdictKind.INCONCLUSIVE, (), conf, sus,
+                   f"{why} before reaching {j.rules.confidence:.0%} confidence{lead}.")
 
 def hypothesis(j: Judge, kind: int, terms: list[int], p: float) -> Hypothesis:
     if kind == NONE:
-        return Hypothesis("not-config", (), p)
+        return Hypothesis(VerdictKind.NOT_CONFIG, (), p)
     if not terms:
         return Hypothesis("no-fault", (), p)
     tt = tuple(j.names(t) for t in terms)
-    return Hypothesis("interaction" if any(len(t) > 1 for t in tt) else "culprit", tt, p)
+    return Hypothesis(VerdictKind.INTERACTION if any(len(t) > 1 for t in tt) else VerdictKind.CULPRIT, tt, p)
 
 def verdict(j: Judge, post: Belief, cls: HypClass, conf: float) -> Verdict:
     if cls.kind == NONE:
@@ -105,7 +107,7 @@ def verdict(j: Judge, post: Belief, cls: HypClass, conf: float) -> Verdict:
         seen = f"Observed: {'; '.join(failed)} failed" if failed else "Inferred, not observed: configs fail"
         if j.all in j.configs and j.configs[j.all].failed:
             seen += f"; current failed{cite(j, j.all)}"
-        return Verdict("not-config", (), conf, suspects(j, post),
+        return Verdict(VerdictKind.NOT_CONFIG, (), conf, suspects(j, post),
                        f"{seen}. Configs fail with and without the deltas ({conf:.0%} posterior): they are not "
                        "the cause.")
     t = post.term(cls)
@@ -114,7 +116,7 @@ def verdict(j: Judge, post: Belief, cls: HypClass, conf: float) -> Verdict:
         ev = j.configs.get(j.all)
         seen = (f"Observed: current passed{cite(j, j.all)}" if ev is not None and ev.passes
                 else "Inferred, not observed: the current config would pass")
-        return Verdict("not-reproduced", (), conf, (), f"{seen}. The failure stopped reproducing.")
+        return Verdict(VerdictKind.NOT_REPRODUCED, (), conf, (), f"{seen}. The failure stopped reproducing.")
     h = hypothesis(j, cls.kind, terms, conf)
     culprits: list[str] = []
     for tt in h.terms:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
+from envbisect.outcome import VerdictKind
 from envbisect.search.types import Verdict
 
 MEMBER = "member:"  # the unit id of one delta of a twin, tested apart (the runner maps it to the delta)
@@ -67,8 +68,8 @@ def fold(verdict: Verdict, twins: Mapping[str, Sequence[str]]) -> tuple[Verdict,
     terms = tuple(dict.fromkeys(tuple(dict.fromkeys(unit(u) for u in term)) for term in verdict.terms))
     culprits = tuple(dict.fromkeys(unit(u) for u in verdict.culprits))
     kind = verdict.kind
-    if kind == "interaction" and all(len(t) == 1 for t in terms):
-        kind = "culprit"  # a twin whose sides fail only together: the twin is the culprit
+    if kind == VerdictKind.INTERACTION and all(len(t) == 1 for t in terms):
+        kind = VerdictKind.CULPRIT  # a twin whose sides fail only together: the twin is the culprit
     best: dict[str, float] = {}
     for u, p in verdict.suspects:
         best[unit(u)] = max(p, best.get(unit(u), 0.0))

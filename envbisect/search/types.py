@@ -4,11 +4,11 @@ promises (restart_bound). Pure data, no I/O. The policies, which name priors, ar
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Iterable
 
-from envbisect.outcome import Outcome
+from envbisect.outcome import Outcome, VerdictKind
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class Dependency:
 class Hypothesis:
     """One hypothesis of the posterior, for reports (see :meth:`Search.hypotheses`)."""
 
-    kind: str  # "culprit" | "interaction" | "not-config" | "no-fault"
+    kind: str  # a VerdictKind (culprit, interaction, not-config), or no-fault
     terms: tuple[tuple[str, ...], ...]
     probability: float
 
@@ -179,9 +179,9 @@ class Prior:
     q: tuple[tuple[float, float], ...] = ((0.0, 0.9), (0.2, 0.05), (0.4, 0.03), (0.6, 0.015), (0.8, 0.005))
 
     def __post_init__(self) -> None:
-        for name in ("single", "interaction", "multiple", "not_config", "no_fault"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"Prior.{name} must be >= 0")
+        for f in fields(self):
+            if f.name not in ("q", "later_interaction") and getattr(self, f.name) < 0:
+                raise ValueError(f"Prior.{f.name} must be >= 0")
         if self.single <= 0:
             raise ValueError("Prior.single must be > 0")
         if not self.q or any(not (0.0 <= q < 1.0) or w < 0 for q, w in self.q):
@@ -196,7 +196,7 @@ class Prior:
         return cls(interaction=1.0, multiple=1.0)
 
 
-def restart_bound(n: int, kind: str = "culprit") -> int:
+def restart_bound(n: int, kind: str = VerdictKind.CULPRIT) -> int:
     """Restarts (premise checks included) promised for a deterministic fault among ``n`` units.
 
     ``"culprit"``: ``ceil(log2 n) + 3``; ``"interaction"``: ``2 * ceil(log2 n) + 3``;
@@ -205,9 +205,9 @@ def restart_bound(n: int, kind: str = "culprit") -> int:
     runs its files, else each bound is one more.
     """
     k = math.ceil(math.log2(n)) if n > 1 else 0
-    if kind == "culprit":
+    if kind == VerdictKind.CULPRIT:
         return k + 3
-    if kind == "interaction":
+    if kind == VerdictKind.INTERACTION:
         return 2 * k + 3
     if kind == "several":
         return 2 * k + 4
