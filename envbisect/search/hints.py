@@ -7,12 +7,17 @@ found it: the trial that asks whether it breaks the stack alone asks it of one m
 the hints favour) instead, and the fix check that follows shows whether the other side is
 innocent (stages.SplitTwin). No restart is spent after the verdict to test the sides apart.
 
-Hints only ORDER the tests (which member of a twin is asked first); they never stand in for an
-observation: the same claims are observed (or marked inferred) whatever the hints say, and a
-wrong hint costs at most the one trial it reordered. Pure: no I/O.
+Hints only ORDER the tests: which member of a twin is asked first, and where the bisection splits
+its suspects (`suspicion_of`: a delta of an engine that fails when asked directly is more
+suspect, a logging-only knob less). They never stand in for an observation and never enter the
+belief: the same claims are observed (or marked inferred) whatever the hints say, a split never
+leaves more than 2^(ceil(log2 n) - 1) suspects on either side, so the worst case stays
+ceil(log2 n) steps, and a wrong twin hint costs at most the one trial it reordered. Pure: no I/O.
 """
 from __future__ import annotations
 
+import re
+from enum import Enum
 from typing import Iterable, Mapping, Sequence
 
 from envbisect.outcome import VerdictKind
@@ -43,6 +48,52 @@ def twins_of(units: Mapping[str, Sequence[str]], declared: Iterable[str] = (),
         if unit.startswith(LINKED) and unit not in declared_units and len(deltas) == 2:
             ranked = sorted(deltas, key=lambda d: service_of(d) not in bad)  # stable: the unit's order on ties
             out[unit] = tuple(member_id(d) for d in ranked)
+    return out
+
+
+class KnobClass(str, Enum):
+    """What kind of setting a knob is, as far as the prior goes."""
+
+    LOGGING = "logging-only"  # what is logged, not what is served: rarely breaks a request
+    PATH = "path"  # where something is read from or sent to
+    LAYOUT = "must-match layout"  # parallelism, page and cache layout: sides must agree
+    TUNING = "tuning"  # everything else: kernels, batch sizes, timeouts
+
+
+_CLASS_BY_NAME = (
+    (KnobClass.LOGGING, re.compile(r"(^|_)(LOG|LOGS|LOGGING|LOG_LEVEL|DEBUG|VERBOSE|VERBOSITY|TRACE)(_|$)")),
+    (KnobClass.PATH, re.compile(r"(^|_)(PATH|DIR|FILE|URL|ENDPOINT|HOST|ADDR|ADDRESS|PORT)(_|$)")),
+    (KnobClass.LAYOUT, re.compile(r"(^|_)(TP|PP|DP|EP|TP_SIZE|PAGE_SIZE|KV_CACHE_DTYPE|DTYPE|TENSOR_PARALLEL)(_|$)")),
+)
+
+# How much more suspect than a tuning knob, before anything is observed. Only the order of the
+# tests follows it (Judge._middle); no claim of a verdict rests on it.
+SUSPICION = {KnobClass.LOGGING: 0.25, KnobClass.PATH: 1.0, KnobClass.LAYOUT: 1.0, KnobClass.TUNING: 1.0}
+FAILING_ENGINE = 4.0  # a delta of a service that failed when asked directly
+
+
+def knob_class(key: str) -> KnobClass:
+    """The class of a knob by its name (the engine registry's class, when it has one, comes first)."""
+    name = key.upper().split("[", 1)[0]
+    for cls, pattern in _CLASS_BY_NAME:
+        if pattern.search(name):
+            return cls
+    return KnobClass.TUNING
+
+
+def suspicion_of(units: Mapping[str, Sequence[str]], failing: Iterable[str] = (),
+                 classes: Mapping[str, KnobClass] | None = None) -> dict[str, float]:
+    """A unit -> how much more suspect it is than a tuning knob: the most suspect of its deltas, a
+    delta of a failing service ``FAILING_ENGINE`` times more, a logging-only knob a quarter. A delta
+    id is ``service:KEY``; ``classes`` (delta id -> class) overrides the class read from its key."""
+    bad = set(failing)
+    out: dict[str, float] = {}
+    for unit, deltas in units.items():
+        weights = []
+        for d in deltas:
+            cls = (classes or {}).get(d) or knob_class(d.split(":", 1)[-1])
+            weights.append(SUSPICION[cls] * (FAILING_ENGINE if service_of(d) in bad else 1.0))
+        out[unit] = max(weights, default=1.0)
     return out
 
 
@@ -78,4 +129,5 @@ def fold(verdict: Verdict, twins: Mapping[str, Sequence[str]]) -> tuple[Verdict,
     return folded, refined
 
 
-__all__ = ["MEMBER", "LINKED", "member_id", "service_of", "twins_of", "member_units", "fold"]
+__all__ = ["MEMBER", "LINKED", "KnobClass", "SUSPICION", "FAILING_ENGINE", "member_id", "service_of", "twins_of",
+           "knob_class", "suspicion_of", "member_units", "fold"]

@@ -98,19 +98,29 @@ class Judge:
     # then split: the unit -> its members' mask (every config that held the unit holds them)
     twins: Mapping[int, tuple[int, ...]] = field(default_factory=lambda: _frozen({}))
     split: Mapping[int, int] = field(default_factory=lambda: _frozen({}))
+    # how much more suspect each unit is than the others (hints.py), per bit; empty: all alike.
+    # It orders the bisection and places its splits, never changes the belief (see `bisect`)
+    weights: tuple[float, ...] = ()
 
     def __deepcopy__(self, memo: dict) -> "Judge":
         return self  # a value: a copy of a search shares it
 
     @classmethod
-    def start(cls, units: Sequence[str], rules: Rules, twins: Mapping[str, Sequence[str]] | None = None) -> "Judge":
-        """``twins``: a unit -> the member units it stands for, to be tested apart (hints.py)."""
+    def start(cls, units: Sequence[str], rules: Rules, twins: Mapping[str, Sequence[str]] | None = None,
+              suspicion: Mapping[str, float] | None = None) -> "Judge":
+        """``twins``: a unit -> the member units it stands for, to be tested apart; ``suspicion``: a
+        unit -> how much more suspect it is than the others (1: as suspect as any). See hints.py."""
         names = list(units)
         found: dict[int, tuple[int, ...]] = {}
         for unit, members in (twins or {}).items():
             found[names.index(unit)] = tuple(range(len(names), len(names) + len(members)))
             names.extend(members)
-        return cls(tuple(names), rules, size=len(units), order=tuple(range(len(units))), twins=_frozen(found))
+        order = tuple(range(len(units)))
+        weights: tuple[float, ...] = ()
+        if suspicion:
+            weights = tuple(float(suspicion.get(u, 1.0)) for u in names)
+            order = tuple(sorted(order, key=lambda u: -weights[u]))  # stable: the given order on ties
+        return cls(tuple(names), rules, size=len(units), order=order, twins=_frozen(found), weights=weights)
 
     # -- the next value --------------------------------------------------------------------------
 
@@ -371,11 +381,13 @@ class Judge:
         runs = max(req.probes, self.pass_runs(post))
         return dataclasses.replace(req, probes=runs) if runs != req.probes else req
 
-    def bisect(self, post: Belief, length: int, cfg: Callable[[int], int], label: str) -> int | TrialRequest:
+    def bisect(self, post: Belief, length: int, cfg: Callable[[int], int], label: str,
+               seq: Sequence[int] = ()) -> int | TrialRequest:
         """Prefix bisection over ``cfg(0) .. cfg(length)``: ``cfg(length)`` failed and
         ``cfg(0)`` passed.  Returns the minimal failing prefix length (an int) once
         settled, else the next request.  Rebuilt from the evidence every time, so a
-        re-test that turns a pass into a failure is taken into account."""
+        re-test that turns a pass into a failure is taken into account. ``seq``: the unit
+        each prefix adds (``cfg(k)`` adds ``seq[k - 1]``), for the split point (`_middle`)."""
         hi = length
         for k in range(length, -1, -1):
             if self.status(cfg(k), post) == "fail":
@@ -391,7 +403,7 @@ class Judge:
                 return self.retest(cfg(lo), post)
             if hi - lo <= 1:
                 return hi
-            mid = lo + (hi - lo + 1) // 2
+            mid = self._middle(lo, hi, seq)
             st = self.status(cfg(mid), post)
             if st == "fail":
                 hi = mid
@@ -401,6 +413,24 @@ class Judge:
                 return self.retest(cfg(mid), post)
             else:
                 return self.request(cfg(mid), label.format(n=hi - lo), post, TrialKind.BISECT, hi - lo)
+
+    def _middle(self, lo: int, hi: int, seq: Sequence[int]) -> int:
+        """Where to split the suspects of prefixes lo+1 .. hi: at the middle, or, with suspicion
+        weights, where the suspicion is halved among the splits that leave each side at most
+        2^(ceil(log2 n) - 1) suspects. So a wrong hint costs no step: the worst case stays
+        ceil(log2 n) steps whatever the weights say."""
+        mid = lo + (hi - lo + 1) // 2
+        if not self.weights or len(seq) < hi:
+            return mid
+        cap = 1 << ((hi - lo - 1).bit_length() - 1)  # 2^(ceil(log2 (hi - lo)) - 1)
+        w = [self.weights[u] for u in seq[lo:hi]]
+        total = sum(w)
+        best, best_gap = mid, None
+        for m in range(max(lo + 1, hi - cap), min(hi - 1, lo + cap) + 1):
+            gap = abs(2 * sum(w[:m - lo]) - total)
+            if best_gap is None or gap < best_gap - 1e-12 or (abs(gap - best_gap) <= 1e-12 and m == mid):
+                best, best_gap = m, gap
+        return best
 
     def confirm(self, post: Belief, term: int, need_surprise: bool = False) -> TrialRequest | None:
         """Check the claim about ``term`` most likely to be overturned: that it breaks

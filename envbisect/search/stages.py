@@ -36,7 +36,8 @@ class EvidenceReader(Protocol):
     def up(self, mask: int) -> int: ...
     def fix_mask(self, term: int) -> int: ...
     def prefix(self, k: int, seq: Sequence[int], base: int = 0) -> int: ...
-    def bisect(self, post: Belief, length: int, cfg: Callable[[int], int], label: str) -> int | TrialRequest: ...
+    def bisect(self, post: Belief, length: int, cfg: Callable[[int], int], label: str,
+               seq: Sequence[int] = ()) -> int | TrialRequest: ...
     def request(self, mask: int, purpose: str, post: Belief, kind: TrialKind,
                 suspects_left: int | None = None) -> TrialRequest: ...
     def fix_request(self, mask: int, purpose: str, post: Belief) -> TrialRequest: ...
@@ -87,7 +88,7 @@ class FindUnit(_Bisecting):
 
     def step(self, ev: EvidenceReader, post: Belief) -> "Move | TrialRequest | None":
         order = ev.order
-        res = ev.bisect(post, len(order), lambda k: ev.prefix(k, order), "bisect: {n} suspects left")
+        res = ev.bisect(post, len(order), lambda k: ev.prefix(k, order), "bisect: {n} suspects left", order)
         if not isinstance(res, int):
             return res
         if res and ev.splittable(order[res - 1]):
@@ -192,7 +193,7 @@ class FindPartner(_Bisecting):
         x = ev.order[self.g]
         gseq = ev.order[: self.g]
         res = ev.bisect(post, self.g, lambda k: ev.prefix(k, gseq, 1 << x),
-                        f"bisect partner of {ev.units[x]}: {{n}} candidates left")
+                        f"bisect partner of {ev.units[x]}: {{n}} candidates left", gseq)
         if not isinstance(res, int):
             return res
         return CheckTerm((1 << x) | ((1 << gseq[res - 1]) if res else 0))

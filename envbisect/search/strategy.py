@@ -46,6 +46,7 @@ class Search:
         premise_failures: int = 5,
         retries: int = 1,
         twins: Mapping[str, Sequence[str]] | None = None,
+        suspicion: Mapping[str, float] | None = None,
     ) -> None:
         units = tuple(units)
         if len(set(units)) != len(units):
@@ -77,7 +78,9 @@ class Search:
         self.retries = max(1, retries)
         rules = Rules(confidence, max_trials, base_probes, max_probes, self.prior, require_fix,
                       self.premise_probes, premise_failures, self.retries)
-        self._judge = Judge.start(units, rules, twins)
+        if suspicion and any(not w > 0 for w in suspicion.values()):
+            raise ValueError("suspicion: weights must be > 0 (a hint orders the tests, it rules nothing out)")
+        self._judge = Judge.start(units, rules, twins, suspicion)
         self._obs: list[Observation] = []
         self._stage: Stage = FindUnit()
         self._last_request: TrialRequest | None = None
