@@ -324,9 +324,9 @@ _MIN_ENTROPY_BITS = 2.5
 _SLUG_RE = re.compile(r"[a-z0-9._-]+")
 _MIXED_PIECE_RE = re.compile(r"(?=(?:[^0-9._-]*[0-9]){2})(?=(?:[^a-z._-]*[a-z]){2})[a-z0-9]+")
 _PATH_RE = re.compile(r"~?/\S*")
-_TRIVIAL_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off", "unset", "empty"})
-_NUMBER_RE = re.compile(r"[+-]?\d+(?:\.\d+)?")
-_VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+TRIVIAL_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off", "unset", "empty"})
+NUMBER_RE = re.compile(r"[+-]?\d+(?:\.\d+)?")
+VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _JSON_LITERALS = frozenset({"null", "true", "false"})
 
@@ -340,7 +340,7 @@ def _entropy(s: str) -> float:
 def _worth_learning(v: str) -> bool:
     """Whether a raw secret value is distinctive enough to be replaced literally in any text."""
     v = v.strip()
-    if len(v) < _MIN_RAW_SECRET or v.lower() in _TRIVIAL_VALUES or _NUMBER_RE.fullmatch(v):
+    if len(v) < _MIN_RAW_SECRET or v.lower() in TRIVIAL_VALUES or NUMBER_RE.fullmatch(v):
         return False
     if _ALREADY_MASKED_RE.fullmatch(v) or _PATH_RE.fullmatch(v) or _entropy(v) < _MIN_ENTROPY_BITS:
         return False
@@ -571,7 +571,7 @@ class SecretMasker:
                 return self.mask_value(key, self.redact_text(o))
             return self.redact_text(o)
         if isinstance(o, Mapping):
-            return {self.redact_text(str(k)): self.redact_obj(v, str(k) if _VAR_NAME_RE.fullmatch(str(k)) else None)
+            return {self.redact_text(str(k)): self.redact_obj(v, str(k) if VAR_NAME_RE.fullmatch(str(k)) else None)
                     for k, v in o.items()}
         if isinstance(o, (list, tuple)):
             return [self.redact_obj(v, key) for v in o]

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
 from envbisect.report.blocks import Badge, Text, text
-from envbisect.report.common import _LOG_LINES
+from envbisect.report.common import LOG_LINES
 from envbisect.report.record import RunRecord
 
 
@@ -59,7 +59,7 @@ def short(v: Any, kind: str | None = None) -> str:
     return out
 
 
-def tail(body: str, n: int = _LOG_LINES) -> str:
+def tail(body: str, n: int = LOG_LINES) -> str:
     return "\n".join(body.rstrip("\n").splitlines()[-n:])
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from envbisect.report.blocks import (Badge, Block, BulletList, Code, Figure, Footer, Group, Heading, Link, Log,
                                      Paragraph, SamplesChart, Story, Strong, Table, Text, TrialsChart,
                                      redacted)
-from envbisect.report.common import OUTCOME_COLORS, _OUTCOME_LETTER
+from envbisect.report.common import OUTCOME_COLORS, OUTCOME_LETTER
 from envbisect.report.record import RunRecord
 from envbisect.report.story import build_story, trials_chart
 
@@ -191,7 +191,7 @@ def trials_svg(chart: TrialsChart | RunRecord) -> str:
                  f'<rect x="{x + 3}" y="{outcome_y}" width="{cw - 6}" height="{rh}" rx="4" '
                  f'fill="{OUTCOME_COLORS.get(t.outcome, "#607d8b")}"/>'
                  f'<text x="{x + cw / 2}" y="{outcome_y + rh / 2 + 4}" text-anchor="middle" fill="#fff" '
-                 f'font-weight="700">{_h(_OUTCOME_LETTER.get(t.outcome, "?"))}</text></g>')
+                 f'font-weight="700">{_h(OUTCOME_LETTER.get(t.outcome, "?"))}</text></g>')
     # latency bars
     p.append(f'<text x="{label_w - 8}" y="{lat_top + 12}" text-anchor="end" font-weight="600">max probe latency</text>')
     p.append(f'<text x="{label_w - 8}" y="{lat_top + 27}" text-anchor="end" fill="#5f6b76">(0 – {_h(f"{lmax:.2f}")} s)</text>')

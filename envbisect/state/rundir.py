@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from envbisect.errors import StoreError, UsageError
-from envbisect.state.store import private_dir, write_private
+from envbisect.state.store import Store, private_dir, read_json_or_none, write_private
 
 RUN = "run.json"
 TRIALS = "trials.jsonl"
@@ -61,6 +61,11 @@ class RunDir:
     def has(self, name: str) -> bool:
         return (self.path / name).exists()
 
+    @property
+    def store(self) -> Store:
+        """The store this run belongs to: a run's folder is STORE/runs/RUN_ID."""
+        return Store(self.path.parent.parent)
+
     # --- reading -------------------------------------------------------------------------------
     def read(self, name: str) -> dict[str, Any]:
         """A JSON object file of the run, or a one-line StoreError naming it."""
@@ -76,6 +81,11 @@ class RunDir:
         if not isinstance(doc, dict):
             raise StoreError(f"{path}: damaged run file (not a JSON object)")
         return doc
+
+    def read_any(self, name: str) -> Any:
+        """A JSON file of the run as it is, None when it is missing or damaged: for the report and
+        the bundle, which show what a damaged run still holds."""
+        return read_json_or_none(self.path / name)
 
     def read_optional(self, name: str) -> dict[str, Any] | None:
         """As read(), None when the file does not exist (a damaged one is still an error)."""

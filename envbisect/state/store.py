@@ -22,6 +22,16 @@ from envbisect.state.snapshot import (FileState, HostState, ObservedProbe, Proce
 
 PRUNE_LOCK = ".prune.lock"  # see Store.writing
 JOURNAL_KEY = "journal.key"  # see Store.journal_key
+_HEX = frozenset("0123456789abcdef")
+
+
+def read_json_or_none(path: Path) -> Any:
+    """A JSON file's value, or None when it is missing, unreadable or not JSON: for readers (the
+    report, the bundle) that show what is there and say what is not, rather than stop."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
 
 
 def private_dir(path: Path) -> None:
@@ -134,6 +144,24 @@ class Store:
             return path.read_bytes()
         except FileNotFoundError:
             return None
+
+    def read_blob(self, sha: object) -> bytes | None:
+        """As get_blob for a reference read from a record: None when it is not a hex digest (so it
+        never names a path outside blobs/), or the blob is missing or unreadable."""
+        if not isinstance(sha, str) or not sha or not _HEX.issuperset(sha):
+            return None
+        try:
+            return self.get_blob(sha)
+        except OSError:
+            return None
+
+    def snapshot_doc(self, snap_id: object) -> dict[str, Any] | None:
+        """The stored JSON of a snapshot (file contents are blob references), or None when the id
+        could not be a snapshot's file name or the document is missing or damaged."""
+        if not isinstance(snap_id, str) or not snap_id or "/" in snap_id or snap_id.startswith("."):
+            return None
+        doc = read_json_or_none(self.snapshots_dir / f"{snap_id}.json")
+        return doc if isinstance(doc, dict) else None
 
     # snapshots ----------------------------------------------------------------------------
     def save(self, snap: Snapshot) -> Snapshot:

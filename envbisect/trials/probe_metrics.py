@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from envbisect.hosts import bounded_http
 from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Outcome
-from envbisect.trials.probe import RequestRecord, ProbeRun, _send
+from envbisect.trials.probe_request import ProbeRun, RequestRecord, send
 
 SCRAPE_WAIT_S = 15.0  # how long a promql sample waits for the server to scrape past the window
 
@@ -114,7 +114,7 @@ def load_for(probe: Probe, base: str, path: str, netloc: str, seconds: float) ->
         limits = httpx.Limits(max_connections=probe.concurrency, max_keepalive_connections=probe.concurrency)
         with bounded_http.client(insecure=probe.insecure, limits=limits) as c, \
                 ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
-            list(pool.map(lambda i: _send(c, probe, base, path, netloc, -i - 1), range(warm)))
+            list(pool.map(lambda i: send(c, probe, base, path, netloc, -i - 1), range(warm)))
     deadline = time.monotonic() + seconds
     recs: list[RequestRecord] = []
     lock = threading.Lock()
@@ -124,7 +124,7 @@ def load_for(probe: Probe, base: str, path: str, netloc: str, seconds: float) ->
         with bounded_http.client(insecure=probe.insecure) as c:
             while time.monotonic() < deadline:
                 n += 1
-                rec = _send(c, probe, base, path, netloc, n, conn=i)
+                rec = send(c, probe, base, path, netloc, n, conn=i)
                 with lock:
                     recs.append(rec)
                 if not rec.ok:
