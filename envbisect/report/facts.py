@@ -7,6 +7,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
+from envbisect.outcome import VerdictKind
 from envbisect.report.blocks import Badge, Text, text
 from envbisect.report.common import LOG_LINES
 from envbisect.report.record import RunRecord
@@ -99,14 +100,14 @@ _PREMISE_MEANING = {
     ("empty", "pass"): "There are no deltas and the baseline passes: the failure was not reproduced.",
 }
 
-VERDICT_MEANING = {
-    "culprit": "Each listed delta breaks the stack on its own: all of them must go.",
-    "interaction": "The listed deltas break the stack only together; each alone passes.",
-    "not-config": "The baseline fails too: no configuration delta is to blame. See the request path check.",
-    "not-reproduced": "The current configuration passes after a clean co-restart: the failure came from how "
-                      "things were (re)started, not from the deltas. See the drift hints.",
-    "inconclusive": "The search stopped before reaching the required confidence; the remaining suspects and "
-                    "their probabilities are listed.",
+VERDICT_MEANING = {  # keyed by VerdictKind, a str: the recorded text finds its entry
+    VerdictKind.CULPRIT: "Each listed delta breaks the stack on its own: all of them must go.",
+    VerdictKind.INTERACTION: "The listed deltas break the stack only together; each alone passes.",
+    VerdictKind.NOT_CONFIG: "The baseline fails too: no configuration delta is to blame. See the request path check.",
+    VerdictKind.NOT_REPRODUCED: "The current configuration passes after a clean co-restart: the failure came "
+                                "from how things were (re)started, not from the deltas. See the drift hints.",
+    VerdictKind.INCONCLUSIVE: "The search stopped before reaching the required confidence; the remaining suspects "
+                              "and their probabilities are listed.",
 }
 
 STATE_MEANING = {

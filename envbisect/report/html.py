@@ -46,7 +46,7 @@ table.kv th{width:170px;white-space:nowrap}
 li.premise{list-style:none;margin:6px 0 6px -18px;border-left:4px solid var(--line);padding:4px 10px}
 li.premise.ok{border-color:var(--pass)}li.premise.bad{border-color:var(--fail)}
 .chart{overflow-x:auto;border:1px solid var(--line);border-radius:6px;padding:8px;background:#fff}
-tr.culprit td:first-child{font-weight:700;color:var(--fail)}
+tr.guilty td:first-child{font-weight:700;color:var(--fail)}
 tr.k-trial-start td{background:#eef2f6;font-weight:600}
 table.timeline td{padding:2px 7px}table.timeline td.num{color:var(--muted)}
 table.timeline tr.k-step td:last-child{color:var(--muted);font-size:12.5px}

@@ -88,7 +88,7 @@ def _deltas(rec: RunRecord) -> list[Block]:
                          text(short(d.get("old"), k)), text(short(d.get("new"), k)), text(d.get("baseline_source")),
                          text(du.get(d.get("id"), "") if du.get(d.get("id")) != d.get("id") else "")))
         out.append(Table(("delta", "kind", "change", "old", "new", "old value from", "linked unit"), tuple(rows),
-                         row_classes=tuple("culprit" if d.get("id") in culprits else "" for d in rec.deltas)))
+                         row_classes=tuple("guilty" if d.get("id") in culprits else "" for d in rec.deltas)))
     else:
         out.append(_p("No deltas."))
     diff = rec.diff
