@@ -24,7 +24,7 @@ and the first 8 hex digits of the value's SHA-256, so two snapshots can show
 The hash of a low-entropy secret (a short password) can be brute-forced from
 those 32 bits; that is the price of seeing that a masked value changed.
 
-Size (526 lines): most of it is the table of secret name and value rules; the code itself is small.
+Most of this module is the table of secret name and value rules; the code itself is small.
 """
 
 from __future__ import annotations
@@ -192,7 +192,8 @@ def _mask(value: str) -> str:
 _ALREADY_MASKED_RE = re.compile(
     r"(?:-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----|hf_|sk-|gh[pousr]_|github_pat_|AKIA|ASIA"
     r"|eyJ|xox[abposr]-|glpat-|[sr]k_(?:live|test)_|https?://hooks\.slack\.com/(?:services|workflows|triggers)/"
-    r"|https?://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/)?" + re.escape(MASK) + r"\(masked, sha256:[0-9a-f]{8}\)"
+    r"|https?://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/)?"
+    + re.escape(MASK) + r"\(masked, sha256:[0-9a-f]{8}\)"
 )
 
 
@@ -316,8 +317,8 @@ _ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
 # Learned raw values shorter than this, plain numbers and these literals are not replaced
 # literally (they would match everywhere); they are still masked as NAME=VALUE. Neither is a value
 # that reads like a word or a name (a lower-case slug without a piece mixing 2+ letters and 2+ digits,
-# shorter than 16), a path, or one with little entropy: "decode" learned as a secret was masked in
-# every path and service name.
+# shorter than 16), a path, or one with little entropy: "decode" learned as a secret would be masked
+# in every path and service name.
 _MIN_RAW_SECRET = 8
 _MIN_SLUG_SECRET = 16
 _MIN_ENTROPY_BITS = 2.5

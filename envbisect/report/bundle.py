@@ -34,7 +34,7 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from envbisect.state import rundir
 from envbisect.errors import UsageError
@@ -190,7 +190,7 @@ def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
     return m
 
 
-def _order(names) -> list[str]:  # noqa: ANN001
+def _order(names: Collection[str]) -> list[str]:
     fixed = [n for n in _FIXED_ORDER if n in names]
     rest = sorted(n for n in names if n not in _FIXED_ORDER)
     snaps = [n for n in rest if n.startswith("snapshots/")]

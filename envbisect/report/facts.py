@@ -229,18 +229,22 @@ def question(rec: RunRecord) -> list[tuple[str, str]]:
             ("options", "; ".join(opts))]
 
 
+def _machine_line(m: Mapping[str, Any]) -> str:
+    return f"{m.get('hostname', '?')}: kernel {m.get('kernel', '?')}, Python {m.get('python', '?')}"
+
+
 def env_rows(rec: RunRecord) -> list[tuple[str, str]]:
     """envbisect's version, the controller's and each host's kernel and Python, each repo's describe."""
     env = rec.environment or {}
     rows = [("envbisect", str(env.get("envbisect", "?")))]
     c = env.get("controller") or {}
     if c:
-        rows.append(("controller", f"{c.get('hostname', '?')}: kernel {c.get('kernel', '?')}, Python {c.get('python', '?')}"))
+        rows.append(("controller", _machine_line(c)))
     for h, hd in sorted((env.get("hosts") or {}).items()):
         if hd.get("error"):
             rows.append((f"host {h}", f"could not be read: {hd['error']}"))
         else:
-            rows.append((f"host {h}", f"{hd.get('hostname', '?')}: kernel {hd.get('kernel', '?')}, Python {hd.get('python', '?')}"))
+            rows.append((f"host {h}", _machine_line(hd)))
     for role in ("baseline", "current"):
         snap = rec.snapshots.get(role) or {}
         for h, hd in sorted((snap.get("hosts") or {}).items()):

@@ -70,7 +70,8 @@ def journal_summary(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
                           "uid": f.get("uid"), "gid": f.get("gid"), "mtime_ns": f.get("mtime_ns"),
                           "size": None if raw is None else len(raw),
                           "sha256": None if raw is None else hashlib.sha256(raw).hexdigest()})
-        repos = [{"path": p, "head": r.get("head"), "ref": r.get("ref")} for p, r in sorted((hd.get("repos") or {}).items())]
+        repos = [{"path": p, "head": r.get("head"), "ref": r.get("ref")}
+                 for p, r in sorted((hd.get("repos") or {}).items())]
         hosts[h] = {"files": files, "repos": repos}
     return {"run_id": doc.get("run_id"), "deployment": doc.get("deployment"), "created_at": doc.get("created_at"),
             "state": doc.get("state"), "hosts": hosts}

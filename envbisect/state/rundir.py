@@ -4,9 +4,10 @@ Every run (bisect, revert, apply) writes `run.json` (the question) first; a bise
 `trials.jsonl` (one trial per line, after each trial) and `events.jsonl` (the timeline), and ends
 with `verdict.json`; revert/apply end with `result.json`. An operator's corrections of a bisection
 (state/corrections.py) append to `corrections.jsonl`; a verdict they superseded is kept as
-`verdict.superseded-K.json` (K = 1, 2, ... in the order they were superseded), never deleted. The local half of the host journal
-(`journal.json`, `made.json`) and per-trial `evidence/` live here too. Files are private (0600)
-and written atomically; a damaged one reads as one clear `StoreError` line, never a traceback.
+`verdict.superseded-K.json` (K = 1, 2, ... in the order they were superseded), never deleted. The
+local half of the host journal (`journal.json`, `made.json`) and per-trial `evidence/` live here
+too. Files are private (0600) and written atomically; a damaged one reads as one clear `StoreError`
+line, never a traceback.
 
 `Runs` is the one rule for finding runs: by id, or the newest (by `created_at` in run.json, then
 by id, which starts with the creation time) matching a kind, deployment and finished state.

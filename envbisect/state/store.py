@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -23,6 +23,8 @@ from envbisect.state.snapshot import (FileState, HostState, ObservedProbe, Proce
 PRUNE_LOCK = ".prune.lock"  # see Store.writing
 JOURNAL_KEY = "journal.key"  # see Store.journal_key
 _HEX = frozenset("0123456789abcdef")
+PutBlob = Callable[[bytes], str]  # content in, its sha256 out (Store.put_blob)
+GetBlob = Callable[[str], "bytes | None"]  # sha256 in, the content or None (Store.get_blob)
 
 
 def read_json_or_none(path: Path) -> Any:
@@ -176,8 +178,8 @@ class Store:
                 snap = dataclasses.replace(snap, id=f"{base}-{k}")
             doc = snapshot_to_json(snap, self.put_blob)
             path = self.snapshots_dir / f"{snap.id}.json"
-            # compact: json's C encoder (an indent falls back to the pure-Python one, which was most
-            # of the controller's CPU in a 16-host snapshot)
+            # compact: json's C encoder (an indent falls back to the pure-Python one, which takes
+            # most of the controller's CPU in a 16-host snapshot)
             write_private(path, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
         return snap
 
@@ -322,7 +324,7 @@ def _fields(obj: Any) -> dict[str, Any]:
             for f in dataclasses.fields(obj)}
 
 
-def _file_to_json(f: FileState, put_blob) -> dict[str, Any]:  # noqa: ANN001
+def _file_to_json(f: FileState, put_blob: PutBlob) -> dict[str, Any]:
     d = _fields(f)
     content = d.pop("content")
     if content is not None:
@@ -330,7 +332,7 @@ def _file_to_json(f: FileState, put_blob) -> dict[str, Any]:  # noqa: ANN001
     return {k: v for k, v in d.items() if v not in (None, False, ())}
 
 
-def _file_from_json(d: dict[str, Any], get_blob) -> FileState:  # noqa: ANN001
+def _file_from_json(d: dict[str, Any], get_blob: GetBlob) -> FileState:
     d = dict(d)
     blob = d.pop("blob", None)
     content = get_blob(blob) if blob else None
@@ -340,7 +342,7 @@ def _file_from_json(d: dict[str, Any], get_blob) -> FileState:  # noqa: ANN001
     return FileState(content=content, **d)
 
 
-def snapshot_to_json(snap: Snapshot, put_blob) -> dict[str, Any]:  # noqa: ANN001
+def snapshot_to_json(snap: Snapshot, put_blob: PutBlob) -> dict[str, Any]:
     hosts = {}
     for name, h in snap.hosts.items():
         hd = {
@@ -361,7 +363,7 @@ def snapshot_to_json(snap: Snapshot, put_blob) -> dict[str, Any]:  # noqa: ANN00
     return doc
 
 
-def snapshot_from_json(doc: dict[str, Any], get_blob) -> Snapshot:  # noqa: ANN001
+def snapshot_from_json(doc: dict[str, Any], get_blob: GetBlob) -> Snapshot:
     if doc.get("format") != 1:
         raise StoreError(f"unsupported snapshot format {doc.get('format')!r}")
     hosts = {}

@@ -87,7 +87,8 @@ def run_probe(probe: Probe, transports: Mapping[str, Transport], *, url: str | N
             f"{len(bad)} of {len(recs)} concurrent requests" if probe.kind == "concurrent" else "request")
         reason = f"{where}: {first.error}"
         return ProbeRun(probe.name, probe.kind, FAIL, reason, tuple(recs), time.monotonic() - t0, target)
-    return ProbeRun(probe.name, probe.kind, PASS, f"{len(recs)} request(s) ok, max {max(r.latency_s for r in recs):.2f} s",
+    slowest = max(r.latency_s for r in recs)
+    return ProbeRun(probe.name, probe.kind, PASS, f"{len(recs)} request(s) ok, max {slowest:.2f} s",
                     tuple(recs), time.monotonic() - t0, target)
 
 
@@ -99,7 +100,8 @@ def _run_command(probe: Probe, transport: Transport, t0: float) -> ProbeRun:
     except RemoteError as e:
         if "timed out" in str(e):
             rec = RequestRecord(1, False, None, time.monotonic() - t0, f"no exit within {probe.timeout_s:g} s (hang)")
-            return ProbeRun(probe.name, "command", FAIL, rec.error or "", (rec,), time.monotonic() - t0, probe.command or "")
+            return ProbeRun(probe.name, "command", FAIL, rec.error or "", (rec,), time.monotonic() - t0,
+                            probe.command or "")
         raise
     code = res.exit_code
     text = (res.stdout + res.stderr).decode("utf-8", "replace")
@@ -111,7 +113,8 @@ def _run_command(probe: Probe, transport: Transport, t0: float) -> ProbeRun:
     outcome = PASS if code == 0 else CANNOT_TEST if code == 125 else FAIL
     rec = RequestRecord(1, code == 0, code, time.monotonic() - t0, None if code == 0 else f"exit status {code}",
                         text[-EXCERPT:].replace("\n", " "))
-    return ProbeRun(probe.name, "command", outcome, f"exit status {code}", (rec,), time.monotonic() - t0, probe.command or "")
+    return ProbeRun(probe.name, "command", outcome, f"exit status {code}", (rec,), time.monotonic() - t0,
+                    probe.command or "")
 
 
 def _quantile(xs: list[float], q: float) -> float:

@@ -83,7 +83,8 @@ def run_answers(probe: Probe, transport: Transport, url: str, t0: float) -> Prob
     limits = httpx.Limits(max_connections=probe.concurrency, max_keepalive_connections=probe.concurrency)
     with transport.forward(host, port) as (fh, fp):
         base = f"{urlsplit(url).scheme or 'http'}://{fh}:{fp}"
-        with bounded_http.client(insecure=probe.insecure, limits=limits) as c, ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
+        with bounded_http.client(insecure=probe.insecure, limits=limits) as c, \
+                ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
             got = list(pool.map(lambda n: one(c, base, n), range(probe.requests)))
     recs = tuple(r for r, _ in got)
     broken = [r for r in recs if not r.ok]

@@ -24,6 +24,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from envbisect.hosts import bounded_http
+from envbisect.hosts.transport import Transport
 from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Outcome
 from envbisect.trials.probe_request import ProbeRun, RequestRecord, send
@@ -146,7 +147,7 @@ def _failed(probe: Probe, recs: list[RequestRecord], t0: float, target: str) -> 
 
 
 def metrics_sample(probe: Probe, transport, url_base: tuple[str, str, str], metrics_base: tuple[str, str],
-                   t0: float) -> ProbeRun:  # noqa: ANN001 - a Transport
+                   t0: float) -> ProbeRun:
     """One `metrics` sample: read, load for load_s (reading a gauge every half second), read."""
     base, path, netloc = url_base
     mbase, mpath = metrics_base
@@ -271,7 +272,7 @@ def promql_sample(probe: Probe, url_base: tuple[str, str, str], prom_base: str, 
                     f"requests at {probe.concurrency})", tuple(recs), time.monotonic() - t0, target, value=value)
 
 
-def run_prometheus_probe(probe: Probe, transport, url: str, t0: float) -> ProbeRun:  # noqa: ANN001 - a Transport
+def run_prometheus_probe(probe: Probe, transport: Transport, url: str, t0: float) -> ProbeRun:
     """A metrics or promql sample from the probe's vantage: the load target, and the /metrics page
     or the Prometheus server, each through its own forward (loopback-bound servers are reachable)."""
     from urllib.parse import urlsplit
