@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -155,3 +156,51 @@ def test_information_lines_are_printed_but_not_counted(capsys):
     t.add(True, "another", "measured")
     assert t.failed == 1 and t.counted == 2
     assert "INFO infeasible" in capsys.readouterr().out
+
+
+def test_envbisect_restarts_on_a_twin_are_split_by_what_they_were_for():
+    # a side of the twin guilty: the probe of current is free (the stack runs its files), the
+    # baseline, the bisection and the confirmation find the linked unit, two restarts split it
+    for case in harness.cases("linked", 8):
+        lab = harness.Lab(case)
+        ans = harness.run_envbisect(lab, "confirm")
+        assert ans.terms == case.truth
+        assert lab.free == 1 and sum(lab.spent.values()) == lab.restarts
+        assert lab.spent["premise-baseline"] == 1
+        assert lab.spent["refine"] == (0 if harness.takes_twins() else 2)
+    # an innocent twin is never split
+    for case in bi.twin_cases(8)["culprit-twin"]:
+        lab = harness.Lab(case)
+        assert harness.run_envbisect(lab, "confirm").terms == case.truth and lab.spent["refine"] == 0
+
+
+def test_a_search_that_takes_twins_gets_them_and_its_member_ids_name_deltas(monkeypatch):
+    seen: list = []
+
+    class TwinSearch(harness.Search):
+        def __init__(self, units, *, twins=None, **kw):  # noqa: ANN001, ANN003
+            seen.append(twins)
+            super().__init__(units, **kw)
+
+    policy = harness.POLICIES["confirm"]
+    monkeypatch.setattr(harness, "Search", TwinSearch)
+    monkeypatch.setattr(harness, "POLICIES", {"confirm": SimpleNamespace(
+        search=lambda units, **kw: TwinSearch(units, prior=policy.prior, require_fix=policy.require_fix, **kw))})
+    case = harness.cases("linked", 8)[3]
+    ans = harness.run_envbisect(harness.Lab(case), "confirm")
+    assert seen == [{f"linked:{harness.LINK_KEY}": case.linked}] and ans.terms == case.truth
+    units = {"linked:K": ("prefill:K", "decode:K"), "router:R": ("router:R",)}
+    assert harness._deltas_of(units, ["member:prefill:K", "router:R"]) == {"prefill:K", "router:R"}
+    assert harness._deltas_of(units, ["linked:K"]) == {"prefill:K", "decode:K"}
+
+
+def test_the_twin_table_says_where_the_restarts_above_the_bound_go():
+    rows = bi.measure_twins((8,))
+    by = {(r["family"], r["method"]): r for r in rows}
+    e = by[("linked", "envbisect")]
+    assert e["free"] == 1.0 and abs(sum(e["spent"].values()) - e["mean_restarts"]) < 1e-9
+    assert by[("culprit-twin", "envbisect")]["spent"]["split"] == 0.0
+    # the references: the twin's sides as two units, and one culprit without a twin
+    assert by[("linked", "envbisect-unlinked")]["right"] == 1.0 and ("culprit", "envbisect") in by
+    text = "\n".join(bi.twin_table({"config": {"ns": [8]}, "twins": rows}))
+    assert "sides apart" in text and "culprit-twin" in text
