@@ -204,3 +204,23 @@ def test_the_twin_table_says_where_the_restarts_above_the_bound_go():
     assert by[("linked", "envbisect-unlinked")]["right"] == 1.0 and ("culprit", "envbisect") in by
     text = "\n".join(bi.twin_table({"config": {"ns": [8]}, "twins": rows}))
     assert "sides apart" in text and "culprit-twin" in text
+
+
+def test_the_issue_9_lines_no_method_with_the_premises_can_meet_are_info_lines():
+    # figures where envbisect loses every comparison: only the lines that no method observing the
+    # baseline, the culprit alone and its revert can win (and `linked` against bisect-verify, which
+    # the [twins] line replaces) are INFO; every other line is counted, and fails
+    methods = ("envbisect-confirm", "toggle", "bisect", "bisect-k", "bisect-verify")
+    scenarios = harness.DETERMINISTIC + ("flaky-0.5", "flaky-0.3")
+    cells = [{"scenario": s, "n": n, "method": m, "mean_restarts": 3.0 if m != "envbisect-confirm" else 99.0,
+              "right": 0.5 if m == "envbisect-confirm" else 1.0, "innocent": 0.5, "evidence_bound": 5.5,
+              "worst_restarts": 99, "runs": 10, "k": 4, "k_reached": True}
+             for s in scenarios for n in (8, 16) for m in methods]
+    t = bench_run.Targets()
+    bench_run.search_targets({"config": {"ns": [8, 16]}, "cells": cells}, t)
+    info = {line["target"] for line in t.lines if line["info"]}
+    counted = [line for line in t.lines if not line["info"]]
+    assert len(info) == 4 + 4 + 2 + 1
+    assert all("one-at-a-time" in x or "classic bisection + 2" in x or "k runs/step" in x
+               or x.startswith("[linked]") for x in info)
+    assert counted and not any(line["pass"] for line in counted) and t.failed == len(counted)
