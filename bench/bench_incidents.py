@@ -198,7 +198,7 @@ def run_incident(inc: Incident, method: str) -> dict:
     ans = answer(method, lab)
     right, innocent = judge(inc, ans)
     return {"family": inc.family, "restarts": lab.restarts, "probes": lab.probes, "right": right,
-            "innocent": innocent, "kind": str(ans.kind)}
+            "innocent": innocent, "kind": str(ans.kind), "twin": bool(inc.linked)}
 
 
 # --------------------------------------------------------------------------- measuring
@@ -225,7 +225,9 @@ def _cells(parts: dict) -> list[dict]:
     for (n, method), chunks in sorted(parts.items(), key=lambda kv: (kv[0][0], METHODS.index(kv[0][1]))):
         recs = [r for _, rs in sorted(chunks, key=lambda c: c[0]) for r in rs]
         cell = {"n": n, "method": method, **summarize(recs),
-                "families": {f: summarize([r for r in recs if r["family"] == f]) for f in FAMILIES}}
+                "families": {f: summarize([r for r in recs if r["family"] == f]) for f in FAMILIES},
+                # the mix's single-culprit incidents that hold a twin (every `twin` one, half the others)
+                "with_twin": {f: summarize([r for r in recs if r["family"] == f and r["twin"]]) for f in TWINNED}}
         cells.append(cell)
     return cells
 
@@ -243,6 +245,7 @@ def twin_cases(n: int) -> dict[str, list]:
     return {"linked": cases("linked", n), "culprit-twin": culprit_twin}
 
 
+TWINNED = ("single", "twin")
 TWIN_KINDS = (("baseline", ("premise-baseline",)), ("search", ("bisect", "retest", "check", "retry")),
               ("confirm", ("confirm",)), ("split", ("refine",)))
 # the same cases run other ways, to tell where envbisect's restarts above the bound come from:
@@ -370,6 +373,10 @@ def twin_table(res: dict) -> list[str]:
                        + " ".join(f"{r['mean_restarts']:>11.2f}" for r in refs)
                        + ("" if min(e["right"], v["right"], refs[0]["right"]) >= 1.0 else
                           f"  (right {e['right']:.0%} / {v['right']:.0%} / {refs[0]['right']:.0%})"))
+    mix = [c for c in res["cells"] if c["method"] == "envbisect"]
+    out.append("the mix's own incidents with a twin, envbisect (the culprit never a logging knob): "
+               + "; ".join(f"n={c['n']} " + ", ".join(f"{f} {c['with_twin'][f]['mean_restarts']:.2f}" for f in TWINNED)
+                           + f" (bound {evidence_bound(c['n']):.2f})" for c in mix))
     out.append("baseline, search, confirm, split: envbisect's restarts for the baseline, the bisection steps, the "
                "confirmations (alone, the fix) and the split of a guilty twin after the verdict (BisectRun."
                "_refine_links); sides apart: envbisect with the twin's sides searched as two units; no twin: one "

@@ -202,7 +202,7 @@ def test_the_twin_table_says_where_the_restarts_above_the_bound_go():
     assert by[("culprit-twin", "envbisect")]["spent"]["split"] == 0.0
     # the references: the twin's sides as two units, and one culprit without a twin
     assert by[("linked", "envbisect-unlinked")]["right"] == 1.0 and ("culprit", "envbisect") in by
-    text = "\n".join(bi.twin_table({"config": {"ns": [8]}, "twins": rows}))
+    text = "\n".join(bi.twin_table({"config": {"ns": [8]}, "twins": rows, "cells": []}))
     assert "sides apart" in text and "culprit-twin" in text
 
 
