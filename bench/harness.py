@@ -374,6 +374,7 @@ def run_envbisect(lab: Lab, policy: str, auto_link: bool = True) -> Answer:
         fake_run = SimpleNamespace(opts=SimpleNamespace(link=()), declared_links=(), trials=[],
                                    corrections=Corrections(), watch=None,
                                    _append_trial=lambda _t: None, on_event=lambda _k, _d: None)
+        fake_run._record = lambda t, evidence=True: (fake_run.trials.append(t), t)[1]
         refined, _apart = BisectRun._refine_links(fake_run, verdict, units, _RefineRunner(lab, units), search, [])
         lab.spent["refine"] += lab.restarts - before
     if not VerdictKind(verdict.kind).names_changes:
