@@ -249,7 +249,7 @@ TWINNED = ("single", "twin")
 TWIN_KINDS = (("baseline", ("premise-baseline",)), ("search", ("bisect", "retest", "check", "retry")),
               ("confirm", ("confirm",)), ("split", ("refine",)))
 # the same cases run other ways, to tell where envbisect's restarts above the bound come from:
-# the twin's sides searched as two units (a split inside the search that costs nothing of its own),
+# the twin's sides searched as two units (the search splits the twin by its ordinary steps),
 # and one culprit among n deltas without a twin (harness `culprit`)
 TWIN_REFERENCES = (("sides apart", "envbisect-unlinked"), ("no twin", "envbisect-culprit"))
 
