@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from envbisect.report.blocks import (Badge, Block, BulletList, ChartTrial, Code, Figure, Footer, Group, Heading, Link,
                                      Log, Paragraph, SampleSeries, SamplesChart, Story, Strong, Table, TrialsChart,
                                      redacted, text)
-from envbisect.report.common import _LOG_LINES
+from envbisect.report.common import LOG_LINES
 from envbisect.report.facts import (STATE_MEANING, VERDICT_MEANING, clock, env_rows, evidence_for, is_premise,
                                     max_latency, premise, question, rel, requests, s, secs, short, symptom, tail,
                                     timeline, ts)
@@ -88,7 +88,7 @@ def _deltas(rec: RunRecord) -> list[Block]:
                          text(short(d.get("old"), k)), text(short(d.get("new"), k)), text(d.get("baseline_source")),
                          text(du.get(d.get("id"), "") if du.get(d.get("id")) != d.get("id") else "")))
         out.append(Table(("delta", "kind", "change", "old", "new", "old value from", "linked unit"), tuple(rows),
-                         row_classes=tuple("culprit" if d.get("id") in culprits else "" for d in rec.deltas)))
+                         row_classes=tuple("guilty" if d.get("id") in culprits else "" for d in rec.deltas)))
     else:
         out.append(_p("No deltas."))
     diff = rec.diff
@@ -228,7 +228,7 @@ def _trial(rec: RunRecord, t: Mapping[str, Any]) -> Group:
             if o in _FAILED and name.endswith((".log.txt", ".error.txt")) and body.strip():
                 out.append(Log(text(name, f" (last {min(12, lines)} lines):"), tail(body, 12)))
             else:  # the rest is supplementary: folded where the format can, else only named above
-                shown = min(_LOG_LINES, lines)
+                shown = min(LOG_LINES, lines)
                 folded.append(Log(text(f"evidence/{key}/", name, f" ({lines} lines; last {shown} shown)"),
                                   tail(body), folded=True))
         out += folded

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from envbisect.runs.bisect import _install_signal_handlers, shield_signals
+from envbisect.runs.signals import install_signal_handlers, shield_signals
 from envbisect.state.configuration import OriginalState, holds, target_state, touched
 from envbisect.state.delta_cmdline import flag_holds
 from envbisect.state.structured import key_secrets
@@ -219,7 +219,7 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
     editor = HostEditor(dep.playbook, dep.transports, run_dir, run_id)
     for note in editor.lock(break_lock=break_lock):
         ev("warning", {"message": note})
-    stop = _install_signal_handlers()  # SIGTERM behaves like Ctrl-C: the hosts are put back
+    stop = install_signal_handlers()  # SIGTERM behaves like Ctrl-C: the hosts are put back
     guard = editor.guard
     try:
         deltas = [by_id[i] for i in ids]
