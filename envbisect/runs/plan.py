@@ -32,6 +32,7 @@ class BisectOptions:
     auto_link: bool = True  # same key, same change in several services -> one unit
     policy: str = "confirm"  # confirm | fast | thorough (see POLICIES)
     guard: str | None = None  # a perf probe: is reverting the culprits safe for speed? (guard_verdict)
+    split_merges: bool = False  # a guilty HEAD move: a merge on its line is its second-parent commits, then itself
 
 
 def select_deltas(diff: Diff, only: Sequence[str], exclude: Sequence[str]) -> list[Delta]:
