@@ -155,7 +155,8 @@ def play(case: PerfCase) -> dict:
     if case.culprit is None:
         right = v.kind == "not-reproduced" and not named
     else:
-        right = v.kind == "culprit" and [sorted(d for u in term for d in units[u]) for term in v.terms] == [[case.culprit]]
+        named_terms = [sorted(d for u in term for d in units[u]) for term in v.terms]
+        right = v.kind == "culprit" and named_terms == [[case.culprit]]
     return {"restarts": machine.starts, "samples": machine.samples, "right": bool(right),
             "innocent": bool(named - truth), "kind": v.kind,
             "unresolved": sum(t.outcome is Outcome.UNRESOLVED for t in trials),
@@ -247,7 +248,8 @@ def table(res: dict) -> str:
                f"unres: unresolved trials per run (undecided after {k['max_samples']} samples); good->worse: judged "
                f"trials without the culprit called worse; bad->same: with it, called same; misled: runs with at "
                f"least one of those; right|ok: right % of the other runs. Noise: "
-               f"{k['restart_sigma']:.0%} per start, {k['sample_sigma']:.0%} per sample; {k['regression']:.0%} allowed.")
+               f"{k['restart_sigma']:.0%} per start, {k['sample_sigma']:.0%} per sample; "
+               f"{k['regression']:.0%} allowed.")
     out.append(f"runtime {res['runtime_s']:.0f} s")
     return "\n".join(out)
 
