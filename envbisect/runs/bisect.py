@@ -53,6 +53,8 @@ from envbisect.trials.runner import Trial, TrialRunner
 # an undecided perf trial is a start too few, not broken infrastructure: up to 3 more starts of it
 # (pooled, search/perf.py) before the search gives up on that configuration
 PERF_RETRIES = 3
+REFERENCE_PURPOSE = ("perf reference: the baseline started again (the reference's own start is what leaves the "
+                     "last comparison undecided; its samples join the reference)")
 
 VERDICT_EXIT = {"culprit": ExitStatus.OK, "interaction": ExitStatus.OK, "not-config": ExitStatus.NOT_CONFIG,
                 "not-reproduced": ExitStatus.NOT_REPRODUCED, "inconclusive": ExitStatus.INCONCLUSIVE}
@@ -542,6 +544,21 @@ class BisectRun:
                      f"{probe.metric} is compared with its samples ({allowed} = fail)")
         return trial
 
+    def _reference_start(self, runner: TrialRunner, search, probe: Probe, n_units: int,  # noqa: ANN001
+                         n_deltas: int) -> None:
+        """A perf comparison left undecided by the reference's own start (trials/perf.PerfJudge):
+        the baseline is started again before the search's retry; its samples join the reference."""
+        if isinstance(search.next(), Verdict):
+            return
+        n = len(self.trials) + 1
+        self.on_event("trial-start", {"n": n, "purpose": REFERENCE_PURPOSE, "config": [], "eta_s": None,
+                                      "units": n_units, "total_deltas": n_deltas})
+        ref = runner.run(n, [], probe.samples, REFERENCE_PURPOSE, kind=TrialKind.PREMISE_BASELINE)
+        self.trials.append(ref)
+        self._append_trial(ref)
+        self.on_event("trial-end", {"trial": ref})
+        search.observe(_observation(ref))
+
     def _loop(self, diff: Diff | None, deltas: list[Delta], contents: dict[str, bytes],
               units: Mapping[str, tuple[str, ...]], probe: Probe, editor: HostEditor, original,  # noqa: ANN001
               done: list[Trial], notes: list[str], diff_doc: Mapping[str, Any] | None = None) -> BisectResult:
@@ -605,6 +622,8 @@ class BisectRun:
                 if trial.cause is Cause.PROBE_BROKEN:  # no evidence: stop (and restore, below)
                     raise ProbeBroken(broken_line(probe, f"trial {trial.n}: {trial.reason}", restored=True))
                 search.observe(_observation(trial))
+                if trial.cause is Cause.CANNOT_TEST and getattr(runner.perf, "wants_reference", False):
+                    self._reference_start(runner, search, probe, len(unit_ids), len(deltas))
                 if trial.cause is Cause.SSH_LOST:
                     self.on_event("step", {"message": "the ssh connection was lost: reconnecting"})
                     self.dep.reconnect()  # ConnectionFailed here ends the run (and restores if it can)
