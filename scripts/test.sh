@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the test suite needs (on a fresh Debian machine) and run it.
 #   scripts/test.sh [pytest args...]      e.g. scripts/test.sh -k sshd -x
+#   scripts/test.sh -m unit               one group of tests (unit, local, sshd, sim: README "Tests")
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 

@@ -56,6 +56,8 @@ from envbisect.trials.runner import Trial, TrialRunner
 # an undecided perf trial is a start too few, not broken infrastructure: up to 3 more starts of it
 # (pooled, search/perf.py) before the search gives up on that configuration
 PERF_RETRIES = 3
+REFERENCE_PURPOSE = ("perf reference: the baseline started again (the reference's own start is what leaves the "
+                     "last comparison undecided; its samples join the reference)")
 
 
 @dataclass(frozen=True)
@@ -396,9 +398,22 @@ class BisectRun:
             if trial.cause is Cause.PROBE_BROKEN:  # no evidence: stop (and restore, in _loop)
                 raise ProbeBroken(broken_line(s.probe, f"trial {trial.n}: {trial.reason}", restored=True))
             search.observe(observation(trial))
+            if trial.cause is Cause.CANNOT_TEST and getattr(runner.perf, "wants_reference", False):
+                self._reference_start(runner, search, s)
             if trial.cause is Cause.SSH_LOST:
                 self.on_event("step", {"message": "the ssh connection was lost: reconnecting"})
                 self.dep.reconnect()  # ConnectionFailed here ends the run (and restores if it can)
+
+    def _reference_start(self, runner: TrialRunner, search: Search, s: Session) -> None:
+        """A perf comparison left undecided by the reference's own start (trials/perf.PerfJudge):
+        the baseline is started again before the search's retry; its samples join the reference."""
+        if isinstance(search.next(), Verdict):
+            return
+        n = len(self.trials) + 1
+        self.on_event("trial-start", {"n": n, "purpose": REFERENCE_PURPOSE, "config": [], "eta_s": None,
+                                      "units": len(s.units), "total_deltas": len(s.deltas)})
+        ref = self._record(runner.run(n, [], s.probe.samples, REFERENCE_PURPOSE, kind=TrialKind.PREMISE_BASELINE))
+        search.observe(observation(ref))
 
     def _search_trial(self, req: TrialRequest, runner: TrialRunner, s: Session, notes: list[str]) -> Trial:
         """One trial the search asked for: the running stack probed as it runs when that is a fair
@@ -679,5 +694,5 @@ def _find_run_dir(store: Store, run_id: str | None, deployment: str, finished: b
     return rd
 
 
-__all__ = ["ApartTest", "BisectRun", "BisectOptions", "BisectResult", "CommitVerdict", "GuardResult", "PERF_RETRIES",
+__all__ = ["ApartTest", "BisectRun", "BisectOptions", "BisectResult", "CommitVerdict", "GuardResult", "PERF_RETRIES", "REFERENCE_PURPOSE",
            "POLICIES", "VERDICT_EXIT", "capture_environment", "judge_apart", "make_units", "restore_deployment"]

@@ -74,8 +74,8 @@ def make_units(deltas: Sequence[Delta], link: Iterable[str],
     if auto_link:
         by_key: dict[tuple[str | None, str, str | None], set[str]] = {}
         for d in deltas:
-            if d.kind == "env":
-                by_key.setdefault(same_change(d), set()).add(d.service or "")
+            if d.kind in ("env", "flag"):  # a start line's flag: its file is its side
+                by_key.setdefault(same_change(d), set()).add(d.service or d.path)
         for (key, _c, _n), services in by_key.items():
             if key and len(services) > 1 and key not in keys:
                 keys.add(key)
@@ -206,7 +206,7 @@ def running_stack_unverified(diff: Diff | None, playbook, deltas: Sequence[Delta
     for d in deltas:
         if d.kind == "git":
             return f"{d.id}: a git HEAD moved (the running code may predate it)"
-        if d.kind in ("file", "key"):
+        if d.kind in ("file", "key", "flag"):
             f = hosts[d.host].files.get(d.path) if d.host in hosts else None
             first = min(started.get(d.host, [0.0]))
             if f is None or f.mtime is None or f.mtime > first - START_MARGIN_S:
