@@ -175,7 +175,8 @@ class BisectRun:
             "created_at": time.time(), "probe": probe.name,
             "options": {"only": list(o.only), "exclude": list(o.exclude), "link": list(self.declared_links),
                         "confidence": o.confidence, "max_trials": o.max_trials, "leave": o.leave,
-                        "auto_link": o.auto_link, "policy": o.policy, "guard": o.guard},
+                        "auto_link": o.auto_link, "policy": o.policy, "guard": o.guard,
+                        "split_merges": o.split_merges},
             "baseline": diff.baseline.id if diff.baseline else None, "current": diff.current.id,
             "since": diff.since,
             # masked like every run record; the raw values (needed to apply and resume) in a blob
@@ -264,7 +265,8 @@ class BisectRun:
         self.opts = BisectOptions(probe=doc["probe"], only=tuple(o["only"]), exclude=tuple(o["exclude"]),
                                   link=tuple(o["link"]), confidence=o["confidence"], max_trials=o["max_trials"],
                                   leave=o["leave"], auto_link=o.get("auto_link", True),
-                                  policy=o.get("policy", "confirm"), guard=o.get("guard"))
+                                  policy=o.get("policy", "confirm"), guard=o.get("guard"),
+                                  split_merges=bool(o.get("split_merges", False)))
         probe = self.probe()
         try:
             done = [Trial.from_json(rec) for rec in rd.read_lines(rundir.TRIALS)]
@@ -574,7 +576,7 @@ class BisectRun:
         self.on_event("step", {"message": f"{g.id}: reading its first-parent commits from a local mirror"})
         try:
             with mirror(self.dep.transports[g.host], g.path or "", g.new or "") as m:
-                line = first_parent_line(m, g.old or "", g.new or "")
+                line = first_parent_line(m, g.old or "", g.new or "", split_merges=self.opts.split_merges)
         except (NotALine, RemoteError) as e:
             notes.append(f"{g.id}: not searched commit by commit: {e}")
             return None
@@ -584,6 +586,10 @@ class BisectRun:
         def trial_at(c: LineCommit, purpose: str, kind: TrialKind) -> Trial:
             step = dataclasses.replace(g, id=f"{g.id}@{c.sha[:12]}", new=c.sha)
             unit = f"commit:{c.sha[:12]}"
+            done = recorded_refine(self.trials, self.corrections, [step.id], kind)  # --resume: replayed, not re-run
+            if done is not None:
+                used.append(done.n)
+                return done
             commit_runner = self.runner_factory(self.playbook, self.dep.transports, runner.editor, runner.original,
                                                 [d for d in runner.deltas if d.id != g.id] + [step], runner.contents,
                                                 runner.probe, {unit: (step.id,)}, on_step=runner.on_step,
