@@ -213,7 +213,9 @@ def schedule(ctx: typer.Context,
     head = sch.command[:len(sch.command) - sch.command[::-1].index("snapshot") - 1]  # up to the subcommand
     deploy_hook = ("after a deploy, from its hook: " + " ".join(shlex.quote(a) for a in head)
                    + " snapshot --label deploy-$(git rev-parse --short HEAD)")
-    render.render_timer(env, sch, done, write_hint=f"write them with `{again}`", add_hint=f"add it with `{again}`")
+    # a crontab line or unit file is copied as printed: a line wrapped at the terminal's width would be two
+    render.render_timer(env, sch, done, write_hint=f"write them with `{again}`", add_hint=f"add it with `{again}`",
+                        soft_wrap=True)
     env.out.print(Text(deploy_hook, style="dim"))
 
 

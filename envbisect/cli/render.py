@@ -55,9 +55,10 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
         for d in items:
             j = d.to_json(masker)
             name = d.key if d.kind == "env" else d.path
-            if d.kind == "env" and d.flag is not None:
-                # one flag of an argument string: its values on each side
-                old, new = (env.shown(flag_values(d.flag, v), one_line=True) for v in (j["old_shown"], j["new_shown"]))
+            if d.flag is not None:
+                # one flag of an argument string or a start command line: its values on each side
+                old, new = (env.shown(flag_values(d.flag, v), one_line=True)
+                            for v in (j.get("old_shown", j["old"]), j.get("new_shown", j["new"])))
                 added = f"+ {name} {d.flag}" + ("" if new == "(switch)" else f" {new}")
                 line = {"added": added, "removed": f"- {name} {d.flag}",
                         "changed": f"~ {name} {d.flag} {old} → {new}"}[d.change]

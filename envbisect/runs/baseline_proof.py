@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from envbisect.inputs.playbook import Playbook, Probe
-from envbisect.outcome import Cause, Outcome
+from envbisect.outcome import Outcome
 from envbisect.search import TrialKind, Verdict
 from envbisect.state.configuration import OriginalState, target_state
 from envbisect.state.deltas import Delta

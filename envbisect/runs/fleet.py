@@ -33,8 +33,10 @@ from envbisect.errors import ProbeBroken, UsageError
 from envbisect.hosts.journal import HostEditor, describe_conflict
 from envbisect.hosts.restart import co_restart, health_ok
 from envbisect.outcome import Cause, Outcome
-from envbisect.runs.bisect import (BisectOptions, BisectResult, _observation, check_applicable, judge_apart,
-                                   linked_to_refine, make_units, select_deltas)
+from envbisect.runs.plan import (BisectOptions, judge_apart, linked_to_refine, make_units, observation,
+                                 select_deltas)
+from envbisect.runs.result import BisectResult
+from envbisect.state.configuration import check_applicable
 from envbisect.runs.symptom import SymptomWatch
 from envbisect.runs.baseline_proof import baseline_trial, build_proof, not_reproduced, restart_facts, unresolved_causes
 from envbisect.runs.deployment import Deployment
@@ -208,7 +210,7 @@ class FleetRun:
         for r in self.replicas:
             if r.excluded:
                 notes.append(f"replica {r.name} excluded: {r.excluded}")
-        observe_round(search, [_observation(t) for r, t in base if not r.excluded])
+        observe_round(search, [observation(t) for r, t in base if not r.excluded])
         rounds = 1
         while True:
             active = self._healthy(notes)
@@ -224,7 +226,7 @@ class FleetRun:
                 if t.cause is Cause.SSH_LOST or t.cause is Cause.RESTART_FAILED:
                     r.excluded = f"trial {t.n} was unresolved ({t.reason})"
                     notes.append(f"replica {r.name} left out from now on: {r.excluded}")
-            observe_round(search, [_observation(t) for _r, t in got])
+            observe_round(search, [observation(t) for _r, t in got])
         plan, refined, more = self._refine_links(plan, units, search, notes)
         rounds += more
         notes.append(f"{rounds} rounds on {len(self.replicas)} replicas ({len(self.trials)} trials, side by side)")

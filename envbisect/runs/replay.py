@@ -34,10 +34,11 @@ from envbisect.inputs.masking import SecretMasker, printable
 from envbisect.outcome import Outcome
 from envbisect.runs.baseline_proof import not_reproduced, proof_from_record, unresolved_causes
 from envbisect.runs.symptom import dependency_records
-from envbisect.runs.bisect import (POLICIES, VERDICT_EXIT, BisectResult, GuardResult, _drift_hint, _observation,
-                                   judge_apart, linked_to_refine)
+from envbisect.runs.drift import drift_hints
+from envbisect.runs.plan import judge_apart, linked_to_refine, observation
+from envbisect.runs.result import VERDICT_EXIT, BisectResult, GuardResult
 from envbisect.runs.corrections import NOT_SEARCHED, check_correctable, feed, perf_reference, recorded_refine
-from envbisect.search import TrialKind, TrialRequest, Verdict
+from envbisect.search import POLICIES, TrialKind, TrialRequest, Verdict
 from envbisect.state import rundir
 from envbisect.state.corrections import (AS_RECORDED, CHANGEABLE, RETRACTED, Correction, Corrections,
                                          append_corrections, read_corrections)
@@ -326,7 +327,7 @@ def replay_evidence(ev: RunEvidence, corrections: Corrections, *, base_probes: i
     search = POLICIES[cfg["policy"]].search(list(units), confidence=cfg["confidence"], max_trials=cfg["max_trials"],
                                             base_probes=cfg["base_probes"], retries=cfg["retries"])
     try:
-        unused = feed(search, ev.trials, corrections, _observation)
+        unused = feed(search, ev.trials, corrections, observation)
     except ValueError as e:  # a unit the run does not know, a pass without a passed run
         raise StoreError(f"{ev.run.file(rundir.TRIALS)}: damaged run file ({e})") from None
     nxt = search.next()
@@ -386,7 +387,7 @@ def replay_evidence(ev: RunEvidence, corrections: Corrections, *, base_probes: i
     verdict = unresolved_causes(verdict, evidence)
     if verdict.kind == "not-config":
         notes.append("the layered check of the request path was not repeated (it needs the hosts)")
-    drift = tuple(_drift_hint(ev.doc.get("diff") or {})) if verdict.kind == "not-reproduced" else ()
+    drift = tuple(drift_hints(ev.doc.get("diff") or {})) if verdict.kind == "not-reproduced" else ()
     final = next((t for t in reversed(ev.trials) if t.kind is TrialKind.FINAL), None)
     result = BisectResult(ev.run_id, verdict, ev.trials, state_left, units, None, drift, final, tuple(notes),
                           refined, guard, corrections, ev.doc.get("symptom"),

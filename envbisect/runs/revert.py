@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from envbisect.runs.bisect import _install_signal_handlers, shield_signals
+from envbisect.runs.signals import install_signal_handlers, shield_signals
 from envbisect.state.configuration import OriginalState, holds, target_state, touched
+from envbisect.state.delta_cmdline import flag_holds
 from envbisect.state.structured import key_secrets
 from envbisect.state.deltas import Delta
 from envbisect.runs.deployment import Deployment
@@ -149,6 +150,9 @@ def applied_now(original: OriginalState, deltas: Sequence[Delta]) -> dict[str, b
             parsed, value = value_at(fmt, data, d.key or "") if fmt else (False, None)
             out[d.id] = None if not parsed else True if value == d.new else False if value == d.old else None
             continue
+        if d.kind == "flag":  # by the flag's values on the command line (state/delta_cmdline.py)
+            out[d.id] = flag_holds(data, d)
+            continue
         if d.kind == "env":
             # by shell meaning, as the deltas were found (configuration.holds)
             try:
@@ -215,7 +219,7 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
     editor = HostEditor(dep.playbook, dep.transports, run_dir, run_id)
     for note in editor.lock(break_lock=break_lock):
         ev("warning", {"message": note})
-    stop = _install_signal_handlers()  # SIGTERM behaves like Ctrl-C: the hosts are put back
+    stop = install_signal_handlers()  # SIGTERM behaves like Ctrl-C: the hosts are put back
     guard = editor.guard
     try:
         deltas = [by_id[i] for i in ids]
@@ -388,7 +392,7 @@ def _what(d: Delta, action: str, dep: Deployment) -> str:
     if action == "revert":
         old, new = new, old
     name = d.key if d.kind == "env" and d.key else f"{d.path} {d.key}" if d.kind == "key" else d.path
-    show = lambda v: "unset" if v is None else str(v)[:12] if d.kind not in ("env", "key") else str(v)  # noqa: E731
+    show = lambda v: "unset" if v is None else str(v)[:12] if d.kind not in ("env", "key", "flag") else str(v)  # noqa: E731
     return f"{name}: {show(old)} → {show(new)}"
 
 
