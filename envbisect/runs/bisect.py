@@ -25,14 +25,14 @@ from envbisect.errors import EnvbisectError, LockLost, ProbeBroken, RemoteError,
 from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal
 from envbisect.hosts.restart import co_restart
 from envbisect.inputs.playbook import Probe
-from envbisect.outcome import Cause, Outcome
+from envbisect.outcome import Cause, Leave, Outcome, VerdictKind
 from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_proof, not_reproduced, restart_facts,
                                           unresolved_causes)
 from envbisect.runs.corrections import check_correctable, feed, recorded_refine
 from envbisect.runs.deployment import Deployment, capture_environment
 from envbisect.runs.drift import drift_hints, with_drift
 from envbisect.runs.plan import (ApartTest, BisectOptions, culprit_deltas, dry_run_plan, git_culprit, guard_configs,
-                                 guard_verdict, judge_apart, linked_to_refine, make_units, observation,
+                                 guard_verdict, judge_apart, parse_policy, linked_to_refine, make_units, observation,
                                  remaining_restarts, running_stack_unverified, seen_ids, select_deltas)
 from envbisect.runs.result import VERDICT_EXIT, BisectResult, CommitVerdict, GuardResult
 from envbisect.runs.restore import restore_deployment
@@ -251,7 +251,7 @@ class BisectRun:
             raise UsageError(f"run {self.run_id} already finished (see `envbisect show {self.run_id}`)")
         # a verdict it reached before a correction: the hosts were restored (or fixed) since
         last = rd.read(rundir.VERDICT) if finished else (rd.superseded_verdicts() or [None])[-1]
-        if last is not None and last.get("state_left") == "fixed":
+        if last is not None and last.get("state_left") == Leave.FIXED:
             raise UsageError(f"run {self.run_id} left the hosts fixed (culprits reverted), not as its trials found "
                              f"them: replay the correction without the hosts (`envbisect log {self.run_id}`, "
                              "`envbisect replay FILE`), or bisect again")
@@ -378,9 +378,7 @@ class BisectRun:
     def _new_search(self, s: Session) -> Search:
         unit_ids = list(s.units)
         self.playbook_units = unit_ids
-        if self.opts.policy not in POLICIES:
-            raise UsageError(f"unknown policy {self.opts.policy!r} (one of {', '.join(POLICIES)})")
-        make_search = self.search_factory or POLICIES[self.opts.policy].search
+        make_search = self.search_factory or POLICIES[parse_policy(self.opts.policy)].search
         extra = {"retries": PERF_RETRIES} if s.probe.is_perf else {}
         return make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
                            base_probes=s.probe.repeat, **extra)
@@ -459,7 +457,7 @@ class BisectRun:
         guard = self._guard_revert(verdict, s.units, refined, runner, notes)
         proof = None
         evidence = [t for t in self.trials if not self.corrections.retracted(t.n)]
-        if verdict.kind == "not-config":  # only with proof that the baseline trial was the baseline
+        if verdict.kind == VerdictKind.NOT_CONFIG:  # only with proof that the baseline trial was the baseline
             proof = build_proof(seen=seen_ids(s.diff, s.diff_doc), deltas=s.deltas, original=s.original,
                                 contents=s.contents, playbook=self.playbook, probe=s.probe, trials=evidence,
                                 diff_notes=s.diff_notes, conflicts=s.editor.conflicts,
@@ -468,7 +466,7 @@ class BisectRun:
                 verdict = not_reproduced(verdict, proof)
         verdict = unresolved_causes(verdict, evidence)
         path_report = None
-        if verdict.kind == "not-config":
+        if verdict.kind == VerdictKind.NOT_CONFIG:
             # "the baseline fails too" clears only what envbisect saw: a file an env file
             # sources that it could not snapshot is named (state/sourced.py)
             notes.extend(n for n in verdict_notes(s.diff_notes) if n not in notes)
@@ -482,7 +480,7 @@ class BisectRun:
         """(the state left, the final trial): `--leave fixed` keeps current minus the culprits when
         that passes; otherwise the hosts are restored."""
         final = None
-        if found.verdict.kind in ("culprit", "interaction") and self.opts.leave == "fixed":
+        if found.verdict.kind in (VerdictKind.CULPRIT, VerdictKind.INTERACTION) and self.opts.leave == Leave.FIXED:
             culprits = culprit_deltas(found.verdict, s.units, found.refined)
             keep = [u for u in s.units if not set(s.units[u]) & culprits]
             keep, pair_notes = leave_pairs_whole(keep, set(culprits), list(found.dependencies), s.units)
@@ -493,7 +491,7 @@ class BisectRun:
             if final.outcome is Outcome.PASS:
                 s.editor.finish()
                 s.editor.unlock()
-                return "fixed", final
+                return Leave.FIXED, final
             notes.append("current minus the culprits still fails, so at least one more delta breaks it: "
                          "restored the original state; re-run with --policy thorough to find them all")
         # nothing restarted (the running stack was only probed): restoring files is all there is
@@ -524,10 +522,10 @@ class BisectRun:
         """The result, written as the run's verdict.json."""
         verdict = found.verdict
         drift_hint: tuple[str, ...] = ()
-        if verdict.kind == "not-reproduced" and not any(not t.free for t in self.trials):
+        if verdict.kind == VerdictKind.NOT_REPRODUCED and not any(not t.free for t in self.trials):
             notes.append(f"the running stack passes the probe as it runs (trial 1, no restart): nothing to find "
                          f"with probe {s.probe.name!r}; nothing was changed or restarted")
-        elif verdict.kind == "not-reproduced":
+        elif verdict.kind == VerdictKind.NOT_REPRODUCED:
             notes.append("after a full ordered co-restart the current configuration passes; the hosts were left at "
                          "it, co-restarted - which is itself the fix for a stack restarted piecemeal")
             recorded = s.diff.to_json(self.dep.masker) if s.diff else s.diff_doc or {}
@@ -632,7 +630,7 @@ class BisectRun:
         now), then current minus the culprits, judged against it with the perf decision. Two
         restarts, spent only once there is a verdict to act on (runs/plan.guard_verdict judges)."""
         g = self.guard_probe()
-        if g is None or verdict.kind not in ("culprit", "interaction"):
+        if g is None or verdict.kind not in (VerdictKind.CULPRIT, VerdictKind.INTERACTION):
             return None
         culprits = culprit_deltas(verdict, units, refined)
         configs = guard_configs(g, units, culprits)
@@ -669,7 +667,7 @@ class BisectRun:
         editor.unlock()
         if rs is not None and not rs.ok:
             self.on_event("warning", {"message": f"restored files, but the co-restart failed: {rs.message}"})
-        return "original"
+        return Leave.ORIGINAL
 
     def _pids_before_the_run(self) -> frozenset[int]:
         """The services' processes as the run found them: the old pids the first restarting trial
