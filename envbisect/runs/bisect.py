@@ -264,9 +264,8 @@ class BisectRun:
         o = doc["options"]
         self.opts = BisectOptions(probe=doc["probe"], only=tuple(o["only"]), exclude=tuple(o["exclude"]),
                                   link=tuple(o["link"]), confidence=o["confidence"], max_trials=o["max_trials"],
-                                  leave=o["leave"], auto_link=o.get("auto_link", True),
-                                  policy=o.get("policy", "confirm"), guard=o.get("guard"),
-                                  split_merges=bool(o.get("split_merges", False)))
+                                  leave=o["leave"], auto_link=o.get("auto_link", True), guard=o.get("guard"),
+                                  policy=o.get("policy", "confirm"), split_merges=bool(o.get("split_merges")))
         probe = self.probe()
         try:
             done = [Trial.from_json(rec) for rec in rd.read_lines(rundir.TRIALS)]
@@ -585,20 +584,17 @@ class BisectRun:
 
         def trial_at(c: LineCommit, purpose: str, kind: TrialKind) -> Trial:
             step = dataclasses.replace(g, id=f"{g.id}@{c.sha[:12]}", new=c.sha)
-            unit = f"commit:{c.sha[:12]}"
-            done = recorded_refine(self.trials, self.corrections, [step.id], kind)  # --resume: replayed, not re-run
-            if done is not None:
-                used.append(done.n)
-                return done
-            commit_runner = self.runner_factory(self.playbook, self.dep.transports, runner.editor, runner.original,
-                                                [d for d in runner.deltas if d.id != g.id] + [step], runner.contents,
-                                                runner.probe, {unit: (step.id,)}, on_step=runner.on_step,
-                                                evidence_dir=runner.evidence_dir)
-            n = len(self.trials) + 1
-            self.on_event("trial-start", {"n": n, "purpose": purpose, "config": [step.id], "eta_s": None,
-                                          "units": len(units), "total_deltas": len(runner.deltas)})
-            t = self._record(commit_runner.run(n, [unit], pass_runs, purpose, kind=kind))
-            used.append(n)
+            t = recorded_refine(self.trials, self.corrections, [step.id], kind)  # --resume: replayed, not re-run
+            if t is None:
+                unit, n = f"commit:{c.sha[:12]}", len(self.trials) + 1
+                commit_runner = self.runner_factory(self.playbook, self.dep.transports, runner.editor, runner.original,
+                                                    [d for d in runner.deltas if d.id != g.id] + [step],
+                                                    runner.contents, runner.probe, {unit: (step.id,)},
+                                                    on_step=runner.on_step, evidence_dir=runner.evidence_dir)
+                self.on_event("trial-start", {"n": n, "purpose": purpose, "config": [step.id], "eta_s": None,
+                                              "units": len(units), "total_deltas": len(runner.deltas)})
+                t = self._record(commit_runner.run(n, [unit], pass_runs, purpose, kind=kind))
+            used.append(t.n)
             return t
 
         alone = [t for t in self.trials if tuple(t.config) == (g.id,) and t.outcome.failed]
