@@ -152,12 +152,14 @@ def table(res: dict) -> str:
             last = c["n"]
             k = "" if c["k"] is None else f"{c['k']}{'' if c.get('k_reached', True) else '!'}"
             out.append(f"{c['n']:>4} {c['info_bound']:>5} {c['method']:<19} {c['runs']:>5} {c['mean_restarts']:>8.2f} "
-                       f"{c['worst_restarts']:>5} {c['mean_probes']:>7.1f} {c['right']:>6.1%} {c['innocent']:>8.1%} {k:>3}")
+                       f"{c['worst_restarts']:>5} {c['mean_probes']:>7.1f} {c['right']:>6.1%} {c['innocent']:>8.1%} "
+                       f"{k:>3}")
         out.append("")
     out.append("restarts: mean per case (premise checks included; the running current config is free for every "
                "method); bound = ceil(log2 C(n,k)), the fewest restarts that can tell k culprits among n apart; "
                "for one culprit, any method that observes the baseline pass, the culprit fail alone and its revert "
-               "pass needs at least evidence_bound(n) mean restarts (log2 n + 2.5 for n a power of 2; bench/README.md); "
+               "pass needs at least evidence_bound(n) mean restarts (log2 n + 2.5 for n a power of 2; "
+               "bench/README.md); "
                "right = verdict equals the truth; innocent = a delta outside the truth was named; k = probe runs per "
                "step of bisect-k (! = envbisect's accuracy not reached with k <= 40)")
     out.append(f"runtime {res['runtime_s']:.0f} s")

@@ -18,11 +18,12 @@ The bisection is played as `envbisect bisect` plays one with a perf probe (runs/
 `_perf_reference` and `_loop`): the baseline is started and measured first (trial 1, its samples
 the reference), then the default-policy `Search` is driven through `next()`/`observe()`; its
 baseline premise is answered by that trial, every other request is one start of that
-configuration. A started configuration is judged by envbisect's own `trials.perf.judge` (the
-probe's 3 samples, more while `search.perf.decide` says unknown, up to 16 with `next_samples`,
-else unresolved, which the search retries with a new start), whose only simulated part is
+configuration. A started configuration is judged by envbisect's own `trials.perf.PerfJudge` (the
+probe's 3 samples, more while `search.perf.next_step` says they can still decide, up to 16, else
+unresolved, which the search retries with a new start, after a new start of the baseline when the
+judge asks for one, as runs/bisect.py does), whose only simulated part is
 `run_probe`: one sample of the running configuration. The judged trial goes through
-`TrialRunner._probed` and `bisect._observation` to the search, as in a live run. The probe is
+`TrialRunner._probed` and `plan.observation` to the search, as in a live run. The probe is
 the playbook's default perf probe (`Probe(kind="perf")`: 3 samples, up to 16, 5% allowed).
 """
 from __future__ import annotations
@@ -44,8 +45,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 import envbisect.trials.perf as trial_perf  # noqa: E402
 from envbisect.inputs.playbook import Probe  # noqa: E402
 from envbisect.outcome import Outcome  # noqa: E402
-from envbisect.runs.bisect import _observation, make_units  # noqa: E402
-from envbisect.runs.bisect import PERF_RETRIES  # noqa: E402
+from envbisect.runs.plan import make_units, observation as _observation  # noqa: E402
+from envbisect.runs.bisect import PERF_RETRIES, REFERENCE_PURPOSE  # noqa: E402
 from envbisect.search import POLICIES, TrialKind, Verdict  # noqa: E402
 from envbisect.trials.probe import ProbeRun  # noqa: E402
 from envbisect.trials.runner import Trial, TrialRunner  # noqa: E402
@@ -149,13 +150,19 @@ def play(case: PerfCase) -> dict:
         trials.append(t)
         judged.append((case.culprit is not None and case.culprit in config, str(t.outcome)))
         search.observe(_observation(t))
+        if t.outcome is Outcome.UNRESOLVED and judge.wants_reference and not isinstance(search.next(), Verdict):
+            # as runs/bisect._loop: the baseline started again before the retry (its samples join the reference)
+            ref = _trial(machine, len(trials) + 1, (), set(), REFERENCE_PURPOSE, TrialKind.PREMISE_BASELINE, judge)
+            trials.append(ref)
+            search.observe(_observation(ref))
     v = step
     named = {d for u in v.culprits for d in units[u]}
     truth = {case.culprit} if case.culprit else set()
     if case.culprit is None:
         right = v.kind == "not-reproduced" and not named
     else:
-        right = v.kind == "culprit" and [sorted(d for u in term for d in units[u]) for term in v.terms] == [[case.culprit]]
+        named_terms = [sorted(d for u in term for d in units[u]) for term in v.terms]
+        right = v.kind == "culprit" and named_terms == [[case.culprit]]
     return {"restarts": machine.starts, "samples": machine.samples, "right": bool(right),
             "innocent": bool(named - truth), "kind": v.kind,
             "unresolved": sum(t.outcome is Outcome.UNRESOLVED for t in trials),
@@ -247,7 +254,8 @@ def table(res: dict) -> str:
                f"unres: unresolved trials per run (undecided after {k['max_samples']} samples); good->worse: judged "
                f"trials without the culprit called worse; bad->same: with it, called same; misled: runs with at "
                f"least one of those; right|ok: right % of the other runs. Noise: "
-               f"{k['restart_sigma']:.0%} per start, {k['sample_sigma']:.0%} per sample; {k['regression']:.0%} allowed.")
+               f"{k['restart_sigma']:.0%} per start, {k['sample_sigma']:.0%} per sample; "
+               f"{k['regression']:.0%} allowed.")
     out.append(f"runtime {res['runtime_s']:.0f} s")
     return "\n".join(out)
 

@@ -76,7 +76,10 @@ def sample(items: list, limit: int) -> list:
     return items[::stride]
 
 
-def cases(scenario: str, units: list[str]) -> Iterable[tuple[Callable[[frozenset], bool], tuple[tuple[str, ...], ...], float, int]]:
+Oracle = Callable[[frozenset], bool]
+
+
+def cases(scenario: str, units: list[str]) -> Iterable[tuple[Oracle, tuple[tuple[str, ...], ...], float, int]]:
     """(oracle, true terms, probability that a bad config fails a run, seed)."""
     if scenario == "single":
         for x in units:
@@ -117,10 +120,12 @@ def main() -> None:
     if args.n:
         ns = [int(x) for x in args.n.split(",")]
     t0 = time.perf_counter()
-    head = f"{'scenario':<13} {'policy':<9} {'n':>3} {'runs':>5} {'worst':>5} {'mean':>6} {'target':>6} {'restarts':>8} {'correct':>8} {'wrong-blame':>11}"
+    head = (f"{'scenario':<13} {'policy':<9} {'n':>3} {'runs':>5} {'worst':>5} {'mean':>6} {'target':>6} "
+            f"{'restarts':>8} {'correct':>8} {'wrong-blame':>11}")
     print(head)
     print("-" * len(head))
-    ap_scen = args.scenario.split(",") if args.scenario else ["single", "and-pair", "two-culprits", "intermittent-0.5", "intermittent-0.3"]
+    ap_scen = (args.scenario.split(",") if args.scenario else
+               ["single", "and-pair", "two-culprits", "intermittent-0.5", "intermittent-0.3"])
     ap_pol = args.policy.split(",") if args.policy else list(POLICIES)
     for scenario in ap_scen:
         for label in ap_pol:

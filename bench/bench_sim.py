@@ -246,13 +246,14 @@ def measure(names=tuple(CASES), log=print) -> dict:  # noqa: ANN001
 
 def table(res: dict) -> str:
     cols = ("apply", "guard", "evidence", "records", "search", "setup", "restore", "other")
-    head = (f"{'case':<9} {'deltas':>6} {'trials':>6} {'restarts':>8} {'verdict':<12} {'right':<5} {'restart s':>9} {'probe s':>7} "
-            f"{'own s':>6} " + " ".join(f"{c:>8}" for c in cols) + f" {'RTs':>5}")
+    head = (f"{'case':<9} {'deltas':>6} {'trials':>6} {'restarts':>8} {'verdict':<12} {'right':<5} {'restart s':>9} "
+            f"{'probe s':>7} {'own s':>6} " + " ".join(f"{c:>8}" for c in cols) + f" {'RTs':>5}")
     out = [head, "-" * len(head)]
     for r in res["rows"]:
         b = r["breakdown_s"]
-        out.append(f"{r['case']:<9} {r['deltas']:>6} {r['trials']:>6} {r['restarts']:>8} {r['verdict']:<12} {'yes' if r['right'] else 'NO':<5} "
-                   f"{r['restart_s_per_trial']:>9.2f} {r['probe_s_per_trial']:>7.2f} {r['own_s_per_trial']:>6.3f} "
+        out.append(f"{r['case']:<9} {r['deltas']:>6} {r['trials']:>6} {r['restarts']:>8} {r['verdict']:<12} "
+                   f"{'yes' if r['right'] else 'NO':<5} {r['restart_s_per_trial']:>9.2f} "
+                   f"{r['probe_s_per_trial']:>7.2f} {r['own_s_per_trial']:>6.3f} "
                    + " ".join(f"{b[c] / r['trials']:>8.3f}" for c in cols) + f" {r['round_trips_per_trial']:>5.1f}")
     for r in res["rows"]:
         rt = r["round_trips"]

@@ -97,7 +97,8 @@ def render(res: dict) -> str:
 
     W, PH = 1280, 290
     parts = []
-    methods = ["envbisect-confirm", "envbisect-fast", "envbisect-thorough", "toggle", "bisect", "bisect-verify", "ddmin"]
+    methods = ["envbisect-confirm", "envbisect-fast", "envbisect-thorough", "toggle", "bisect", "bisect-verify",
+               "ddmin"]
     titles = {"culprit": "one culprit", "pair": "pair failing only together", "two": "two independent culprits",
               "linked": "same key, innocent on one side"}
     pw = W / 4
@@ -143,7 +144,8 @@ def render(res: dict) -> str:
     for m in kmethods + ["bound"]:
         label, colour, dash, width = STYLE[m]
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        leg.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 26}" y2="{ly}" stroke="{colour}" stroke-width="{width}"{dash_attr}/>')
+        leg.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 26}" y2="{ly}" stroke="{colour}" '
+                   f'stroke-width="{width}"{dash_attr}/>')
         leg.append(f'<text x="{lx + 31}" y="{ly + 4}" font-size="11" {FONT}>{escape(label)}</text>')
         lx += 44 + 6.6 * len(label)
         if lx > W - 200:
@@ -155,10 +157,12 @@ def render(res: dict) -> str:
     return "\n".join([
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}">',
         f'<rect width="{W}" height="{H}" fill="white"/>',
-        f'<text x="20" y="24" font-size="15" font-weight="bold" {FONT}>{escape("envbisect vs the classic methods")}</text>',
+        f'<text x="20" y="24" font-size="15" font-weight="bold" {FONT}>'
+        f'{escape("envbisect vs the classic methods")}</text>',
         f'<text x="320" y="24" font-size="11" fill="#555" {FONT}>{escape(note)}</text>',
         *leg, *parts,
-        f'<text x="20" y="{H - 10}" font-size="10" fill="#555" {FONT}>{escape("bench/run.py; figures in bench/results/search.json")}</text>',
+        f'<text x="20" y="{H - 10}" font-size="10" fill="#555" {FONT}>'
+        f'{escape("bench/run.py; figures in bench/results/search.json")}</text>',
         "</svg>", ""])
 
 

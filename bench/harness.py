@@ -19,15 +19,17 @@ innocent* when it blames a delta outside the truth.
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import math
 import random
 import sys
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -35,7 +37,7 @@ from envbisect.outcome import VerdictKind  # noqa: E402
 from envbisect.runs.bisect import BisectRun, make_units  # noqa: E402
 from envbisect.state.corrections import Corrections  # noqa: E402
 from envbisect.state.deltas import Delta  # noqa: E402
-from envbisect.search import POLICIES, Observation, Verdict  # noqa: E402
+from envbisect.search import POLICIES, Observation, Search, Verdict  # noqa: E402
 
 NS = (4, 8, 16, 32, 64, 128)
 DETECTIONS = (1.0, 0.7, 0.5, 0.3)
@@ -237,6 +239,8 @@ class Lab:
         self.rng = random.Random(case.seed)
         self.restarts = 0
         self.probes = 0
+        self.free = 0  # trials of the running stack answered without a restart
+        self.spent: Counter = Counter()  # restarts by what they were for (run_envbisect fills it)
         self._terms = [frozenset(t) for t in case.terms]
         # whether every process of the running stack verifiably runs its files: only then may a
         # request for current be answered by probing the stack as it runs, without a restart
@@ -259,7 +263,9 @@ class Lab:
     def trial(self, config: Iterable[str], runs: int, stop_after: int = 1, free: bool = False) -> tuple[int, int]:
         """(passes, failures) of one trial of ``config``; counts a restart unless ``free``."""
         config = frozenset(config)
-        if not free:
+        if free:
+            self.free += 1
+        else:
             self.restarts += 1
         bad = self.fails_when(config, running=free)
         passes = failures = 0
@@ -317,38 +323,63 @@ class _RefineRunner:
                                kind=_kw.get("kind"), config=self.delta_ids(unit_ids), symptom=None)
 
 
-def run_envbisect(lab: Lab, policy: str) -> Answer:
+def takes_twins() -> bool:
+    """Whether the Search splits auto-linked units itself (``Search(units, twins=...)``): then the
+    harness hands it the twins, as BisectRun does, and the split after the verdict has nothing left
+    to do (its verdict names the guilty side, not the linked unit)."""
+    return "twins" in inspect.signature(Search.__init__).parameters
+
+
+def twins_of(units: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """The auto-linked units (the same change in several services) and their deltas."""
+    return {u: m for u, m in units.items() if u.startswith("linked:") and len(m) > 1}
+
+
+def _deltas_of(units: Mapping[str, tuple[str, ...]], unit_ids: Iterable[str]) -> set[str]:
+    """The deltas of a search config; a unit id the search made of one side of a twin names its delta
+    (``member:`` as BisectRun's apart tests spell it)."""
+    return {d for u in unit_ids for d in units.get(u, (u.removeprefix("member:"),))}
+
+
+def run_envbisect(lab: Lab, policy: str, auto_link: bool = True) -> Answer:
     """envbisect as `envbisect bisect --policy P` runs it: the diff's deltas grouped into units by
     bisect.make_units (same key, same change in several services: one auto-linked unit), the pure
     Search driven through next()/observe(), then bisect.BisectRun._refine_links for a guilty
-    auto-linked unit (each side tested with the rest of its term, one restart each)."""
+    auto-linked unit (each side tested with the rest of its term, one restart each).  A Search that
+    takes ``twins`` gets them and splits a twin itself.  ``lab.spent`` counts the restarts by the
+    trial's kind (``refine``: the split after the verdict)."""
     deltas = [as_delta(d) for d in lab.case.deltas]
-    units, _notes = make_units(deltas, (), True)
-    search = POLICIES[policy].search(list(units))
+    units, _notes = make_units(deltas, (), auto_link)
+    search = POLICIES[policy].search(list(units), **({"twins": twins_of(units)} if takes_twins() else {}))
     while True:
         step = search.next()
         if isinstance(step, Verdict):
             break
-        config = {d for u in step.config for d in units[u]}
+        before = lab.restarts
+        config = _deltas_of(units, step.config)
         # the running stack is probed as it runs only when it verifiably runs its files (as
         # BisectRun asks running_stack_unverified); otherwise current is co-restarted
         free = step.free and lab.running_verified
         if lab.other(config):  # the run's SymptomWatch marks it: another failure, no evidence
             lab.restarts += 0 if free else 1
             search.observe(Observation(step.config, other=True, free=free))
-            continue
-        passes, failures = lab.trial(config, step.probes, step.stop_after, free=free)
-        search.observe(Observation(step.config, passes, failures=failures, free=free))
+        else:
+            passes, failures = lab.trial(config, step.probes, step.stop_after, free=free)
+            search.observe(Observation(step.config, passes, failures=failures, free=free))
+        lab.spent[str(getattr(step.kind, "value", step.kind))] += lab.restarts - before
     verdict = step
     refined: dict[str, tuple[str, ...]] = {}
     if any(len(v) > 1 for v in units.values()):
+        before = lab.restarts
         fake_run = SimpleNamespace(opts=SimpleNamespace(link=()), declared_links=(), trials=[],
                                    corrections=Corrections(), watch=None,
                                    _append_trial=lambda _t: None, on_event=lambda _k, _d: None)
+        fake_run._record = lambda t, evidence=True: (fake_run.trials.append(t), t)[1]
         refined, _apart = BisectRun._refine_links(fake_run, verdict, units, _RefineRunner(lab, units), search, [])
+        lab.spent["refine"] += lab.restarts - before
     if not VerdictKind(verdict.kind).names_changes:
         return Answer(None, verdict.kind)
-    terms = frozenset(frozenset(d for u in t for d in refined.get(u, units[u])) for t in verdict.terms)
+    terms = frozenset(frozenset(_deltas_of({**units, **refined}, t)) for t in verdict.terms)
     return Answer(terms, verdict.kind)
 
 

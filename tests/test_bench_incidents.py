@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -155,3 +156,71 @@ def test_information_lines_are_printed_but_not_counted(capsys):
     t.add(True, "another", "measured")
     assert t.failed == 1 and t.counted == 2
     assert "INFO infeasible" in capsys.readouterr().out
+
+
+def test_envbisect_restarts_on_a_twin_are_split_by_what_they_were_for():
+    # a side of the twin guilty: the probe of current is free (the stack runs its files), the
+    # baseline, the bisection and the confirmation find the linked unit, two restarts split it
+    for case in harness.cases("linked", 8):
+        lab = harness.Lab(case)
+        ans = harness.run_envbisect(lab, "confirm")
+        assert ans.terms == case.truth
+        assert lab.free == 1 and sum(lab.spent.values()) == lab.restarts
+        assert lab.spent["premise-baseline"] == 1
+        assert lab.spent["refine"] == (0 if harness.takes_twins() else 2)
+    # an innocent twin is never split
+    for case in bi.twin_cases(8)["culprit-twin"]:
+        lab = harness.Lab(case)
+        assert harness.run_envbisect(lab, "confirm").terms == case.truth and lab.spent["refine"] == 0
+
+
+def test_a_search_that_takes_twins_gets_them_and_its_member_ids_name_deltas(monkeypatch):
+    seen: list = []
+
+    class TwinSearch(harness.Search):
+        def __init__(self, units, *, twins=None, **kw):  # noqa: ANN001, ANN003
+            seen.append(twins)
+            super().__init__(units, **kw)
+
+    policy = harness.POLICIES["confirm"]
+    monkeypatch.setattr(harness, "Search", TwinSearch)
+    monkeypatch.setattr(harness, "POLICIES", {"confirm": SimpleNamespace(
+        search=lambda units, **kw: TwinSearch(units, prior=policy.prior, require_fix=policy.require_fix, **kw))})
+    case = harness.cases("linked", 8)[3]
+    ans = harness.run_envbisect(harness.Lab(case), "confirm")
+    assert seen == [{f"linked:{harness.LINK_KEY}": case.linked}] and ans.terms == case.truth
+    units = {"linked:K": ("prefill:K", "decode:K"), "router:R": ("router:R",)}
+    assert harness._deltas_of(units, ["member:prefill:K", "router:R"]) == {"prefill:K", "router:R"}
+    assert harness._deltas_of(units, ["linked:K"]) == {"prefill:K", "decode:K"}
+
+
+def test_the_twin_table_says_where_the_restarts_above_the_bound_go():
+    rows = bi.measure_twins((8,))
+    by = {(r["family"], r["method"]): r for r in rows}
+    e = by[("linked", "envbisect")]
+    assert e["free"] == 1.0 and abs(sum(e["spent"].values()) - e["mean_restarts"]) < 1e-9
+    assert by[("culprit-twin", "envbisect")]["spent"]["split"] == 0.0
+    # the references: the twin's sides as two units, and one culprit without a twin
+    assert by[("linked", "envbisect-unlinked")]["right"] == 1.0 and ("culprit", "envbisect") in by
+    text = "\n".join(bi.twin_table({"config": {"ns": [8]}, "twins": rows, "cells": []}))
+    assert "sides apart" in text and "culprit-twin" in text
+
+
+def test_the_issue_9_lines_no_method_with_the_premises_can_meet_are_info_lines():
+    # figures where envbisect loses every comparison: only the lines that no method observing the
+    # baseline, the culprit alone and its revert can win (and `linked` against bisect-verify, which
+    # the [twins] line replaces) are INFO; every other line is counted, and fails
+    methods = ("envbisect-confirm", "toggle", "bisect", "bisect-k", "bisect-verify")
+    scenarios = harness.DETERMINISTIC + ("flaky-0.5", "flaky-0.3")
+    cells = [{"scenario": s, "n": n, "method": m, "mean_restarts": 3.0 if m != "envbisect-confirm" else 99.0,
+              "right": 0.5 if m == "envbisect-confirm" else 1.0, "innocent": 0.5, "evidence_bound": 5.5,
+              "worst_restarts": 99, "runs": 10, "k": 4, "k_reached": True}
+             for s in scenarios for n in (8, 16) for m in methods]
+    t = bench_run.Targets()
+    bench_run.search_targets({"config": {"ns": [8, 16]}, "cells": cells}, t)
+    info = {line["target"] for line in t.lines if line["info"]}
+    counted = [line for line in t.lines if not line["info"]]
+    assert len(info) == 4 + 4 + 2 + 1
+    assert all("one-at-a-time" in x or "classic bisection + 2" in x or "k runs/step" in x
+               or x.startswith("[linked]") for x in info)
+    assert counted and not any(line["pass"] for line in counted) and t.failed == len(counted)

@@ -133,7 +133,7 @@ def test_every_culprit_and_innocent_pair_position_names_only_the_culprit(policy)
     for c, e, p in itertools.permutations(range(n), 3):
         v, s = play(n, [{f"u{c}"}], [(f"u{e}", {f"u{p}"})], policy)
         assert v.kind == "culprit" and v.culprits == (f"u{c}",), (c, e, p, v)
-        if s._other:  # it met the pair: it reports it, with the three trials that show it
+        if s.evidence.other:  # it met the pair: it reports it, with the three trials that show it
             assert [(d.needy, d.partners) for d in v.dependencies] == [(f"u{e}", (f"u{p}",))], (c, e, p, v)
             assert v.dependencies[0].observed and len(v.dependencies[0].trials) == 3
 

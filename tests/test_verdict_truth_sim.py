@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from envbisect.inputs.envfile import EnvFileError, parse_env
 from envbisect.search import restart_bound
 from envbisect.sim.deployment import DEFAULT_RULES
 from test_bisect_sim import INNOCENT, plant, scenario, tree_fingerprint  # noqa: F401 - fixture
@@ -171,15 +172,18 @@ def test_an_edit_of_a_shadowed_copy_that_a_line_reads_is_a_delta(scenario):
 
 
 def test_a_baseline_that_is_not_parseable_per_key_is_compared_as_a_whole_file(scenario):
-    """Red-team S03: the baseline has `export A=1 B=2` on one line (valid bash, not parsed per key).
-    Its deltas were dropped with a note, and the verdict was a false not-config."""
+    """The baseline has two statements on one line (`export A=1; export B=2`: valid bash, refused by the
+    per-key parser, which reads only assignments on a line). Its deltas must not be dropped with a note
+    (a false not-config): the file is compared as a whole, and the whole file is the culprit."""
     s = scenario()
-    _edit(s.sim, "decode", "export NCCL_DEBUG=WARN", "export NCCL_DEBUG=WARN NCCL_DEBUG_SUBSYS=INIT")
+    one_line = "export NCCL_DEBUG=WARN; export NCCL_DEBUG_SUBSYS=INIT"
+    with pytest.raises(EnvFileError):
+        parse_env(one_line + "\n")
+    _edit(s.sim, "decode", "export NCCL_DEBUG=WARN", one_line)
     s.sim.age_files()
     s.sim.co_restart()
     s.baseline()
-    _edit(s.sim, "decode", "export NCCL_DEBUG=WARN NCCL_DEBUG_SUBSYS=INIT",
-          "export NCCL_DEBUG=WARN\nexport NCCL_DEBUG_SUBSYS=INIT")
+    _edit(s.sim, "decode", one_line, "export NCCL_DEBUG=WARN\nexport NCCL_DEBUG_SUBSYS=INIT")
     _edit(s.sim, "decode", "export SGLANG_SM120_MMA_TARGET_CTAS=128", "export SGLANG_SM120_MMA_TARGET_CTAS=256")
     plant(s.sim, [("prefill", "NCCL_DEBUG", "INFO")])
     _whole_file_found(s, tree_fingerprint(s.sim))

@@ -178,7 +178,8 @@ class Inventory:
 
         conn_name, conn = get(("ansible_connection",), "ANSIBLE_TRANSPORT", ("defaults", "transport"))
         conn = str(conn or "ssh")
-        _, python = get(("ansible_python_interpreter",), "ANSIBLE_PYTHON_INTERPRETER", ("defaults", "interpreter_python"))
+        _, python = get(("ansible_python_interpreter",), "ANSIBLE_PYTHON_INTERPRETER",
+                        ("defaults", "interpreter_python"))
         python = None if python is None or str(python).startswith("auto") else str(python)
         if conn in LOCAL_CONNECTIONS:
             return HostConnection(host, LOCAL, (), python)
@@ -210,8 +211,9 @@ class Inventory:
                 raise UsageError(f"{where}: {user_name} = {user!r} is not a user name")
             check_names(None, str(user), where, what_user=user_name)
             opts.append(("User", quote_value(str(user))))
-        for names, env, ini in ((("ansible_ssh_common_args",), "ANSIBLE_SSH_COMMON_ARGS", ("ssh_connection", "ssh_common_args")),
-                                (("ansible_ssh_extra_args",), "ANSIBLE_SSH_EXTRA_ARGS", ("ssh_connection", "ssh_extra_args"))):
+        for names, env, ini in (
+                (("ansible_ssh_common_args",), "ANSIBLE_SSH_COMMON_ARGS", ("ssh_connection", "ssh_common_args")),
+                (("ansible_ssh_extra_args",), "ANSIBLE_SSH_EXTRA_ARGS", ("ssh_connection", "ssh_extra_args"))):
             name, value = get(names, env, ini)
             opts += _ssh_args(value, f"{where}: {name}")
         return HostConnection(host, address, tuple(opts), python)
@@ -314,7 +316,8 @@ def load_inventory(source: str | Path) -> Inventory:
                 _stdin_cache["doc"] = json.loads(text)
             except ValueError:
                 raise UsageError("--inventory -: stdin is not JSON; pipe the output of "
-                                 "`ansible-inventory -i INVENTORY --list` into it, or give the inventory's path") from None
+                                 "`ansible-inventory -i INVENTORY --list` into it, or give the inventory's path"
+                                 ) from None
         return parse_inventory_json(_stdin_cache["doc"], "stdin")
     path = Path(os.path.expanduser(src))
     if not path.exists():
@@ -415,8 +418,8 @@ def bind_inventory(playbook: Playbook, inventory: str | None = None, *, loaded: 
         if len(names) > 1:
             shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
             raise PlaybookError(playbook.path, key,
-                                f"group {h.inventory!r} of {inv.source} has {len(names)} hosts ({shown}); a [hosts.NAME] "
-                                "entry is one host: name one of them, or a group with exactly one host")
+                                f"group {h.inventory!r} of {inv.source} has {len(names)} hosts ({shown}); a "
+                                "[hosts.NAME] entry is one host: name one of them, or a group with exactly one host")
         c = inv.connection(names[0], ansible_cfg=cfg)
         log.debug("hosts.%s: inventory host %s: ssh %s, options %s", h.name, c.name, c.ssh, c.options)
         hosts[h.name] = dataclasses.replace(h, ssh=c.ssh, python=h.python or c.python or "python3",
@@ -458,9 +461,11 @@ def replica_playbook(template: Mapping[str, Any], path: Path, inv: Inventory, gr
                                              f"({', '.join(sorted(values))[:200]}): a replica's variable is one value")
         v = next(iter(seen.values()))
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            raise PlaybookError(path, where, f"{{{{ {name} }}}} is {type(v).__name__} in {inv.source}, not a string or number")
+            raise PlaybookError(path, where, f"{{{{ {name} }}}} is {type(v).__name__} in {inv.source}, "
+                                             "not a string or number")
         if isinstance(v, str) and ("{{" in v or "{%" in v):
-            raise PlaybookError(path, where, f"{{{{ {name} }}}} = {_short(v)} is still a Jinja2 template in {inv.source}")
+            raise PlaybookError(path, where,
+                                f"{{{{ {name} }}}} = {_short(v)} is still a Jinja2 template in {inv.source}")
         return str(v)
 
     def render(node: Any, where: str) -> Any:

@@ -25,7 +25,7 @@ after the nearest flag before it that the rebuilt string has.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ARG_KEY_SUFFIXES = ("_ARGS", "_FLAGS")  # *_EXTRA_ARGS is one of *_ARGS
 
@@ -48,6 +48,7 @@ def is_arg_key(key: str | None, extra: tuple[str, ...] | frozenset[str] = ()) ->
 class Word:
     value: str  # what the consumer gets after quote removal
     text: str  # the exact text in the string, quotes included
+    at: int = field(default=-1, compare=False)  # where `text` starts in the string (a rewrite in place)
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ def split_words(text: str) -> tuple[Word, ...]:
             else:
                 value.append(c)
                 i += 1
-        words.append(Word("".join(value), text[start:i]))
+        words.append(Word("".join(value), text[start:i], start))
     return tuple(words)
 
 

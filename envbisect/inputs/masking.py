@@ -24,7 +24,7 @@ and the first 8 hex digits of the value's SHA-256, so two snapshots can show
 The hash of a low-entropy secret (a short password) can be brute-forced from
 those 32 bits; that is the price of seeing that a masked value changed.
 
-Size (526 lines): most of it is the table of secret name and value rules; the code itself is small.
+Most of this module is the table of secret name and value rules; the code itself is small.
 """
 
 from __future__ import annotations
@@ -192,7 +192,8 @@ def _mask(value: str) -> str:
 _ALREADY_MASKED_RE = re.compile(
     r"(?:-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----|hf_|sk-|gh[pousr]_|github_pat_|AKIA|ASIA"
     r"|eyJ|xox[abposr]-|glpat-|[sr]k_(?:live|test)_|https?://hooks\.slack\.com/(?:services|workflows|triggers)/"
-    r"|https?://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/)?" + re.escape(MASK) + r"\(masked, sha256:[0-9a-f]{8}\)"
+    r"|https?://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/)?"
+    + re.escape(MASK) + r"\(masked, sha256:[0-9a-f]{8}\)"
 )
 
 
@@ -316,17 +317,17 @@ _ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
 # Learned raw values shorter than this, plain numbers and these literals are not replaced
 # literally (they would match everywhere); they are still masked as NAME=VALUE. Neither is a value
 # that reads like a word or a name (a lower-case slug without a piece mixing 2+ letters and 2+ digits,
-# shorter than 16), a path, or one with little entropy: "decode" learned as a secret was masked in
-# every path and service name.
+# shorter than 16), a path, or one with little entropy: "decode" learned as a secret would be masked
+# in every path and service name.
 _MIN_RAW_SECRET = 8
 _MIN_SLUG_SECRET = 16
 _MIN_ENTROPY_BITS = 2.5
 _SLUG_RE = re.compile(r"[a-z0-9._-]+")
 _MIXED_PIECE_RE = re.compile(r"(?=(?:[^0-9._-]*[0-9]){2})(?=(?:[^a-z._-]*[a-z]){2})[a-z0-9]+")
 _PATH_RE = re.compile(r"~?/\S*")
-_TRIVIAL_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off", "unset", "empty"})
-_NUMBER_RE = re.compile(r"[+-]?\d+(?:\.\d+)?")
-_VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+TRIVIAL_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off", "unset", "empty"})
+NUMBER_RE = re.compile(r"[+-]?\d+(?:\.\d+)?")
+VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 _JSON_LITERALS = frozenset({"null", "true", "false"})
 
@@ -340,7 +341,7 @@ def _entropy(s: str) -> float:
 def _worth_learning(v: str) -> bool:
     """Whether a raw secret value is distinctive enough to be replaced literally in any text."""
     v = v.strip()
-    if len(v) < _MIN_RAW_SECRET or v.lower() in _TRIVIAL_VALUES or _NUMBER_RE.fullmatch(v):
+    if len(v) < _MIN_RAW_SECRET or v.lower() in TRIVIAL_VALUES or NUMBER_RE.fullmatch(v):
         return False
     if _ALREADY_MASKED_RE.fullmatch(v) or _PATH_RE.fullmatch(v) or _entropy(v) < _MIN_ENTROPY_BITS:
         return False
@@ -571,7 +572,7 @@ class SecretMasker:
                 return self.mask_value(key, self.redact_text(o))
             return self.redact_text(o)
         if isinstance(o, Mapping):
-            return {self.redact_text(str(k)): self.redact_obj(v, str(k) if _VAR_NAME_RE.fullmatch(str(k)) else None)
+            return {self.redact_text(str(k)): self.redact_obj(v, str(k) if VAR_NAME_RE.fullmatch(str(k)) else None)
                     for k, v in o.items()}
         if isinstance(o, (list, tuple)):
             return [self.redact_obj(v, key) for v in o]

@@ -34,16 +34,15 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from envbisect.state import rundir
 from envbisect.errors import UsageError
 from envbisect.inputs.masking import SecretMasker, encodable
 from envbisect.state.rundir import Runs
-from envbisect.state.store import write_private
+from envbisect.state.store import Store, write_private
 from envbisect.report import (Redactor, build_story, journal_summary, load_run, load_snapshot_doc, make_redactor,
                               masked_deltas, render_html, render_markdown)
-from envbisect.report.redaction import _get_blob, _read_json
 
 __all__ = ["BundleInfo", "make_bundle", "check_bundle", "find_run"]
 
@@ -89,7 +88,7 @@ def _snapshot_member(store_root: Path, doc: Mapping[str, Any], role: str, rd: Re
         for p, f in sorted((h.get("files") or {}).items()):
             meta = {k: v for k, v in f.items() if k != "blob"}
             if p in env_paths:
-                content = _get_blob(store_root, f.get("blob"))
+                content = Store(store_root).read_blob(f.get("blob"))
                 if content is not None:
                     meta["content"] = rd.text(content.decode("utf-8", "replace"))
                     meta["content_redacted"] = True
@@ -144,7 +143,8 @@ def _utf8(text: str) -> bytes:
 
 
 def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
-    raw = _read_json(run_dir / rundir.RUN)
+    run = rundir.RunDir(run_dir)
+    raw = run.read_any(rundir.RUN)
     if not isinstance(raw, dict):
         raise UsageError(f"{run_dir}: no readable run.json")
     if raw.get("kind", "bisect") != "bisect":
@@ -161,7 +161,7 @@ def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
     run_doc["deltas"] = masked_deltas(raw, rd.masker)
     m["run.json"] = _utf8(rd.json_text(run_doc))
     m["diff.json"] = _utf8(rd.json_text(raw.get("diff") or {}))
-    verdict = _read_json(run_dir / rundir.VERDICT)
+    verdict = run.read_any(rundir.VERDICT)
     if isinstance(verdict, dict):
         m["verdict.json"] = _utf8(rd.json_text(verdict))
     m["trials.jsonl"] = _utf8(_jsonl(run_dir / rundir.TRIALS, rd))
@@ -169,15 +169,15 @@ def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
     if (run_dir / rundir.CORRECTIONS).exists():
         m["corrections.jsonl"] = _utf8(_jsonl(run_dir / rundir.CORRECTIONS, rd))
     k = 1
-    while isinstance(old := _read_json(run_dir / rundir.SUPERSEDED.format(k)), dict):
+    while isinstance(old := run.read_any(rundir.SUPERSEDED.format(k)), dict):
         m[rundir.SUPERSEDED.format(k)] = _utf8(rd.json_text(old))
         k += 1
     base_doc = load_snapshot_doc(store_root, raw.get("baseline"))
     cur_doc = load_snapshot_doc(store_root, raw.get("current"))
-    env = dict(_read_json(run_dir / rundir.ENVIRONMENT) or {})
+    env = dict(run.read_any(rundir.ENVIRONMENT) or {})
     env["repos"] = _repos(cur_doc, base_doc)
     m["environment.json"] = _utf8(rd.json_text(env))
-    m["journal-summary.json"] = _utf8(rd.json_text(journal_summary(_read_json(run_dir / rundir.JOURNAL)) or {}))
+    m["journal-summary.json"] = _utf8(rd.json_text(journal_summary(run.read_any(rundir.JOURNAL)) or {}))
     for role, doc in (("baseline", base_doc), ("current", cur_doc)):
         if doc is not None:
             m[f"snapshots/{rd.text(str(doc.get('id')))}.json"] = _utf8(_snapshot_member(store_root, doc, role, rd))
@@ -190,7 +190,7 @@ def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
     return m
 
 
-def _order(names) -> list[str]:  # noqa: ANN001
+def _order(names: Collection[str]) -> list[str]:
     fixed = [n for n in _FIXED_ORDER if n in names]
     rest = sorted(n for n in names if n not in _FIXED_ORDER)
     snaps = [n for n in rest if n.startswith("snapshots/")]
@@ -225,9 +225,10 @@ def make_bundle(store_root: Path, run_id: str | None, out: Path, masker: SecretM
     if leaked:  # cannot happen after Redactor.text; refuse rather than hand out a secret
         raise UsageError(f"refusing to write the bundle: a secret value survived redaction in {', '.join(leaked)}")
     created = time.time()
-    raw = _read_json(run_dir / rundir.RUN) or {}
-    verdict = _read_json(run_dir / rundir.VERDICT) or {}
-    env = _read_json(run_dir / rundir.ENVIRONMENT) or {}
+    run = rundir.RunDir(run_dir)
+    raw = run.read_any(rundir.RUN) or {}
+    verdict = run.read_any(rundir.VERDICT) or {}
+    env = run.read_any(rundir.ENVIRONMENT) or {}
     order = _order(members)
     manifest = {
         "format": 1, "kind": "envbisect-bundle", "run_id": raw.get("run_id") or run_dir.name,

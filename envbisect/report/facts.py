@@ -7,8 +7,9 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
+from envbisect.outcome import VerdictKind
 from envbisect.report.blocks import Badge, Text, text
-from envbisect.report.common import _LOG_LINES
+from envbisect.report.common import LOG_LINES
 from envbisect.report.record import RunRecord
 
 
@@ -59,7 +60,7 @@ def short(v: Any, kind: str | None = None) -> str:
     return out
 
 
-def tail(body: str, n: int = _LOG_LINES) -> str:
+def tail(body: str, n: int = LOG_LINES) -> str:
     return "\n".join(body.rstrip("\n").splitlines()[-n:])
 
 
@@ -99,14 +100,14 @@ _PREMISE_MEANING = {
     ("empty", "pass"): "There are no deltas and the baseline passes: the failure was not reproduced.",
 }
 
-VERDICT_MEANING = {
-    "culprit": "Each listed delta breaks the stack on its own: all of them must go.",
-    "interaction": "The listed deltas break the stack only together; each alone passes.",
-    "not-config": "The baseline fails too: no configuration delta is to blame. See the request path check.",
-    "not-reproduced": "The current configuration passes after a clean co-restart: the failure came from how "
-                      "things were (re)started, not from the deltas. See the drift hints.",
-    "inconclusive": "The search stopped before reaching the required confidence; the remaining suspects and "
-                    "their probabilities are listed.",
+VERDICT_MEANING = {  # keyed by VerdictKind, a str: the recorded text finds its entry
+    VerdictKind.CULPRIT: "Each listed delta breaks the stack on its own: all of them must go.",
+    VerdictKind.INTERACTION: "The listed deltas break the stack only together; each alone passes.",
+    VerdictKind.NOT_CONFIG: "The baseline fails too: no configuration delta is to blame. See the request path check.",
+    VerdictKind.NOT_REPRODUCED: "The current configuration passes after a clean co-restart: the failure came "
+                                "from how things were (re)started, not from the deltas. See the drift hints.",
+    VerdictKind.INCONCLUSIVE: "The search stopped before reaching the required confidence; the remaining suspects "
+                              "and their probabilities are listed.",
 }
 
 STATE_MEANING = {
@@ -228,18 +229,22 @@ def question(rec: RunRecord) -> list[tuple[str, str]]:
             ("options", "; ".join(opts))]
 
 
+def _machine_line(m: Mapping[str, Any]) -> str:
+    return f"{m.get('hostname', '?')}: kernel {m.get('kernel', '?')}, Python {m.get('python', '?')}"
+
+
 def env_rows(rec: RunRecord) -> list[tuple[str, str]]:
     """envbisect's version, the controller's and each host's kernel and Python, each repo's describe."""
     env = rec.environment or {}
     rows = [("envbisect", str(env.get("envbisect", "?")))]
     c = env.get("controller") or {}
     if c:
-        rows.append(("controller", f"{c.get('hostname', '?')}: kernel {c.get('kernel', '?')}, Python {c.get('python', '?')}"))
+        rows.append(("controller", _machine_line(c)))
     for h, hd in sorted((env.get("hosts") or {}).items()):
         if hd.get("error"):
             rows.append((f"host {h}", f"could not be read: {hd['error']}"))
         else:
-            rows.append((f"host {h}", f"{hd.get('hostname', '?')}: kernel {hd.get('kernel', '?')}, Python {hd.get('python', '?')}"))
+            rows.append((f"host {h}", _machine_line(hd)))
     for role in ("baseline", "current"):
         snap = rec.snapshots.get(role) or {}
         for h, hd in sorted((snap.get("hosts") or {}).items()):

@@ -1,15 +1,15 @@
 """The report as self-contained HTML (inline CSS and SVG, no scripts): a walk over the story's blocks."""
 from __future__ import annotations
 
-import statistics
-
 import html
-from typing import Any
+import statistics
+from dataclasses import dataclass
+from typing import Any, Sequence
 
-from envbisect.report.blocks import (Badge, Block, BulletList, Code, Figure, Footer, Group, Heading, Link, Log,
-                                     Paragraph, SamplesChart, Story, Strong, Table, Text, TrialsChart,
+from envbisect.report.blocks import (Badge, Block, BulletList, ChartTrial, Code, Figure, Footer, Group, Heading,
+                                     Link, Log, Paragraph, SamplesChart, Story, Strong, Table, Text, TrialsChart,
                                      redacted)
-from envbisect.report.common import OUTCOME_COLORS, _OUTCOME_LETTER
+from envbisect.report.common import OUTCOME_COLORS, OUTCOME_LETTER
 from envbisect.report.record import RunRecord
 from envbisect.report.story import build_story, trials_chart
 
@@ -24,29 +24,33 @@ _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;color:var(--ink);
 margin:0;background:#f5f7f9}
 main{max-width:1180px;margin:0 auto;padding:24px 28px 48px;background:#fff;min-height:100vh}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;padding-bottom:4px;border-bottom:1px solid var(--line)}
+h1{font-size:22px;margin:0 0 4px}
+h2{font-size:17px;margin:28px 0 8px;padding-bottom:4px;border-bottom:1px solid var(--line)}
 h3{font-size:14px;margin:18px 0 6px}
-code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono",monospace;font-size:12.5px}
-pre{background:#f3f5f7;border:1px solid var(--line);padding:8px 10px;overflow:auto;max-height:420px;white-space:pre-wrap;
-word-break:break-all;margin:6px 0}
+code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono",monospace;
+font-size:12.5px}
+pre{background:#f3f5f7;border:1px solid var(--line);padding:8px 10px;overflow:auto;max-height:420px;
+white-space:pre-wrap;word-break:break-all;margin:6px 0}
 table{border-collapse:collapse;margin:6px 0 10px;width:100%}
 th,td{border:1px solid var(--line);padding:4px 7px;text-align:left;vertical-align:top}
 th{background:#f0f3f6;font-weight:600}
 td.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 table.kv th{width:170px;white-space:nowrap}
-.badge{display:inline-block;padding:1px 7px;border-radius:9px;color:#fff;font-size:12px;font-weight:600;white-space:nowrap}
+.badge{display:inline-block;padding:1px 7px;border-radius:9px;color:#fff;font-size:12px;font-weight:600;
+white-space:nowrap}
 .o-pass{background:var(--pass)}.o-fail{background:var(--fail)}.o-start-failure{background:var(--sfail)}
 .o-unresolved{background:var(--unres)}.o-none{background:#607d8b}
 #verdict,.lead{border:2px solid #607d8b;border-radius:8px;padding:12px 16px;margin:14px 0;background:#fafbfc}
 .lead{font-size:15px}#verdict h2{margin-top:0}
-#verdict.v-culprit,#verdict.v-interaction,.lead.v-culprit,.lead.v-interaction{border-color:var(--fail);background:#fff6f6}
+#verdict.v-culprit,#verdict.v-interaction,.lead.v-culprit,.lead.v-interaction{border-color:var(--fail);
+background:#fff6f6}
 #verdict.v-not-config,.lead.v-not-config{border-color:#ef6c00;background:#fff8f0}
 #verdict.v-not-reproduced,.lead.v-not-reproduced{border-color:#1565c0;background:#f3f8ff}
 .meaning{margin:6px 0}
 li.premise{list-style:none;margin:6px 0 6px -18px;border-left:4px solid var(--line);padding:4px 10px}
 li.premise.ok{border-color:var(--pass)}li.premise.bad{border-color:var(--fail)}
 .chart{overflow-x:auto;border:1px solid var(--line);border-radius:6px;padding:8px;background:#fff}
-tr.culprit td:first-child{font-weight:700;color:var(--fail)}
+tr.guilty td:first-child{font-weight:700;color:var(--fail)}
 tr.k-trial-start td{background:#eef2f6;font-weight:600}
 table.timeline td{padding:2px 7px}table.timeline td.num{color:var(--muted)}
 table.timeline tr.k-step td:last-child{color:var(--muted);font-size:12.5px}
@@ -135,83 +139,134 @@ def _block(b: Block) -> str:
     raise TypeError(f"not a report block: {b!r}")
 
 
+@dataclass(frozen=True)
+class _TrialsLayout:
+    """Where the parts of the trials chart go: unit rows, then the outcome marks, the latency bars
+    and the legend, one below the other; a column per trial right of the unit labels."""
+    label_w: int
+    width: int
+    rows: int  # one per unit
+    cw: int = 30
+    rh: int = 20
+    top: int = 34
+    lat_h: int = 70
+
+    @property
+    def outcome_y(self) -> int:
+        return self.top + self.rh * self.rows + 8
+
+    @property
+    def lat_top(self) -> int:
+        return self.outcome_y + self.rh + 22
+
+    @property
+    def legend_y(self) -> int:
+        return self.lat_top + self.lat_h + 34
+
+    @property
+    def height(self) -> int:
+        return self.legend_y + 20
+
+    def x(self, i: int) -> int:
+        return self.label_w + i * self.cw
+
+
 def trials_svg(chart: TrialsChart | RunRecord) -> str:
     """The trials chart: x = trial, one row per unit (applied or not), the outcome mark per trial, and a
     bar of the trial's max probe latency. `chart` is the story's, or a record to draw it from."""
     if isinstance(chart, RunRecord):
         chart = redacted(trials_chart(chart), chart.masker)
-    trials, units, culprits = chart.trials, chart.units, set(chart.culprits)
-    cw, rh = 30, 20
+    trials, units = chart.trials, chart.units
     label_w = min(380, max(120, 7 * max((len(u) for u in units), default=10) + 40))
-    top = 34
-    outcome_y = top + rh * len(units) + 8
-    lat_top = outcome_y + rh + 22
-    lat_h = 70
-    legend_y = lat_top + lat_h + 34
-    width = max(label_w + cw * max(1, len(trials)) + 70, 600)  # at least the legend's width
-    height = legend_y + 20
-    lmax = max([t.max_latency for t in trials if t.max_latency is not None] or [0.0])
-    scale_max = max(lmax, 0.001)
+    width = max(label_w + 30 * max(1, len(trials)) + 70, 600)  # at least the legend's width
+    lay = _TrialsLayout(label_w, width, len(units))
+    aria = f"{len(trials)} trials: which units were applied, the outcome and the max probe latency of each"
     p: list[str] = [
-        f'<svg id="trials-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" font-family="system-ui,Segoe UI,Arial,sans-serif" font-size="12" '
-        f'aria-label="{_h(f"{len(trials)} trials: which units were applied, the outcome and the max probe latency of each")}">',
+        f'<svg id="trials-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{lay.height}" '
+        f'viewBox="0 0 {width} {lay.height}" role="img" font-family="system-ui,Segoe UI,Arial,sans-serif" '
+        f'font-size="12" aria-label="{_h(aria)}">',
         f"<title>{_h(f'Trials of run {chart.run_id}')}</title>",
-        f'<text x="{label_w - 8}" y="{top - 12}" text-anchor="end" fill="#5f6b76">trial →</text>',
+        f'<text x="{label_w - 8}" y="{lay.top - 12}" text-anchor="end" fill="#5f6b76">trial →</text>',
     ]
     for i, t in enumerate(trials):
-        p.append(f'<text x="{label_w + i * cw + cw / 2}" y="{top - 12}" text-anchor="middle" font-weight="600">'
+        p.append(f'<text x="{lay.x(i) + lay.cw / 2}" y="{lay.top - 12}" text-anchor="middle" font-weight="600">'
                  f"{_h(t.n)}</text>")
     for j, u in enumerate(units):
-        y = top + j * rh
-        if j % 2 == 0:
-            p.append(f'<rect x="0" y="{y}" width="{width}" height="{rh}" fill="#f6f8fa"/>')
-        label = u if len(u) * 7 + 40 <= label_w else u[: max(4, (label_w - 52) // 7)] + "…"
-        weight = ' font-weight="700" fill="#d32f2f"' if u in culprits else ' fill="#1d232a"'
-        mark = "◆ " if u in culprits else ""
-        p.append(f'<text class="unit-label" x="{label_w - 8}" y="{y + rh / 2 + 4}" text-anchor="end"{weight} '
-                 f'font-family="ui-monospace,Menlo,Consolas,monospace" font-size="11.5"><title>{_h(u)}</title>'
-                 f"{_h(mark + label)}</text>")
-        for i, t in enumerate(trials):
-            x = label_w + i * cw
-            if u in t.units:
-                tip = _h(f"{u}: applied in trial {t.n} ({t.outcome})")
-                p.append(f'<rect class="cell applied" x="{x + 4}" y="{y + 3}" width="{cw - 8}" height="{rh - 6}" rx="2" '
-                         f'fill="{OUTCOME_COLORS.get(t.outcome, "#607d8b")}"><title>{tip}</title></rect>')
-            else:
-                p.append(f'<rect class="cell" x="{x + 4}" y="{y + 3}" width="{cw - 8}" height="{rh - 6}" rx="2" '
-                         f'fill="none" stroke="#c5ccd3" stroke-dasharray="2 2"/>')
-    # outcome marks
-    p.append(f'<line x1="{label_w - 4}" x2="{width - 60}" y1="{outcome_y - 4}" y2="{outcome_y - 4}" stroke="#9aa5b1"/>')
-    p.append(f'<text x="{label_w - 8}" y="{outcome_y + rh / 2 + 4}" text-anchor="end" font-weight="600">outcome</text>')
+        p.extend(_unit_row(lay, j, u, trials, u in chart.culprits))
+    p.extend(_outcome_marks(lay, trials))
+    p.extend(_latency_bars(lay, trials))
+    p.extend(_chart_legend(lay, bool(chart.culprits)))
+    p.append("</svg>")
+    return "".join(p)
+
+
+def _unit_row(lay: _TrialsLayout, j: int, u: str, trials: Sequence[ChartTrial], guilty: bool) -> list[str]:
+    """One unit's row: its label (marked when the verdict names it), and a cell per trial, filled in
+    the trial's outcome colour where the unit was applied."""
+    cw, rh, y = lay.cw, lay.rh, lay.top + j * lay.rh
+    p = [f'<rect x="0" y="{y}" width="{lay.width}" height="{rh}" fill="#f6f8fa"/>'] if j % 2 == 0 else []
+    label = u if len(u) * 7 + 40 <= lay.label_w else u[: max(4, (lay.label_w - 52) // 7)] + "…"
+    weight = ' font-weight="700" fill="#d32f2f"' if guilty else ' fill="#1d232a"'
+    mark = "◆ " if guilty else ""
+    p.append(f'<text class="unit-label" x="{lay.label_w - 8}" y="{y + rh / 2 + 4}" text-anchor="end"{weight} '
+             f'font-family="ui-monospace,Menlo,Consolas,monospace" font-size="11.5"><title>{_h(u)}</title>'
+             f"{_h(mark + label)}</text>")
     for i, t in enumerate(trials):
-        x = label_w + i * cw
+        x = lay.x(i)
+        if u in t.units:
+            tip = _h(f"{u}: applied in trial {t.n} ({t.outcome})")
+            p.append(f'<rect class="cell applied" x="{x + 4}" y="{y + 3}" width="{cw - 8}" height="{rh - 6}" '
+                     f'rx="2" fill="{OUTCOME_COLORS.get(t.outcome, "#607d8b")}"><title>{tip}</title></rect>')
+        else:
+            p.append(f'<rect class="cell" x="{x + 4}" y="{y + 3}" width="{cw - 8}" height="{rh - 6}" rx="2" '
+                     f'fill="none" stroke="#c5ccd3" stroke-dasharray="2 2"/>')
+    return p
+
+
+def _outcome_marks(lay: _TrialsLayout, trials: Sequence[ChartTrial]) -> list[str]:
+    cw, rh, oy = lay.cw, lay.rh, lay.outcome_y
+    p = [f'<line x1="{lay.label_w - 4}" x2="{lay.width - 60}" y1="{oy - 4}" y2="{oy - 4}" stroke="#9aa5b1"/>',
+         f'<text x="{lay.label_w - 8}" y="{oy + rh / 2 + 4}" text-anchor="end" font-weight="600">outcome</text>']
+    for i, t in enumerate(trials):
+        x = lay.x(i)
         p.append(f'<g class="trial-mark" data-trial="{_h(t.n)}" data-outcome="{_h(t.outcome)}">'
                  f"<title>{_h(t.title)}</title>"
-                 f'<rect x="{x + 3}" y="{outcome_y}" width="{cw - 6}" height="{rh}" rx="4" '
+                 f'<rect x="{x + 3}" y="{oy}" width="{cw - 6}" height="{rh}" rx="4" '
                  f'fill="{OUTCOME_COLORS.get(t.outcome, "#607d8b")}"/>'
-                 f'<text x="{x + cw / 2}" y="{outcome_y + rh / 2 + 4}" text-anchor="middle" fill="#fff" '
-                 f'font-weight="700">{_h(_OUTCOME_LETTER.get(t.outcome, "?"))}</text></g>')
-    # latency bars
-    p.append(f'<text x="{label_w - 8}" y="{lat_top + 12}" text-anchor="end" font-weight="600">max probe latency</text>')
-    p.append(f'<text x="{label_w - 8}" y="{lat_top + 27}" text-anchor="end" fill="#5f6b76">(0 – {_h(f"{lmax:.2f}")} s)</text>')
+                 f'<text x="{x + cw / 2}" y="{oy + rh / 2 + 4}" text-anchor="middle" fill="#fff" '
+                 f'font-weight="700">{_h(OUTCOME_LETTER.get(t.outcome, "?"))}</text></g>')
+    return p
+
+
+def _latency_bars(lay: _TrialsLayout, trials: Sequence[ChartTrial]) -> list[str]:
+    """A bar per trial of its max probe latency, scaled to the largest; a dash for a trial that made
+    no request."""
+    cw, lat_top, lat_h = lay.cw, lay.lat_top, lay.lat_h
+    lmax = max([t.max_latency for t in trials if t.max_latency is not None] or [0.0])
+    scale_max = max(lmax, 0.001)
     base_y = lat_top + lat_h
-    p.append(f'<line x1="{label_w - 4}" x2="{width - 60}" y1="{base_y}" y2="{base_y}" stroke="#9aa5b1"/>')
+    p = [f'<text x="{lay.label_w - 8}" y="{lat_top + 12}" text-anchor="end" font-weight="600">max probe latency</text>',
+         f'<text x="{lay.label_w - 8}" y="{lat_top + 27}" text-anchor="end" fill="#5f6b76">'
+         f'(0 – {_h(f"{lmax:.2f}")} s)</text>',
+         f'<line x1="{lay.label_w - 4}" x2="{lay.width - 60}" y1="{base_y}" y2="{base_y}" stroke="#9aa5b1"/>']
     for i, t in enumerate(trials):
-        x, lat = label_w + i * cw, t.max_latency
+        x, lat = lay.x(i), t.max_latency
         if lat is None:
             tip = _h(f"trial {t.n}: no probe request was made (the stack did not start, or nothing was probed)")
-            p.append(f'<text class="latency-none" x="{x + cw / 2}" y="{base_y - 4}" text-anchor="middle" fill="#5f6b76">—'
-                     f"<title>{tip}</title></text>")
+            p.append(f'<text class="latency-none" x="{x + cw / 2}" y="{base_y - 4}" text-anchor="middle" '
+                     f'fill="#5f6b76">—<title>{tip}</title></text>')
             continue
         h = max(2.0, lat / scale_max * (lat_h - 14))
         p.append(f'<rect class="latency-bar" data-trial="{_h(t.n)}" x="{x + 8}" y="{base_y - h:.1f}" '
-                 f'width="{cw - 16}" height="{h:.1f}" fill="{OUTCOME_COLORS.get(t.outcome, "#607d8b")}" opacity="0.85">'
-                 f"<title>{_h(f'trial {t.n}: max latency {lat:.3f} s')}</title></rect>")
+                 f'width="{cw - 16}" height="{h:.1f}" fill="{OUTCOME_COLORS.get(t.outcome, "#607d8b")}" '
+                 f'opacity="0.85"><title>{_h(f"trial {t.n}: max latency {lat:.3f} s")}</title></rect>')
         p.append(f'<text x="{x + cw / 2}" y="{base_y + 13}" text-anchor="middle" font-size="10" fill="#34495e">'
                  f"{_h(_fmt_lat(lat))}</text>")
-    # legend
-    lx = 8
+    return p
+
+
+def _chart_legend(lay: _TrialsLayout, has_culprits: bool) -> list[str]:
+    lx, legend_y, p = 8, lay.legend_y, []
     for o, color in OUTCOME_COLORS.items():
         p.append(f'<rect x="{lx}" y="{legend_y - 10}" width="12" height="12" rx="2" fill="{color}"/>'
                  f'<text x="{lx + 17}" y="{legend_y}">{_h(o)}</text>')
@@ -219,10 +274,9 @@ def trials_svg(chart: TrialsChart | RunRecord) -> str:
     p.append(f'<rect x="{lx}" y="{legend_y - 10}" width="12" height="12" rx="2" fill="none" stroke="#c5ccd3" '
              f'stroke-dasharray="2 2"/><text x="{lx + 17}" y="{legend_y}">not applied</text>')
     lx += 110
-    if culprits:
+    if has_culprits:
         p.append(f'<text x="{lx}" y="{legend_y}" fill="#d32f2f" font-weight="700">◆ culprit</text>')
-    p.append("</svg>")
-    return "".join(p)
+    return p
 
 
 def samples_svg(chart: SamplesChart) -> str:
@@ -241,9 +295,10 @@ def samples_svg(chart: SamplesChart) -> str:
     def y(v: float) -> float:
         return top + plot_h - (v - lo) / (hi - lo) * plot_h
 
+    aria = f"{chart.metric} samples of {len(series)} trials against the reference of trial {chart.reference}"
     p = [f'<svg class="samples-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
          f'viewBox="0 0 {width} {height}" role="img" font-family="system-ui,Segoe UI,Arial,sans-serif" font-size="12" '
-         f'aria-label="{_h(f"{chart.metric} samples of {len(series)} trials against the reference of trial {chart.reference}")}">',
+         f'aria-label="{_h(aria)}">',
          f"<title>{_h(f'{chart.metric} per trial, run {chart.run_id}')}</title>",
          f'<text x="8" y="{top - 12}" font-weight="600">{_h(chart.metric)}</text>',
          f'<rect class="reference-band" x="{left}" y="{y(hi_ref):.1f}" width="{width - left - 10}" '
@@ -261,7 +316,8 @@ def samples_svg(chart: SamplesChart) -> str:
     for i, s in enumerate(series):
         cx = left + i * cw + cw / 2
         color = OUTCOME_COLORS.get(s.outcome, "#607d8b")
-        p.append(f'<g class="sample-strip" data-trial="{_h(s.n)}" data-outcome="{_h(s.outcome)}"><title>{_h(s.title)}</title>')
+        p.append(f'<g class="sample-strip" data-trial="{_h(s.n)}" data-outcome="{_h(s.outcome)}">'
+                 f'<title>{_h(s.title)}</title>')
         k = len(s.values)
         for j, v in enumerate(s.values):
             dx = (j - (k - 1) / 2) * min(4.0, 28 / max(k, 1))  # spread the dots so equal values stay visible

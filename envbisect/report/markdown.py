@@ -6,7 +6,7 @@ import statistics
 
 from envbisect.report.blocks import (Badge, Block, BulletList, Code, Figure, Footer, Group, Heading, Link, Log,
                                      Paragraph, SamplesChart, Story, Strong, Table, Text, TrialsChart)
-from envbisect.report.common import _OUTCOME_LETTER
+from envbisect.report.common import OUTCOME_LETTER
 from envbisect.report.record import RunRecord
 from envbisect.report.story import build_story
 
@@ -119,7 +119,7 @@ def _text_grid(chart: TrialsChart) -> str:
         mark = "!" if u in culprits else " "
         cells = " ".join(" ■" if u in t.units else " ·" for t in chart.trials)
         lines.append(f"{mark} {u[:width]:<{width}} {cells}")
-    lines.append(f"  {'outcome':<{width}} " + " ".join(f"{_OUTCOME_LETTER.get(t.outcome, '?'):>2}"
+    lines.append(f"  {'outcome':<{width}} " + " ".join(f"{OUTCOME_LETTER.get(t.outcome, '?'):>2}"
                                                       for t in chart.trials))
     lines.append(f"  {'max latency s':<{width}} " + " ".join(_grid_lat(t.max_latency) for t in chart.trials))
     lines.append("")

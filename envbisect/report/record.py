@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from envbisect.state import rundir
 from envbisect.state.corrections import Correction, Corrections
 from envbisect.inputs.masking import SecretMasker
-from envbisect.report.redaction import Redactor, _read_json, _store_root, load_snapshot_doc, make_redactor
+from envbisect.report.redaction import Redactor, make_redactor
 
 # ------------------------------------------------------------------------------------ the record
 
@@ -70,7 +70,8 @@ def journal_summary(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
                           "uid": f.get("uid"), "gid": f.get("gid"), "mtime_ns": f.get("mtime_ns"),
                           "size": None if raw is None else len(raw),
                           "sha256": None if raw is None else hashlib.sha256(raw).hexdigest()})
-        repos = [{"path": p, "head": r.get("head"), "ref": r.get("ref")} for p, r in sorted((hd.get("repos") or {}).items())]
+        repos = [{"path": p, "head": r.get("head"), "ref": r.get("ref")}
+                 for p, r in sorted((hd.get("repos") or {}).items())]
         hosts[h] = {"files": files, "repos": repos}
     return {"run_id": doc.get("run_id"), "deployment": doc.get("deployment"), "created_at": doc.get("created_at"),
             "state": doc.get("state"), "hosts": hosts}
@@ -133,7 +134,8 @@ def load_run(run_dir: Path, masker: SecretMasker | None = None, *, redactor: Red
     `masker` defaults to the run's playbook secrets (when the playbook is still there) plus the
     built-in rules."""
     run_dir = Path(run_dir)
-    doc = _read_json(run_dir / rundir.RUN)
+    run_files = rundir.RunDir(run_dir)
+    doc = run_files.read_any(rundir.RUN)
     if not isinstance(doc, dict):
         from envbisect.errors import UsageError
 
@@ -146,14 +148,14 @@ def load_run(run_dir: Path, masker: SecretMasker | None = None, *, redactor: Red
     run = rd.obj(run)
     trials = _read_jsonl(run_dir / rundir.TRIALS, problems)
     events = _read_jsonl(run_dir / rundir.EVENTS, problems)
-    verdict = _read_json(run_dir / rundir.VERDICT)
+    verdict = run_files.read_any(rundir.VERDICT)
     if (run_dir / rundir.VERDICT).exists() and not isinstance(verdict, dict):
         problems.append("verdict.json is not readable JSON")
         verdict = None
     # verdict.json is written right after the last event (the restore): that is when the run concluded
     stamps = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
     finished = max(stamps) if isinstance(verdict, dict) and stamps else None
-    environment = _read_json(run_dir / rundir.ENVIRONMENT) or {}
+    environment = run_files.read_any(rundir.ENVIRONMENT) or {}
     evidence: dict[str, dict[str, str]] = {}
     ev_dir = run_dir / rundir.EVIDENCE
     if ev_dir.is_dir():
@@ -173,20 +175,20 @@ def load_run(run_dir: Path, masker: SecretMasker | None = None, *, redactor: Red
             problems.append(f"{rundir.CORRECTIONS} line {i}: not a correction (skipped)")
     superseded, k = [], 1
     while (run_dir / rundir.SUPERSEDED.format(k)).exists():
-        old = _read_json(run_dir / rundir.SUPERSEDED.format(k))
+        old = run_files.read_any(rundir.SUPERSEDED.format(k))
         if isinstance(old, dict):
             superseded.append(rd.obj(old))
         else:
             problems.append(f"{rundir.SUPERSEDED.format(k)} is not readable JSON")
         k += 1
-    root = _store_root(run_dir)
-    snaps = {"baseline": snapshot_summary(load_snapshot_doc(root, doc.get("baseline"))),
-             "current": snapshot_summary(load_snapshot_doc(root, doc.get("current")))}
+    store = run_files.store
+    snaps = {"baseline": snapshot_summary(store.snapshot_doc(doc.get("baseline"))),
+             "current": snapshot_summary(store.snapshot_doc(doc.get("current")))}
     return RunRecord(
         run_dir=run_dir, run_id=str(doc.get("run_id") or run_dir.name), run=run,
         deltas=tuple(run["deltas"]), trials=tuple(rd.obj(trials)),
         verdict=rd.obj(verdict) if isinstance(verdict, dict) else None, events=tuple(rd.obj(events)),
         environment=rd.obj(environment), evidence=evidence,
-        journal_summary=rd.obj(journal_summary(_read_json(run_dir / rundir.JOURNAL))),
+        journal_summary=rd.obj(journal_summary(run_files.read_any(rundir.JOURNAL))),
         snapshots=rd.obj(snaps), finished_at=finished, problems=tuple(problems),
         corrections=Corrections(tuple(corrections)), superseded=tuple(superseded), masker=rd.masker)

@@ -9,7 +9,8 @@ from typing import Any, Iterable, Mapping
 from envbisect.state import rundir
 from envbisect.errors import UsageError
 from envbisect.inputs.masking import SecretMasker
-from envbisect.report.common import _ANSI_RE, _MIN_RAW_SECRET, _NUMBER_RE, _TRIVIAL_VALUES, _VAR_NAME_RE
+from envbisect.report.common import ANSI_RE, MIN_RAW_SECRET, NUMBER_RE, TRIVIAL_VALUES, VAR_NAME_RE
+from envbisect.state.store import Store
 
 # ------------------------------------------------------------------------------------- redaction
 
@@ -18,8 +19,8 @@ class Redactor:
 
     def __init__(self, masker: SecretMasker, raw_values: Iterable[str] = ()):
         self.masker = masker
-        vals = {v for v in raw_values if isinstance(v, str) and len(v.strip()) >= _MIN_RAW_SECRET
-                and v.strip().lower() not in _TRIVIAL_VALUES and not _NUMBER_RE.fullmatch(v.strip())}
+        vals = {v for v in raw_values if isinstance(v, str) and len(v.strip()) >= MIN_RAW_SECRET
+                and v.strip().lower() not in TRIVIAL_VALUES and not NUMBER_RE.fullmatch(v.strip())}
         self.raw_values: tuple[str, ...] = tuple(sorted(vals, key=lambda v: (-len(v), v)))
         masker.learn_values(self.raw_values)  # one redaction path: the masker knows them from now on
 
@@ -40,7 +41,7 @@ class Redactor:
         if not s:
             return s
         if "\x1b" in s:
-            s = _ANSI_RE.sub("", s)
+            s = ANSI_RE.sub("", s)
         for v in self.raw_values:
             if v in s:
                 s = s.replace(v, self.mask(v))
@@ -55,7 +56,7 @@ class Redactor:
                 return self.masker.mask_value(key, self.text(o))
             return self.text(o)
         if isinstance(o, Mapping):
-            return {self.text(str(k)): self.obj(v, str(k) if _VAR_NAME_RE.fullmatch(str(k)) else None)
+            return {self.text(str(k)): self.obj(v, str(k) if VAR_NAME_RE.fullmatch(str(k)) else None)
                     for k, v in o.items()}
         if isinstance(o, (list, tuple)):
             return [self.obj(v, key) for v in o]
@@ -87,32 +88,9 @@ def _env_values(content: bytes | str | None) -> dict[str, str]:
         return {}
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
-        return None
-
-
-def _store_root(run_dir: Path) -> Path:
-    return run_dir.parent.parent  # STORE/runs/RUN_ID
-
-
-def _get_blob(store_root: Path, sha: str | None) -> bytes | None:
-    if not sha or not all(c in "0123456789abcdef" for c in sha):
-        return None
-    try:
-        return (store_root / "blobs" / sha[:2] / sha).read_bytes()
-    except OSError:
-        return None
-
-
 def load_snapshot_doc(store_root: Path, snap_id: str | None) -> dict[str, Any] | None:
     """The stored JSON of a snapshot (file contents are blob references), or None."""
-    if not snap_id or "/" in snap_id or snap_id.startswith("."):
-        return None
-    doc = _read_json(store_root / "snapshots" / f"{snap_id}.json")
-    return doc if isinstance(doc, dict) else None
+    return Store(store_root).snapshot_doc(snap_id)
 
 
 def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
@@ -120,13 +98,12 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
     secret-named or token-shaped variable, the secret parts of any other, such as a netrc password
     inside an innocent one): its env deltas (old and new), the env files and process environments of
     its baseline and current snapshots, and the original env files in its journal."""
-    run_dir = Path(run_dir)
+    run = rundir.RunDir(Path(run_dir))
+    store = run.store
     out: set[str] = set()
-    doc = _read_json(run_dir / rundir.RUN) or {}
+    doc = run.read_any(rundir.RUN) or {}
     try:  # run.json holds its deltas masked; the raw ones are in the blob it names
-        from envbisect.state.store import Store
-
-        raw_deltas = Store(_store_root(run_dir)).run_deltas(doc) if isinstance(doc, dict) else []
+        raw_deltas = store.run_deltas(doc) if isinstance(doc, dict) else []
     except UsageError:
         raw_deltas = []
     for d in raw_deltas:
@@ -134,18 +111,17 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
             for v in (d.get("old"), d.get("new"), d.get("old_word"), d.get("new_word"),
                       d.get("old_eval"), d.get("new_eval"), d.get("args_old"), d.get("args_new")):
                 out.update(masker.secret_parts(d.get("key") or "", v if isinstance(v, str) else None))
-    root = _store_root(run_dir)
     for sid in (doc.get("baseline"), doc.get("current")):
-        snap = load_snapshot_doc(root, sid)
+        snap = store.snapshot_doc(sid)
         for h in (snap or {}).get("hosts", {}).values():
             for p in (h.get("env_files") or {}).values():
                 f = (h.get("files") or {}).get(p) or {}
-                for k, v in _env_values(_get_blob(root, f.get("blob"))).items():
+                for k, v in _env_values(store.read_blob(f.get("blob"))).items():
                     out.update(masker.secret_parts(k, v))
             for proc in (h.get("processes") or {}).values():
                 for k, v in [*(proc.get("environ") or {}).items(), *(proc.get("file_eval") or {}).items()]:
                     out.update(masker.secret_parts(str(k), v if isinstance(v, str) else None))
-    journal = _read_json(run_dir / rundir.JOURNAL) or {}
+    journal = run.read_any(rundir.JOURNAL) or {}
     for h in (journal.get("hosts") or {}).values():
         for f in (h.get("files") or {}).values():
             b64 = f.get("content_b64")
@@ -163,7 +139,7 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
 def default_masker(run_dir: Path) -> SecretMasker:
     """The masker of the run's playbook ([secrets] names/values) when it can be read, else the
     built-in rules only."""
-    doc = _read_json(Path(run_dir) / rundir.RUN) or {}
+    doc = rundir.RunDir(Path(run_dir)).read_any(rundir.RUN) or {}
     pb = doc.get("playbook")
     if pb and Path(pb).exists():
         try:

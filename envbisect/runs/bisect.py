@@ -6,275 +6,91 @@ Because the search is a pure function of its observations, `--resume` replays th
 trials into a fresh Search and continues exactly where the run stopped; as the operator corrected
 them (state/corrections.py: `--retract N`, `envbisect replay`), fed by runs/corrections.feed.
 
-Size (777 lines): the bisection run's orchestration (setup, the loop, refining auto-linked units, the guard, restore, resume); its collaborators (search, runner, editor) live elsewhere. Next to move out: the link refinement and the guard (runs/refine.py).
+This module runs trials, records them and puts the hosts back; what the trials are and what they
+mean is runs/plan.py's (units, refinement, the running-stack check, the guard's verdict), and the
+result's shape is runs/result.py's.
 """
 from __future__ import annotations
 
 import dataclasses
-
-import contextlib
+import hashlib
 import json
-import math
-import signal
-import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from envbisect.state.configuration import check_applicable, touched
-from envbisect.state.commitline import LineCommit, NotALine, first_parent_line, mirror
-from envbisect.search.commits import CommitFound, CommitLineSearch
-from envbisect.state.structured import key_secrets
-from envbisect.state.deltas import Delta, Diff, linked_units, same_change
-from envbisect.state.sourced import verdict_notes
+from envbisect.errors import EnvbisectError, LockLost, ProbeBroken, RemoteError, StoreError, UsageError
+from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal
+from envbisect.hosts.restart import co_restart
+from envbisect.inputs.playbook import Probe
+from envbisect.outcome import Cause, Leave, Outcome, VerdictKind
 from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_proof, not_reproduced, restart_facts,
                                           unresolved_causes)
-from envbisect.runs.deployment import Deployment
-from envbisect.runs.drift import drift_hints, with_drift
-from envbisect.trials.diagnose import PathReport, check_path
-from envbisect.errors import EnvbisectError, ExitStatus, LockLost, ProbeBroken, RemoteError, UsageError
-from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal, journal_dir
-from envbisect.inputs.playbook import Probe
-from envbisect.hosts.restart import co_restart
-from envbisect.outcome import Cause, Outcome
-from envbisect.search import POLICIES, Observation, Search, TrialKind, TrialRequest, Verdict, restart_bound
-from envbisect.state import rundir
-from envbisect.errors import StoreError
-from envbisect.state.rundir import RunDir, Runs
-from envbisect.state.corrections import Correction, Corrections, append_corrections, read_corrections
 from envbisect.runs.corrections import check_correctable, feed, recorded_refine
-from envbisect.state.store import Store, private_dir
+from envbisect.runs.deployment import Deployment, capture_environment
+from envbisect.runs.drift import drift_hints, with_drift
+from envbisect.runs.plan import (ApartTest, BisectOptions, culprit_deltas, dry_run_plan, git_culprit, guard_configs,
+                                 guard_verdict, judge_apart, parse_policy, linked_to_refine, make_units, observation,
+                                 remaining_restarts, running_stack_unverified, seen_ids, select_deltas)
+from envbisect.runs.result import VERDICT_EXIT, BisectResult, CommitVerdict, GuardResult
+from envbisect.runs.restore import restore_deployment
+from envbisect.runs.signals import install_signal_handlers, shield_signals
 from envbisect.runs.symptom import SymptomWatch, dependency_records, leave_pairs_whole
+from envbisect.search import POLICIES, Search, TrialKind, TrialRequest, Verdict
+from envbisect.search.commits import CommitFound, CommitLineSearch
+from envbisect.state import rundir
+from envbisect.state.commitline import LineCommit, NotALine, first_parent_line, mirror
+from envbisect.state.configuration import check_applicable, touched
+from envbisect.state.corrections import Correction, Corrections, append_corrections, read_corrections
+from envbisect.state.deltas import Delta, Diff
+from envbisect.state.rundir import RunDir, Runs
+from envbisect.state.sourced import verdict_notes
+from envbisect.state.store import Store
+from envbisect.state.structured import key_secrets
+from envbisect.trials.diagnose import PathReport, check_path
 from envbisect.trials.probe_check import broken_line, refuse_broken_probe
 from envbisect.trials.runner import Trial, TrialRunner
 
 # an undecided perf trial is a start too few, not broken infrastructure: up to 3 more starts of it
 # (pooled, search/perf.py) before the search gives up on that configuration
 PERF_RETRIES = 3
-
-VERDICT_EXIT = {"culprit": ExitStatus.OK, "interaction": ExitStatus.OK, "not-config": ExitStatus.NOT_CONFIG,
-                "not-reproduced": ExitStatus.NOT_REPRODUCED, "inconclusive": ExitStatus.INCONCLUSIVE}
-
-
-@dataclass(frozen=True)
-class BisectOptions:
-    probe: str | None = None
-    only: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    link: tuple[str, ...] = ()
-    confidence: float = 0.95
-    max_trials: int | None = None
-    leave: str = "original"  # original | fixed
-    auto_link: bool = True  # same key, same change in several services -> one unit
-    policy: str = "confirm"  # confirm | fast | thorough (see POLICIES)
-    guard: str | None = None  # a perf probe: is reverting the culprits safe for speed? (_guard_revert)
+REFERENCE_PURPOSE = ("perf reference: the baseline started again (the reference's own start is what leaves the "
+                     "last comparison undecided; its samples join the reference)")
 
 
 @dataclass(frozen=True)
-class BisectResult:
-    run_id: str
-    verdict: Verdict
-    trials: tuple[Trial, ...]
-    state_left: str  # original | fixed | unknown
+class Session:
+    """What one session of a run works on: the deltas and their contents, the units, the probe, the
+    hosts' editor and the original state it journaled; the diff (None when resumed: its record is
+    ``diff_doc``)."""
+
+    deltas: list[Delta]
+    contents: dict[str, bytes]
     units: Mapping[str, tuple[str, ...]]
-    path_report: PathReport | None = None
-    drift_hint: tuple[str, ...] = ()
-    final_probe: Trial | None = None
-    notes: tuple[str, ...] = ()
-    refined: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # auto-linked unit -> guilty members
-    guard: "GuardResult | None" = None  # --guard: what reverting the culprits costs in speed
-    corrections: Corrections = Corrections()  # the operator's (state/corrections.py): retracted trials stay listed
-    symptom: Mapping[str, Any] | None = None  # how the current configuration fails (runs/symptom.py)
-    dependencies: tuple[Mapping[str, Any], ...] = ()  # deltas that fail differently without a partner
-    baseline_proof: BaselineProof | None = None  # not-config (or inconclusive for want of it): runs/baseline_proof.py
-    commit: "CommitVerdict | None" = None  # a guilty HEAD move searched commit by commit (_refine_commits)
+    probe: Probe
+    editor: HostEditor
+    original: Any  # state.configuration.OriginalState
+    diff: Diff | None = None
+    diff_doc: Mapping[str, Any] | None = None
 
     @property
-    def culprit_deltas(self) -> tuple[str, ...]:
-        return tuple(d for u in self.verdict.culprits for d in self.refined.get(u, self.units.get(u, (u,))))
-
-    @property
-    def restarts(self) -> int:
-        """Co-restarts the trials cost (a probe of the running stack costs none)."""
-        return sum(1 for t in self.trials if not t.free)
-
-    @property
-    def exit_status(self) -> ExitStatus:
-        return VERDICT_EXIT.get(self.verdict.kind, ExitStatus.INCONCLUSIVE)
-
-    def to_json(self) -> dict[str, Any]:
-        v = self.verdict
-        return {
-            "run": self.run_id, "verdict": v.kind, "culprits": list(self.culprit_deltas),
-            "culprit_units": list(v.culprits), "confidence": round(v.confidence, 4),
-            "suspects": [{"unit": u, "p": round(p, 4)} for u, p in v.suspects], "explanation": v.explanation,
-            "units": {u: list(ds) for u, ds in self.units.items()},
-            "trials": [self._trial_json(t) for t in self.trials],
-            "restarts": self.restarts,
-            "path": self.path_report.to_json() if self.path_report else None,
-            "drift_hint": list(self.drift_hint),
-            "final_probe": self.final_probe.to_json() if self.final_probe else None,
-            "state_left": self.state_left, "notes": list(self.notes),
-            "guard": self.guard.to_json() if self.guard else None,
-            "corrections": [c.to_json() for c in self.corrections.entries],
-            "symptom": dict(self.symptom) if self.symptom else None,
-            "dependencies": [dict(d) for d in self.dependencies],
-            "baseline_proof": self.baseline_proof.to_json() if self.baseline_proof else None,
-            "commit": self.commit.to_json() if self.commit else None,
-        }
-
-    def _trial_json(self, t: Trial) -> dict[str, Any]:
-        doc = t.to_json()
-        standing = self.corrections.state(t.n)
-        if standing == "retracted":
-            doc["retracted"] = True
-        elif standing is not None:
-            doc["corrected_outcome"] = standing
-        return doc
+    def diff_notes(self) -> Sequence[str]:
+        return self.diff.notes if self.diff else (self.diff_doc or {}).get("notes", ())
 
 
 @dataclass(frozen=True)
-class CommitVerdict:
-    """A guilty HEAD move searched along its first-parent line (search/commits.py). `commit` is the
-    first commit observed failing whose parent on the line was observed passing; None when a trial
-    was unresolved (then `passed`..`failed` is as far as the line was narrowed)."""
+class Concluded:
+    """The verdict once the search has decided, and what was learned after it."""
 
-    delta: str  # the git delta's id
-    line: tuple[LineCommit, ...]  # oldest first
-    commit: LineCommit | None
-    passed: str  # the last commit seen passing (the baseline commit at first)
-    failed: str  # the first commit seen failing
-    trials: tuple[int, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"delta": self.delta, "commit": self.commit.to_json() if self.commit else None,
-                "last_passing": self.passed, "first_failing": self.failed, "trials": list(self.trials),
-                "line": [c.to_json() for c in self.line]}
-
-    @property
-    def text(self) -> str:
-        if self.commit is None:
-            return (f"{self.delta}: the line of {len(self.line)} commits was narrowed to {self.passed[:12]}.."
-                    f"{self.failed[:12]} (a trial was unresolved); no single commit is named")
-        return (f"{self.delta}: commit {self.commit.short} is the first of {len(self.line)} commits (first-parent) "
-                f"that fails (trials {', '.join(map(str, self.trials)) or 'none needed'})")
-
-
-@dataclass(frozen=True)
-class GuardResult:
-    """`bisect --guard PERF_PROBE`: the current configuration and current-minus-the-culprits,
-    each started and sampled, compared as a revert would be. `safe` is True when reverting costs
-    no more than the probe's `regression`, False when it measurably does, None when it could
-    not be told (then nobody should call the revert free)."""
-
-    probe: str
-    metric: str
-    safe: bool | None
-    text: str
-    trials: tuple[int, ...]  # the guard's trial numbers (current, then current minus the culprits)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"probe": self.probe, "metric": self.metric, "safe_to_revert": self.safe, "text": self.text,
-                "trials": list(self.trials)}
-
-
-def select_deltas(diff: Diff, only: Sequence[str], exclude: Sequence[str]) -> list[Delta]:
-    ids = {d.id for d in diff.deltas}
-    for ref in [*only, *exclude]:
-        if ref not in ids:
-            raise UsageError(f"no delta {ref!r} (see `envbisect diff`; ids look like decode:SGLANG_X)")
-    chosen = [d for d in diff.deltas if (not only or d.id in only) and d.id not in exclude]
-    return chosen
-
-
-def make_units(deltas: Sequence[Delta], link: Iterable[str], auto_link: bool) -> tuple[dict[str, tuple[str, ...]], list[str]]:
-    """Bisection units. Same variable, same new value in several services: prefill and decode must
-    usually agree, so testing one side without the other would test a mismatch nobody deployed
-    ("the same change": deltas.same_change, by what bash makes of the value)."""
-    keys = set(link)
-    notes = []
-    if auto_link:
-        by_key: dict[tuple[str | None, str, str | None], set[str]] = {}
-        for d in deltas:
-            if d.kind == "env":
-                by_key.setdefault(same_change(d), set()).add(d.service or "")
-        for (key, _c, _n), services in by_key.items():
-            if key and len(services) > 1 and key not in keys:
-                keys.add(key)
-                notes.append(f"{key} changed the same way in {', '.join(sorted(services))}: tested as one linked unit")
-    return linked_units(deltas, link_keys=keys), notes
-
-
-@dataclass(frozen=True)
-class ApartTest:
-    """An auto-linked unit found guilty, to be tested member by member (each with the rest of its term)."""
-    unit: str
-    members: tuple[str, ...]
-    rest: tuple[str, ...]
-
-    @property
-    def member_units(self) -> dict[str, tuple[str, ...]]:
-        return {f"member:{m}": (m,) for m in self.members}
-
-    def config(self, member: str) -> list[str]:
-        return sorted(self.rest) + [f"member:{member}"]
-
-    def purpose(self, member: str) -> str:
-        return f"refine linked {self.unit}: does {member} break it without the other side?"
-
-
-def linked_to_refine(verdict: Verdict, units: Mapping[str, tuple[str, ...]], declared) -> list[ApartTest]:  # noqa: ANN001
-    """The auto-linked units of a culprit/interaction verdict (never a group the user declared)."""
-    if verdict.kind not in ("culprit", "interaction"):
-        return []
-    out = []
-    for term in verdict.terms:
-        for u in term:
-            members = units.get(u, ())
-            if len(members) >= 2 and u.startswith("linked:") and u[len("linked:"):] not in set(declared):
-                out.append(ApartTest(u, tuple(members), tuple(v for v in term if v != u)))
-    return out
-
-
-def judge_apart(test: ApartTest, tested: "Sequence[tuple[str, Trial]] | None", refined: dict[str, tuple[str, ...]],
-                apart: list[str], notes: list[str]) -> None:
-    """Keep the smallest set the observations support. One member fails and another passes: only
-    the failing ones are guilty. Every member fails alone (a value both sides must agree on) or none
-    does (they are needed together): the group. ``tested`` None: a member's trial was unresolved."""
-    u, members = test.unit, test.members
-    if not tested:
-        notes.append(f"{u}: its members could not be tested apart (infrastructure); reported whole")
-        return
-    # a member that fails another way than the symptom (Trial.symptom "other", runs/symptom.py) is
-    # no evidence that it carries the symptom: it is not blamed on that failure
-    failing = [m for m, t in tested if t.outcome.failed and t.symptom != "other"]
-    other = [m for m, t in tested if t.outcome.failed and t.symptom == "other"]
-
-    def said(m: str) -> str:
-        return "failed" if m in failing else "failed another way" if m in other else "passed"
-
-    how = "; ".join(f"{m} {said(m)} in trial {t.n}" for m, t in tested)
-    apart.append(f"{u} is {' + '.join(members)}: " + ", ".join(
-        f"{m} {said(m)} without the other side (trial {t.n})" for m, t in tested))
-    if other and not failing:
-        notes.append(f"{u} was auto-linked for the search; tested apart: {how}; a member failing another way than "
-                     "the symptom is no evidence about it: reported as the group")
-        return
-    if failing and other:  # one side shows the symptom, the rest fail another way without it: none
-        # can go alone (reverting the failing side would leave the others failing their own way)
-        notes.append(f"{u} was auto-linked for the search; tested apart: {how}; each side breaks it alone (a value "
-                     f"that must match across services: {', '.join(other)} fails another way without the rest): "
-                     "reported as the group")
-        return
-    if failing and len(failing) < len(members):
-        refined[u] = tuple(failing)
-        notes.append(f"{u} was auto-linked for the search; tested apart: {how}; only {', '.join(failing)} is to blame")
-    else:
-        why = ("each side breaks it alone (a value that must match across services)" if failing
-               else "no side breaks it alone: they are needed together")
-        notes.append(f"{u} was auto-linked for the search; tested apart: {how}; {why}: reported as the group")
+    verdict: Verdict
+    refined: Mapping[str, tuple[str, ...]]
+    guard: GuardResult | None
+    commit: CommitVerdict | None
+    proof: BaselineProof | None
+    path_report: PathReport | None
+    dependencies: tuple[Mapping[str, Any], ...]
 
 
 class BisectRun:
@@ -344,35 +160,23 @@ class BisectRun:
         return g
 
     def plan(self, diff: Diff) -> dict[str, Any]:
+        """`bisect --dry-run`: what the run would test (runs/plan.dry_run_plan)."""
         deltas = select_deltas(diff, self.opts.only, self.opts.exclude)
         units, notes = make_units(deltas, self.declared_links, self.opts.auto_link)
-        n = len(units)
-        why_not = running_stack_unverified(diff, self.playbook, deltas)
-        extra = 0 if why_not is None else 1
-        return {"deltas": [d.id for d in deltas], "units": {u: list(v) for u, v in units.items()}, "notes": notes,
-                "probe": self.probe().name,
-                "premise_checks": ["current configuration (all deltas) must fail",
-                                   "baseline configuration (no deltas) must pass"],
-                "first_premise": ("probe the running stack (no restart)" if why_not is None
-                                  else f"co-restart first: {why_not}"),
-                "expected_restarts": {"single culprit": restart_bound(max(n, 1)) + extra,
-                                      "interacting pair": restart_bound(max(n, 2), "interaction") + extra,
-                                      "two independent culprits": restart_bound(max(n, 2), "several") + extra},
-                "policy": self.opts.policy,
-                "guard": (f"{self.opts.guard}: 2 more restarts once there is a culprit (current, and current "
-                          "minus the culprits, sampled)") if self.opts.guard else None,
-                "restart_order": list(self.playbook.restart.order),
-                "not_applicable": [d.id for d in deltas if not d.applicable]}
+        return dry_run_plan(diff, self.playbook, self.opts, deltas, units, notes, self.probe())
 
     # --- persistence ---------------------------------------------------------------------------
-    def _save_run(self, diff: Diff, deltas: Sequence[Delta], units: Mapping[str, tuple[str, ...]], probe: Probe) -> None:
+    def _save_run(self, diff: Diff, deltas: Sequence[Delta], units: Mapping[str, tuple[str, ...]],
+                  probe: Probe) -> None:
         store = self.dep.store
+        o = self.opts
         doc = {
             "format": 1, "run_id": self.run_id, "deployment": self.playbook.name, "playbook": str(self.playbook.path),
             "created_at": time.time(), "probe": probe.name,
-            "options": {"only": list(self.opts.only), "exclude": list(self.opts.exclude), "link": list(self.declared_links),
-                        "confidence": self.opts.confidence, "max_trials": self.opts.max_trials, "leave": self.opts.leave,
-                        "auto_link": self.opts.auto_link, "policy": self.opts.policy, "guard": self.opts.guard},
+            "options": {"only": list(o.only), "exclude": list(o.exclude), "link": list(self.declared_links),
+                        "confidence": o.confidence, "max_trials": o.max_trials, "leave": o.leave,
+                        "auto_link": o.auto_link, "policy": o.policy, "guard": o.guard,
+                        "split_merges": o.split_merges},
             "baseline": diff.baseline.id if diff.baseline else None, "current": diff.current.id,
             "since": diff.since,
             # masked like every run record; the raw values (needed to apply and resume) in a blob
@@ -400,6 +204,15 @@ class BisectRun:
     def _append_trial(self, trial: Trial) -> None:
         RunDir(self.run_dir).append_line(rundir.TRIALS, self.dep.masker.redact_json(trial.to_json(), indent=None))
 
+    def _record(self, trial: Trial, *, evidence: bool = True) -> Trial:
+        """A finished trial: kept among the run's trials (``evidence`` False: the final probe, which
+        the result holds apart), appended to trials.jsonl, and told to the listener."""
+        if evidence:
+            self.trials.append(trial)
+        self._append_trial(trial)
+        self.on_event("trial-end", {"trial": trial})
+        return trial
+
     # --- the run -------------------------------------------------------------------------------
     def start(self, diff: Diff) -> BisectResult:
         probe = self.probe()
@@ -422,7 +235,7 @@ class BisectRun:
         except BaseException:
             editor.abandon()  # nothing was edited: the journal is closed, the lock released
             raise
-        return self._loop(diff, deltas, dict(diff.contents), units, probe, editor, original, [], notes)
+        return self._loop(Session(deltas, dict(diff.contents), units, probe, editor, original, diff), [], notes)
 
     def resume(self, run_id: str | None, retract: Sequence[int] = ()) -> BisectResult:
         """Continue a run from its record (as the operator corrected it). ``retract``: trials to drop
@@ -438,7 +251,7 @@ class BisectRun:
             raise UsageError(f"run {self.run_id} already finished (see `envbisect show {self.run_id}`)")
         # a verdict it reached before a correction: the hosts were restored (or fixed) since
         last = rd.read(rundir.VERDICT) if finished else (rd.superseded_verdicts() or [None])[-1]
-        if last is not None and last.get("state_left") == "fixed":
+        if last is not None and last.get("state_left") == Leave.FIXED:
             raise UsageError(f"run {self.run_id} left the hosts fixed (culprits reverted), not as its trials found "
                              f"them: replay the correction without the hosts (`envbisect log {self.run_id}`, "
                              "`envbisect replay FILE`), or bisect again")
@@ -452,7 +265,8 @@ class BisectRun:
         self.opts = BisectOptions(probe=doc["probe"], only=tuple(o["only"]), exclude=tuple(o["exclude"]),
                                   link=tuple(o["link"]), confidence=o["confidence"], max_trials=o["max_trials"],
                                   leave=o["leave"], auto_link=o.get("auto_link", True),
-                                  policy=o.get("policy", "confirm"), guard=o.get("guard"))
+                                  policy=o.get("policy", "confirm"), guard=o.get("guard"),
+                                  split_merges=bool(o.get("split_merges", False)))
         probe = self.probe()
         try:
             done = [Trial.from_json(rec) for rec in rd.read_lines(rundir.TRIALS)]
@@ -495,7 +309,7 @@ class BisectRun:
                                         "superseded": kept})
         diff_doc = doc.get("diff", {})
         self.on_event("resumed", {"run": self.run_id, "trials_done": len(done)})
-        return self._loop(None, deltas, contents, units, probe, editor, original, done, [], diff_doc=diff_doc)
+        return self._loop(Session(deltas, contents, units, probe, editor, original, None, diff_doc), done, [])
 
     def _check_original_is_current(self, original, current, deltas: Sequence[Delta]) -> None:  # noqa: ANN001
         """The hosts must still be in the state the diff saw (``current``: its snapshot); otherwise the
@@ -510,8 +324,6 @@ class BisectRun:
             cur = current.hosts[d.host].files.get(d.path)
             if f is None or cur is None:
                 continue
-            import hashlib
-
             now_sha = hashlib.sha256(f.content).hexdigest() if f.exists and f.content is not None else None
             if now_sha != (cur.sha256 if cur.exists else None):
                 raise UsageError(f"{d.host}:{d.path} changed since the diff was taken; run the bisection again")
@@ -528,167 +340,201 @@ class BisectRun:
             if old.outcome is Outcome.PASS:
                 runner.perf.reference = [tuple(r.value for r in old.probe_runs if r.value is not None)]
             return None  # the replay of the record has shown it to the search already
-        purpose = (f"premise: baseline must pass (measured first: the {'accuracy' if probe.kind == 'answers' else 'perf'} "
+        measure = "accuracy" if probe.kind == "answers" else "perf"
+        purpose = (f"premise: baseline must pass (measured first: the {measure} "
                    "reference every configuration is judged against)")
         self.on_event("trial-start", {"n": 1, "purpose": purpose, "config": [], "eta_s": None, "units": n_units,
                                       "total_deltas": n_deltas})
-        trial = runner.run(1, [], probe.samples, purpose, kind=TrialKind.PREMISE_BASELINE)
-        self.trials.append(trial)
-        self._append_trial(trial)
-        self.on_event("trial-end", {"trial": trial})
+        trial = self._record(runner.run(1, [], probe.samples, purpose, kind=TrialKind.PREMISE_BASELINE))
         allowed = (f"below its accuracy less {probe.tolerance:.0%} beyond chance" if probe.kind == "answers" else
                    f"worse by more than {probe.regression:.0%}")
-        notes.append(f"{probe.kind} probe {probe.name}: the baseline was measured first (trial 1); every configuration's "
-                     f"{probe.metric} is compared with its samples ({allowed} = fail)")
+        notes.append(f"{probe.kind} probe {probe.name}: the baseline was measured first (trial 1); every "
+                     f"configuration's {probe.metric} is compared with its samples ({allowed} = fail)")
         return trial
 
-    def _loop(self, diff: Diff | None, deltas: list[Delta], contents: dict[str, bytes],
-              units: Mapping[str, tuple[str, ...]], probe: Probe, editor: HostEditor, original,  # noqa: ANN001
-              done: list[Trial], notes: list[str], diff_doc: Mapping[str, Any] | None = None) -> BisectResult:
-        transports = self.dep.transports
-        runner = self.runner_factory(self.playbook, transports, editor, original, deltas, contents, probe, units,
-                             on_step=lambda m: self.on_event("step", {"message": m}),
-                             evidence_dir=RunDir(self.run_dir).file(rundir.EVIDENCE))
-        unit_ids = list(units)
-        self.playbook_units = unit_ids
-        if self.opts.policy not in POLICIES:
-            raise UsageError(f"unknown policy {self.opts.policy!r} (one of {', '.join(POLICIES)})")
-        make_search = self.search_factory or POLICIES[self.opts.policy].search
-        extra = {"retries": PERF_RETRIES} if probe.is_perf else {}
-        search = make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
-                             base_probes=probe.repeat, **extra)
-        watch = SymptomWatch(unit_ids, enabled=not probe.is_perf)
-        self.watch = watch  # the refine trials are judged against the symptom too (_refine_links)
-        self.trials = [watch.see(t) for t in done]
-        feed(search, self.trials, self.corrections, _observation)
-        reference = self._perf_reference(probe, runner, done, notes, len(deltas), len(unit_ids))
-        stop = _install_signal_handlers()
-        state_left = "unknown"
-        verdict: Verdict | None = None
-        path_report = None
-        final = None
+    def _loop(self, s: Session, done: list[Trial], notes: list[str]) -> BisectResult:
+        """Run the search's trials to a verdict, refine and guard it, leave the hosts as asked; any
+        interruption puts the hosts back first."""
+        runner = self.runner_factory(self.playbook, self.dep.transports, s.editor, s.original, s.deltas, s.contents,
+                                     s.probe, s.units, on_step=lambda m: self.on_event("step", {"message": m}),
+                                     evidence_dir=RunDir(self.run_dir).file(rundir.EVIDENCE))
+        search = self._new_search(s)
+        self.watch = SymptomWatch(list(s.units), enabled=not s.probe.is_perf)
+        self.trials = [self.watch.see(t) for t in done]
+        feed(search, self.trials, self.corrections, observation)
+        reference = self._perf_reference(s.probe, runner, done, notes, len(s.deltas), len(s.units))
+        stop = install_signal_handlers()
         try:
-            while True:
-                nxt = search.next()
-                if isinstance(nxt, Verdict):
-                    verdict = nxt
-                    break
-                if reference is not None and nxt.kind is TrialKind.PREMISE_BASELINE and not nxt.config:
-                    search.observe(_observation(reference))  # measured first, recorded as trial 1
-                    reference = None
-                    continue
-                n = len(self.trials) + 1
-                self.on_event("trial-start", {"n": n, "purpose": nxt.purpose, "config": runner.delta_ids(sorted(nxt.config)),
-                                              "eta_s": self._eta(nxt), "units": len(unit_ids),
-                                              "expected_total": n - 1 + self._remaining(nxt),
-                                              "total_deltas": len(deltas)})
-                why_not = "not the first trial"
-                if nxt.free and not self.trials:
-                    why_not = running_stack_unverified(diff, self.playbook, deltas)
-                    if why_not is not None:
-                        notes.append(f"trial 1 co-restarted the stack instead of probing it as it ran: {why_not}")
-                if why_not is None:
-                    trial = runner.probe_running(n, sorted(nxt.config), nxt.probes,
-                                                 nxt.purpose + " (the running stack, no restart)", nxt.stop_after,
-                                                 nxt.kind)
-                else:
-                    trial = runner.run(n, sorted(nxt.config), nxt.probes, nxt.purpose, nxt.stop_after, nxt.kind)
-                known = watch.fingerprint
-                trial = watch.see(trial)
-                if known is None and watch.fingerprint is not None:
-                    self._save_symptom(watch)
-                self.trials.append(trial)
-                self._append_trial(trial)
-                self.on_event("trial-end", {"trial": trial})
-                if trial.aborted:
-                    raise UsageError(f"probe asked to abort the bisection: {trial.reason}")
-                if trial.cause is Cause.PROBE_BROKEN:  # no evidence: stop (and restore, below)
-                    raise ProbeBroken(broken_line(probe, f"trial {trial.n}: {trial.reason}", restored=True))
-                search.observe(_observation(trial))
-                if trial.cause is Cause.SSH_LOST:
-                    self.on_event("step", {"message": "the ssh connection was lost: reconnecting"})
-                    self.dep.reconnect()  # ConnectionFailed here ends the run (and restores if it can)
-            refined, apart = self._refine_links(verdict, units, runner, search, notes)
-            if apart:  # the verdict's own explanation says which members were tested apart, and by which trial
-                verdict = dataclasses.replace(verdict, explanation=verdict.explanation
-                                              + " Observed, testing auto-linked members apart: " + "; ".join(apart) + ".")
-            commit = self._refine_commits(verdict, units, refined, runner, search, notes)
-            if commit is not None:
-                verdict = dataclasses.replace(verdict, explanation=verdict.explanation + " " + commit.text + ".")
-            guard = self._guard_revert(verdict, units, refined, runner, notes)
-            proof = None
-            evidence = [t for t in self.trials if not self.corrections.retracted(t.n)]
-            if verdict.kind == "not-config":  # only with proof that the baseline trial was the baseline
-                proof = build_proof(seen=_seen_ids(diff, diff_doc), deltas=deltas, original=original,
-                                    contents=contents, playbook=self.playbook, probe=probe, trials=evidence,
-                                    diff_notes=diff.notes if diff else (diff_doc or {}).get("notes", ()),
-                                    conflicts=editor.conflicts,
-                                    restart_facts=restart_facts(baseline_trial(evidence)))
-                if not proof.reproduced:
-                    verdict = not_reproduced(verdict, proof)
-            verdict = unresolved_causes(verdict, evidence)
-            if verdict.kind == "not-config":
-                # "the baseline fails too" clears only what envbisect saw: a file an env file
-                # sources that it could not snapshot is named (state/sourced.py)
-                diff_notes = diff.notes if diff else (diff_doc or {}).get("notes", ())
-                notes.extend(n for n in verdict_notes(diff_notes) if n not in notes)
-                self.on_event("step", {"message": "checking the request path layer by layer"})
-                path_report = check_path(self.playbook, transports, probe)
-            dependencies = dependency_records(verdict, units, self.trials)
-            if verdict.kind in ("culprit", "interaction") and self.opts.leave == "fixed":
-                culprits = {d for u in verdict.culprits for d in refined.get(u, units[u])}
-                keep = [u for u in unit_ids if not set(units[u]) & culprits]
-                keep, pair_notes = leave_pairs_whole(keep, set(culprits), dependencies, units)
-                notes.extend(pair_notes)
-                final = runner.run(len(self.trials) + 1, keep, probe.repeat,
-                                   "final: current minus the culprits must pass", kind=TrialKind.FINAL)
-                self._append_trial(final)
-                self.on_event("trial-end", {"trial": final})
-                if final.outcome is Outcome.PASS:
-                    state_left = "fixed"
-                    editor.finish()
-                    editor.unlock()
-                else:
-                    notes.append("current minus the culprits still fails, so at least one more delta breaks it: "
-                                 "restored the original state; re-run with --policy thorough to find them all")
-            if state_left != "fixed":
-                # nothing restarted (the running stack was only probed): restoring files is all there is
-                state_left = self._restore(editor, notes, restart=any(
-                    not t.free for t in self.trials[self._restarted_from:]))
+            verdict = self._search(search, runner, s, reference, notes)
+            found = self._conclude(verdict, search, runner, s, notes)
+            state_left, final = self._leave(found, runner, s, notes)
         except BaseException as exc:
-            # Ctrl-C, SIGTERM, lost connection, someone else's change, bug: the hosts go back to where
-            # they were (what is provably envbisect's own), and the lock is kept until they are.
-            self.on_event("interrupted", {"error": str(exc) or type(exc).__name__, "run": self.run_id})
-            try:
-                with shield_signals(lambda m: self.on_event("warning", {"message": m})):
-                    try:
-                        self._restore(editor)
-                    except LockLost:
-                        raise
-                    except (RemoteError, EnvbisectError):
-                        self.on_event("step", {"message": "restore failed; reconnecting and trying once more"})
-                        self.dep.reconnect()
-                        self._restore(editor)
-            except BaseException as e2:  # noqa: BLE001 - report, keep the journal (and the lock) for `restore`
-                editor.stop_heartbeat()
-                self.on_event("restore-failed", {"error": f"{e2}; the journal is kept: run "
-                                                          f"`envbisect restore --run {self.run_id}`"})
+            self._restore_interrupted(s.editor, exc)
             raise
         finally:
             stop()
-        drift_hint = ()
-        if verdict.kind == "not-reproduced" and not any(not t.free for t in self.trials):
+        return self._finish(found, state_left, final, s, notes)
+
+    def _new_search(self, s: Session) -> Search:
+        unit_ids = list(s.units)
+        self.playbook_units = unit_ids
+        make_search = self.search_factory or POLICIES[parse_policy(self.opts.policy)].search
+        extra = {"retries": PERF_RETRIES} if s.probe.is_perf else {}
+        return make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
+                           base_probes=s.probe.repeat, **extra)
+
+    def _search(self, search: Search, runner: TrialRunner, s: Session, reference: Trial | None,
+                notes: list[str]) -> Verdict:
+        """The trials the search asks for, each observed, until it decides."""
+        while True:
+            nxt = search.next()
+            if isinstance(nxt, Verdict):
+                return nxt
+            if reference is not None and nxt.kind is TrialKind.PREMISE_BASELINE and not nxt.config:
+                search.observe(observation(reference))  # measured first, recorded as trial 1
+                reference = None
+                continue
+            trial = self._search_trial(nxt, runner, s, notes)
+            if trial.aborted:
+                raise UsageError(f"probe asked to abort the bisection: {trial.reason}")
+            if trial.cause is Cause.PROBE_BROKEN:  # no evidence: stop (and restore, in _loop)
+                raise ProbeBroken(broken_line(s.probe, f"trial {trial.n}: {trial.reason}", restored=True))
+            search.observe(observation(trial))
+            if trial.cause is Cause.CANNOT_TEST and getattr(runner.perf, "wants_reference", False):
+                self._reference_start(runner, search, s)
+            if trial.cause is Cause.SSH_LOST:
+                self.on_event("step", {"message": "the ssh connection was lost: reconnecting"})
+                self.dep.reconnect()  # ConnectionFailed here ends the run (and restores if it can)
+
+    def _reference_start(self, runner: TrialRunner, search: Search, s: Session) -> None:
+        """A perf comparison left undecided by the reference's own start (trials/perf.PerfJudge):
+        the baseline is started again before the search's retry; its samples join the reference."""
+        if isinstance(search.next(), Verdict):
+            return
+        n = len(self.trials) + 1
+        self.on_event("trial-start", {"n": n, "purpose": REFERENCE_PURPOSE, "config": [], "eta_s": None,
+                                      "units": len(s.units), "total_deltas": len(s.deltas)})
+        ref = self._record(runner.run(n, [], s.probe.samples, REFERENCE_PURPOSE, kind=TrialKind.PREMISE_BASELINE))
+        search.observe(observation(ref))
+
+    def _search_trial(self, req: TrialRequest, runner: TrialRunner, s: Session, notes: list[str]) -> Trial:
+        """One trial the search asked for: the running stack probed as it runs when that is a fair
+        observation of the current configuration (plan.running_stack_unverified), else restarted."""
+        n = len(self.trials) + 1
+        self.on_event("trial-start", {"n": n, "purpose": req.purpose, "config": runner.delta_ids(sorted(req.config)),
+                                      "eta_s": self._eta(req), "units": len(s.units),
+                                      "expected_total": n - 1 + self._remaining(req),
+                                      "total_deltas": len(s.deltas)})
+        why_not: str | None = "not the first trial"
+        if req.free and not self.trials:
+            why_not = running_stack_unverified(s.diff, self.playbook, s.deltas)
+            if why_not is not None:
+                notes.append(f"trial 1 co-restarted the stack instead of probing it as it ran: {why_not}")
+        if why_not is None:
+            trial = runner.probe_running(n, sorted(req.config), req.probes,
+                                         req.purpose + " (the running stack, no restart)", req.stop_after, req.kind)
+        else:
+            trial = runner.run(n, sorted(req.config), req.probes, req.purpose, req.stop_after, req.kind)
+        watch = self.watch
+        assert watch is not None
+        known = watch.fingerprint
+        trial = watch.see(trial)
+        if known is None and watch.fingerprint is not None:
+            self._save_symptom(watch)
+        return self._record(trial)
+
+    def _conclude(self, verdict: Verdict, search: Search, runner: TrialRunner, s: Session,
+                  notes: list[str]) -> Concluded:
+        """After the search: the verdict refined (auto-linked members apart, a HEAD move commit by
+        commit), the revert guarded, a not-config verdict's premise proven, unresolved causes named."""
+        refined, apart = self._refine_links(verdict, s.units, runner, search, notes)
+        if apart:  # the verdict's own explanation says which members were tested apart, and by which trial
+            verdict = dataclasses.replace(verdict, explanation=verdict.explanation
+                                          + " Observed, testing auto-linked members apart: " + "; ".join(apart) + ".")
+        commit = self._refine_commits(verdict, s.units, refined, runner, search, notes)
+        if commit is not None:
+            verdict = dataclasses.replace(verdict, explanation=verdict.explanation + " " + commit.text + ".")
+        guard = self._guard_revert(verdict, s.units, refined, runner, notes)
+        proof = None
+        evidence = [t for t in self.trials if not self.corrections.retracted(t.n)]
+        if verdict.kind == VerdictKind.NOT_CONFIG:  # only with proof that the baseline trial was the baseline
+            proof = build_proof(seen=seen_ids(s.diff, s.diff_doc), deltas=s.deltas, original=s.original,
+                                contents=s.contents, playbook=self.playbook, probe=s.probe, trials=evidence,
+                                diff_notes=s.diff_notes, conflicts=s.editor.conflicts,
+                                restart_facts=restart_facts(baseline_trial(evidence)))
+            if not proof.reproduced:
+                verdict = not_reproduced(verdict, proof)
+        verdict = unresolved_causes(verdict, evidence)
+        path_report = None
+        if verdict.kind == VerdictKind.NOT_CONFIG:
+            # "the baseline fails too" clears only what envbisect saw: a file an env file
+            # sources that it could not snapshot is named (state/sourced.py)
+            notes.extend(n for n in verdict_notes(s.diff_notes) if n not in notes)
+            self.on_event("step", {"message": "checking the request path layer by layer"})
+            path_report = check_path(self.playbook, self.dep.transports, s.probe)
+        dependencies = dependency_records(verdict, s.units, self.trials)
+        return Concluded(verdict, refined, guard, commit, proof, path_report, tuple(dependencies))
+
+    def _leave(self, found: Concluded, runner: TrialRunner, s: Session,
+               notes: list[str]) -> tuple[str, Trial | None]:
+        """(the state left, the final trial): `--leave fixed` keeps current minus the culprits when
+        that passes; otherwise the hosts are restored."""
+        final = None
+        if found.verdict.kind in (VerdictKind.CULPRIT, VerdictKind.INTERACTION) and self.opts.leave == Leave.FIXED:
+            culprits = culprit_deltas(found.verdict, s.units, found.refined)
+            keep = [u for u in s.units if not set(s.units[u]) & culprits]
+            keep, pair_notes = leave_pairs_whole(keep, set(culprits), list(found.dependencies), s.units)
+            notes.extend(pair_notes)
+            final = self._record(runner.run(len(self.trials) + 1, keep, s.probe.repeat,
+                                            "final: current minus the culprits must pass", kind=TrialKind.FINAL),
+                                 evidence=False)
+            if final.outcome is Outcome.PASS:
+                s.editor.finish()
+                s.editor.unlock()
+                return Leave.FIXED, final
+            notes.append("current minus the culprits still fails, so at least one more delta breaks it: "
+                         "restored the original state; re-run with --policy thorough to find them all")
+        # nothing restarted (the running stack was only probed): restoring files is all there is
+        restarted = any(not t.free for t in self.trials[self._restarted_from:])
+        return self._restore(s.editor, notes, restart=restarted), final
+
+    def _restore_interrupted(self, editor: HostEditor, exc: BaseException) -> None:
+        """Ctrl-C, SIGTERM, lost connection, someone else's change, bug: the hosts go back to where
+        they were (what is provably envbisect's own), and the lock is kept until they are."""
+        self.on_event("interrupted", {"error": str(exc) or type(exc).__name__, "run": self.run_id})
+        try:
+            with shield_signals(lambda m: self.on_event("warning", {"message": m})):
+                try:
+                    self._restore(editor)
+                except LockLost:
+                    raise
+                except (RemoteError, EnvbisectError):
+                    self.on_event("step", {"message": "restore failed; reconnecting and trying once more"})
+                    self.dep.reconnect()
+                    self._restore(editor)
+        except BaseException as e2:  # noqa: BLE001 - report, keep the journal (and the lock) for `restore`
+            editor.stop_heartbeat()
+            self.on_event("restore-failed", {"error": f"{e2}; the journal is kept: run "
+                                                      f"`envbisect restore --run {self.run_id}`"})
+
+    def _finish(self, found: Concluded, state_left: str, final: Trial | None, s: Session,
+                notes: list[str]) -> BisectResult:
+        """The result, written as the run's verdict.json."""
+        verdict = found.verdict
+        drift_hint: tuple[str, ...] = ()
+        if verdict.kind == VerdictKind.NOT_REPRODUCED and not any(not t.free for t in self.trials):
             notes.append(f"the running stack passes the probe as it runs (trial 1, no restart): nothing to find "
-                         f"with probe {probe.name!r}; nothing was changed or restarted")
-        elif verdict.kind == "not-reproduced":
+                         f"with probe {s.probe.name!r}; nothing was changed or restarted")
+        elif verdict.kind == VerdictKind.NOT_REPRODUCED:
             notes.append("after a full ordered co-restart the current configuration passes; the hosts were left at "
                          "it, co-restarted - which is itself the fix for a stack restarted piecemeal")
-            recorded = diff.to_json(self.dep.masker) if diff else diff_doc or {}
+            recorded = s.diff.to_json(self.dep.masker) if s.diff else s.diff_doc or {}
             drift_hint = tuple(drift_hints(recorded))
             verdict = with_drift(verdict, recorded, list(drift_hint))
-        result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, units, path_report, drift_hint,
-                              final, tuple(notes), refined, guard, self.corrections, watch.to_json(),
-                              tuple(dependencies), proof, commit)
+        watch = self.watch
+        result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, s.units, found.path_report,
+                              drift_hint, final, tuple(notes), found.refined, found.guard, self.corrections,
+                              watch.to_json() if watch else None, found.dependencies, found.proof, found.commit)
         RunDir(self.run_dir).write(rundir.VERDICT, self.dep.masker.redact_json(result.to_json()))
         return result
 
@@ -708,9 +554,7 @@ class BisectRun:
                                        kind=TrialKind.REFINE)
                     if self.watch is not None:
                         trial = self.watch.see(trial)
-                    self.trials.append(trial)
-                    self._append_trial(trial)
-                    self.on_event("trial-end", {"trial": trial})
+                    self._record(trial)
                 if trial.outcome is Outcome.UNRESOLVED:
                     tested = None
                     break
@@ -732,7 +576,7 @@ class BisectRun:
         self.on_event("step", {"message": f"{g.id}: reading its first-parent commits from a local mirror"})
         try:
             with mirror(self.dep.transports[g.host], g.path or "", g.new or "") as m:
-                line = first_parent_line(m, g.old or "", g.new or "")
+                line = first_parent_line(m, g.old or "", g.new or "", split_merges=self.opts.split_merges)
         except (NotALine, RemoteError) as e:
             notes.append(f"{g.id}: not searched commit by commit: {e}")
             return None
@@ -742,6 +586,10 @@ class BisectRun:
         def trial_at(c: LineCommit, purpose: str, kind: TrialKind) -> Trial:
             step = dataclasses.replace(g, id=f"{g.id}@{c.sha[:12]}", new=c.sha)
             unit = f"commit:{c.sha[:12]}"
+            done = recorded_refine(self.trials, self.corrections, [step.id], kind)  # --resume: replayed, not re-run
+            if done is not None:
+                used.append(done.n)
+                return done
             commit_runner = self.runner_factory(self.playbook, self.dep.transports, runner.editor, runner.original,
                                                 [d for d in runner.deltas if d.id != g.id] + [step], runner.contents,
                                                 runner.probe, {unit: (step.id,)}, on_step=runner.on_step,
@@ -749,10 +597,7 @@ class BisectRun:
             n = len(self.trials) + 1
             self.on_event("trial-start", {"n": n, "purpose": purpose, "config": [step.id], "eta_s": None,
                                           "units": len(units), "total_deltas": len(runner.deltas)})
-            t = commit_runner.run(n, [unit], pass_runs, purpose, kind=kind)
-            self.trials.append(t)
-            self._append_trial(t)
-            self.on_event("trial-end", {"trial": t})
+            t = self._record(commit_runner.run(n, [unit], pass_runs, purpose, kind=kind))
             used.append(n)
             return t
 
@@ -783,47 +628,28 @@ class BisectRun:
         """--guard: before a culprit is called safe to revert, measure what reverting it costs.
         The current configuration is started and sampled (the reference: what the stack does
         now), then current minus the culprits, judged against it with the perf decision. Two
-        restarts, spent only once there is a verdict to act on."""
+        restarts, spent only once there is a verdict to act on (runs/plan.guard_verdict judges)."""
         g = self.guard_probe()
-        if g is None or verdict.kind not in ("culprit", "interaction"):
+        if g is None or verdict.kind not in (VerdictKind.CULPRIT, VerdictKind.INTERACTION):
             return None
-        culprits = {d for u in verdict.culprits for d in refined.get(u, units[u])}
-        everything = sorted(units)
-        keep = [u for u in everything if not set(units[u]) & culprits]
+        culprits = culprit_deltas(verdict, units, refined)
+        configs = guard_configs(g, units, culprits)
         guard_runner = self.runner_factory(self.playbook, self.dep.transports, runner.editor, runner.original,
                                            runner.deltas, runner.contents, g, runner.units, on_step=runner.on_step,
                                            evidence_dir=runner.evidence_dir,
-                                           reference_config=runner.delta_ids(everything))
+                                           reference_config=runner.delta_ids(configs[0][0]))
         numbers = []
         last = None
-        for config, purpose in ((everything, f"guard {g.name}: the current configuration's {g.metric} "
-                                             "(the reference a revert is judged against)"),
-                                (keep, f"guard {g.name}: current minus the culprits ({', '.join(sorted(culprits))})")):
+        for config, purpose in configs:
             n = len(self.trials) + 1
             self.on_event("trial-start", {"n": n, "purpose": purpose, "config": guard_runner.delta_ids(config),
                                           "eta_s": None, "units": len(units)})
-            last = guard_runner.run(n, config, g.samples, purpose, kind=TrialKind.GUARD)
-            self.trials.append(last)
-            self._append_trial(last)
-            self.on_event("trial-end", {"trial": last})
+            last = self._record(guard_runner.run(n, config, g.samples, purpose, kind=TrialKind.GUARD))
             numbers.append(n)
             if last.outcome is not Outcome.PASS:
                 break
         assert last is not None
-        who = ", ".join(sorted(culprits))
-        if len(numbers) < 2:
-            safe, text = None, (f"could not measure {g.metric} of the current configuration (trial {numbers[0]}: "
-                                f"{last.reason}): whether reverting {who} costs speed is not known")
-        elif last.outcome is Outcome.PASS:
-            safe, text = True, (f"reverting {who} costs no more than the {g.regression:.0%} allowed "
-                                f"(trials {numbers[0]} and {numbers[1]}): {last.reason}")
-        elif last.outcome is Outcome.FAIL:
-            safe, text = False, (f"reverting {who} costs {g.metric} by more than the {g.regression:.0%} allowed "
-                                 f"(trials {numbers[0]} and {numbers[1]}): {last.reason}; not safe to revert "
-                                 "without weighing that")
-        else:
-            safe, text = None, (f"what reverting {who} costs could not be decided (trials {numbers[0]} and "
-                                f"{numbers[1]}): {last.reason}")
+        safe, text = guard_verdict(g, culprits, numbers, last)
         return GuardResult(g.name, g.metric, safe, text, tuple(numbers))
 
     def _restore(self, editor: HostEditor, notes: list[str] | None = None, restart: bool = True) -> str:
@@ -841,7 +667,7 @@ class BisectRun:
         editor.unlock()
         if rs is not None and not rs.ok:
             self.on_event("warning", {"message": f"restored files, but the co-restart failed: {rs.message}"})
-        return "original"
+        return Leave.ORIGINAL
 
     def _pids_before_the_run(self) -> frozenset[int]:
         """The services' processes as the run found them: the old pids the first restarting trial
@@ -850,17 +676,7 @@ class BisectRun:
         return frozenset(f.old_pid for f in (first.restart_proof if first else ()) if f.old_pid)
 
     def _remaining(self, req: TrialRequest) -> int:
-        """Restarts still expected, this one included: an estimate for the ETA, nothing decides on it.
-        A bisection over the units the search still suspects, plus the confirmations the policy asks
-        for, plus the premise checks not yet done."""
-        confirm = 0 if self.opts.policy == "fast" else 2
-        if req.kind is TrialKind.BISECT and req.suspects_left:
-            return max(1, math.ceil(math.log2(max(1, req.suspects_left)))) + confirm
-        if req.kind in (TrialKind.PREMISE_CURRENT, TrialKind.PREMISE_BASELINE):
-            n = len(self.playbook_units)
-            premises = 1 if req.kind is TrialKind.PREMISE_BASELINE else (1 if req.free else 2)
-            return premises + (math.ceil(math.log2(n)) if n > 1 else 0) + confirm
-        return 1
+        return remaining_restarts(req, self.opts.policy, len(self.playbook_units))
 
     def _eta(self, req: TrialRequest) -> float | None:
         resolved = [t for t in self.trials if t.restart_s > 0]
@@ -868,104 +684,6 @@ class BisectRun:
             return None
         per = sum(t.restart_s + t.probe_s for t in resolved) / len(resolved)
         return per * self._remaining(req)
-
-
-# A process's start time is read from /proc as boot time (whole seconds, rounded down) plus its
-# start ticks, so it is never later than the real start: a file whose mtime is before it is older
-# than the process. No margin is added; a clock stepped back since would only make this stricter
-# for files written before the step.
-_START_MARGIN_S = 0.0
-
-
-def git_culprit(verdict: Verdict, units: Mapping[str, tuple[str, ...]], refined: Mapping[str, tuple[str, ...]],
-                deltas: Sequence[Delta]) -> Delta | None:
-    """The git delta a culprit verdict names alone, if it does."""
-    if verdict.kind != "culprit" or len(verdict.culprits) != 1:
-        return None
-    ids = refined.get(verdict.culprits[0], units.get(verdict.culprits[0], ()))
-    found = [d for d in deltas if d.id in ids]
-    if len(found) != 1 or len(ids) != 1 or found[0].kind != "git":
-        return None
-    return found[0]
-
-
-def running_stack_unverified(diff: Diff | None, playbook, deltas: Sequence[Delta]) -> str | None:  # noqa: ANN001
-    """Why probing the running stack would not be a fair observation of the current configuration
-    (None: it would be). Fair only when every service's process runs what its files say now:
-    its environment equals what bash makes of its env file (evaluated on the host: no drift) or,
-    where the environment cannot be read (sglang-router rewrites its process title over it), the
-    process started after its env file was last written; every watched file that changed is
-    older than the processes on its host; and no git HEAD moved (the code on disk is not provably
-    the code that runs: Python imports lazily)."""
-    if diff is None:
-        return "a resumed run (the processes were not seen by this run's diff)"
-    if diff.drift:
-        d = diff.drift[0]
-        return f"{d.service} runs with {d.key} different from its env file (drift)"
-    hosts = diff.current.hosts
-    started: dict[str, list[float]] = {}
-    for name, svc in playbook.services.items():
-        host = hosts.get(svc.host)
-        proc = host.processes.get(name) if host else None
-        if proc is None or proc.started_at is None or proc.status not in ("ok", "unknown"):
-            return f"{name}: its process was not seen running"
-        f = host.files.get(svc.env_file)
-        if f is None or not f.exists:
-            return f"{name}: its env file {svc.env_file} was not read"
-        if proc.status == "ok" and proc.evaluated(f.sha256) is None:
-            return f"{name}: what bash makes of {svc.env_file} was not evaluated on the host"
-        if proc.status != "ok" and (f.mtime is None or f.mtime > proc.started_at - _START_MARGIN_S):
-            return (f"{name}: its start environment cannot be read and {svc.env_file} is not provably older "
-                    "than the process")
-        started.setdefault(svc.host, []).append(proc.started_at)
-    for d in deltas:
-        if d.kind == "git":
-            return f"{d.id}: a git HEAD moved (the running code may predate it)"
-        if d.kind in ("file", "key"):
-            f = hosts[d.host].files.get(d.path) if d.host in hosts else None
-            first = min(started.get(d.host, [0.0]))
-            if f is None or f.mtime is None or f.mtime > first - _START_MARGIN_S:
-                return f"{d.path} on {d.host} may have changed after a process there started"
-    return None
-
-
-def capture_environment(playbook, transports) -> dict[str, Any]:  # noqa: ANN001
-    """Versions for the postmortem: envbisect, and each host's kernel and Python."""
-    import platform
-
-    from envbisect import __version__
-
-    hosts = {}
-    for h, t in transports.items():
-        try:
-            r = t.run_python("import platform,sys;print(platform.release());print(platform.python_version());"
-                             "print(platform.node())", timeout=30)
-            kernel, py, node = (r.stdout.decode().splitlines() + ["?", "?", "?"])[:3]
-            hosts[h] = {"kernel": kernel, "python": py, "hostname": node}
-        except RemoteError as e:
-            hosts[h] = {"error": str(e)}
-    return {"envbisect": __version__, "controller": {"python": platform.python_version(), "kernel": platform.release(),
-                                                     "hostname": platform.node()}, "hosts": hosts}
-
-
-def _observation(t: Trial) -> Observation:
-    if t.symptom == "other":  # failed differently from the symptom: no evidence about it (runs/symptom.py)
-        return Observation(frozenset(t.units), other=True, free=t.free, trial=t.n)
-    if t.outcome is Outcome.UNRESOLVED:
-        return Observation(frozenset(t.units), passes=0, failed=False, unresolved=True, free=t.free, trial=t.n)
-    failed = t.outcome.failed
-    return Observation(frozenset(t.units), passes=t.passes, failed=failed, failures=max(t.failures, int(failed)),
-                       free=t.free, trial=t.n)
-
-
-def _seen_ids(diff: Diff | None, diff_doc: Mapping[str, Any] | None) -> list[str]:
-    """Every delta the diff saw (the run's and those it left out); a resumed run reads its record."""
-    if diff is not None:
-        return [d.id for d in diff.deltas]
-    return [d["id"] for d in (diff_doc or {}).get("deltas", [])]
-
-
-_drift_hint = drift_hints  # the name runs/replay.py imports (the sentences live in runs/drift.py)
 
 
 def _find_run_dir(store: Store, run_id: str | None, deployment: str, finished: bool | None = False) -> RunDir:
@@ -982,83 +700,5 @@ def _find_run_dir(store: Store, run_id: str | None, deployment: str, finished: b
     return rd
 
 
-def _install_signal_handlers() -> Callable[[], None]:
-    """SIGTERM behaves like Ctrl-C (KeyboardInterrupt), so both restore the hosts."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def on_term(signum, frame):  # noqa: ANN001
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    old = signal.signal(signal.SIGTERM, on_term)
-    return lambda: signal.signal(signal.SIGTERM, old)
-
-
-@contextlib.contextmanager
-def shield_signals(say: Callable[[str], None]) -> Iterator[None]:
-    """While the hosts are being put back: a first Ctrl-C or SIGTERM is noted, not obeyed (an
-    interrupted restore leaves hosts half-restored); a second one interrupts (the journal is kept)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    seen = []
-
-    def on_signal(signum, frame):  # noqa: ANN001
-        seen.append(signum)
-        if len(seen) > 1:
-            raise KeyboardInterrupt(f"signal {signum} during restore")
-        say("putting the hosts back first; signal again to abandon that (the journal is kept for `envbisect restore`)")
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def restore_deployment(dep: Deployment, *, run_id: str | None = None, break_lock: bool = False,
-                       on_event: Callable[[str, dict], None] | None = None, dry_run: bool = False) -> dict[str, Any]:
-    """`envbisect restore [--run ID]`: undo an interrupted or crashed run from its journal, then
-    co-restart. The lock is taken first; refused while the run that owns the journal is alive.
-    Resources someone else changed meanwhile are left as found and listed under "conflicts".
-    `dry_run`: say what would be put back, and whether the lock could be taken; write nothing."""
-    ev = on_event or (lambda _k, _d: None)
-    journal = find_journal(dep.playbook, dep.transports, dep.store.runs_dir, run_id)
-    if journal is None:
-        why = f"run {run_id} has no active journal" if run_id else "no active journal for this deployment"
-        return {"restored": False, "reason": f"{why}: nothing to undo", **({"dry_run": True} if dry_run else {})}
-    if dry_run:
-        HostEditor(dep.playbook, dep.transports, dep.store.runs_dir / "-", "", heartbeat_s=0).lock(
-            restoring=journal.run_id, break_lock=break_lock, dry=True)
-        return {"restored": False, "dry_run": True, "run": journal.run_id,
-                "files": [{"host": h, "path": p, "existed": f.exists}
-                          for (h, p), f in sorted(journal.original.files.items())],
-                "repos": [{"host": h, "path": p, "head": r.head}
-                          for (h, p), r in sorted(journal.original.repos.items())],
-                "restart_order": list(dep.playbook.restart.order)}
-    run_dir = journal_dir(dep.store.runs_dir, journal.run_id, dep.playbook.name)
-    private_dir(run_dir)
-    editor = HostEditor.resume_from(dep.playbook, dep.transports, run_dir, journal, runs_root=dep.store.runs_dir)
-    for note in editor.lock(restoring=journal.run_id, break_lock=break_lock):
-        ev("warning", {"message": note})
-    try:
-        with shield_signals(lambda m: ev("warning", {"message": m})):
-            ev("step", {"message": f"restoring {len(journal.original.files)} file(s) and "
-                                   f"{len(journal.original.repos)} repo(s) from run {journal.run_id}"})
-            conflicts = editor.restore()
-            for c in conflicts:
-                ev("warning", {"message": describe_conflict(c)})
-            rs = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}),
-                            guard=editor.guard)
-            editor.finish()
-    except BaseException:
-        editor.stop_heartbeat()  # the lock stays until the hosts are consistent; restore again
-        raise
-    editor.unlock()
-    return {"restored": True, "run": journal.run_id, "files": len(journal.original.files),
-            "repos": len(journal.original.repos), "co_restart_ok": rs.ok, "co_restart": rs.message or "ok",
-            "conflicts": conflicts}
-
-
-__all__ = ["BisectRun", "BisectOptions", "BisectResult", "POLICIES", "restore_deployment"]
+__all__ = ["ApartTest", "BisectRun", "BisectOptions", "BisectResult", "CommitVerdict", "GuardResult", "PERF_RETRIES", "REFERENCE_PURPOSE",
+           "POLICIES", "VERDICT_EXIT", "capture_environment", "judge_apart", "make_units", "restore_deployment"]

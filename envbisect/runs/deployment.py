@@ -19,7 +19,7 @@ from envbisect.state.deltas import Diff, compute_diff, fallback_note, engine_nam
 from envbisect.hosts.engine import read_sglang
 from envbisect.state.sourced import keep_sourced, sourced_notes
 from envbisect.state.structured import key_secrets
-from envbisect.errors import UsageError
+from envbisect.errors import RemoteError, UsageError
 from envbisect.hosts.inventory import bind_inventory
 from envbisect.inputs.masking import SecretMasker
 from envbisect.inputs.playbook import Playbook, load_playbook
@@ -212,4 +212,23 @@ class Deployment:
         return with_knobs(result, registries, notes, self.playbook.arg_keys)
 
 
-__all__: Iterable[str] = ["Deployment", "ConnectOptions"]
+def capture_environment(playbook, transports) -> dict[str, Any]:  # noqa: ANN001
+    """Versions for the postmortem: envbisect, and each host's kernel and Python."""
+    import platform
+
+    from envbisect import __version__
+
+    hosts = {}
+    for h, t in transports.items():
+        try:
+            r = t.run_python("import platform,sys;print(platform.release());print(platform.python_version());"
+                             "print(platform.node())", timeout=30)
+            kernel, py, node = (r.stdout.decode().splitlines() + ["?", "?", "?"])[:3]
+            hosts[h] = {"kernel": kernel, "python": py, "hostname": node}
+        except RemoteError as e:
+            hosts[h] = {"error": str(e)}
+    return {"envbisect": __version__, "controller": {"python": platform.python_version(), "kernel": platform.release(),
+                                                     "hostname": platform.node()}, "hosts": hosts}
+
+
+__all__: Iterable[str] = ["Deployment", "ConnectOptions", "capture_environment"]

@@ -5,7 +5,7 @@ The probing is the trial runner's own (trials/runner.probe_repeatedly for a pass
 trials/perf.judge for a perf probe, as the runner's probe of the running stack does); what is not
 here is an editor: nothing is edited, so nothing is journaled or locked. Whether the processes
 verifiably run the files the snapshot recorded is the bisection's own test
-(runs/bisect.running_stack_unverified); when they may not, the result says so.
+(runs/plan.running_stack_unverified); when they may not, the result says so.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def observe_running(playbook: Playbook, transports: Mapping[str, Transport], sna
     """Probe the running stack once (a pass/fail probe: its `repeat` runs, stopping at the first
     failure; a perf probe: a reference's worth of samples). A probe that cannot tell (exit 125, an
     abort, a lost connection) is `unresolved`: never a known-good."""
-    from envbisect.runs.bisect import running_stack_unverified
+    from envbisect.runs.plan import running_stack_unverified
     from envbisect.trials.perf import judge
     from envbisect.trials.runner import probe_repeatedly
 

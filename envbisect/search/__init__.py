@@ -40,10 +40,10 @@ fix pass are the restarts that separate a verdict from a guess.
 from __future__ import annotations
 
 from envbisect.outcome import Outcome
+from envbisect.search.policy import POLICIES, Policy, parse_policy
 from envbisect.search.strategy import Search
-from envbisect.search.types import (POLICIES, Dependency, Hypothesis, Observation, Policy, Prior, TrialKind,
-                                    TrialRequest, Verdict,
-                    restart_bound)
+from envbisect.search.types import (Dependency, Hypothesis, Observation, Prior, TrialKind, TrialRequest, Verdict,
+                                    restart_bound)
 
 __all__ = [
     "Outcome",
@@ -55,6 +55,7 @@ __all__ = [
     "Prior",
     "Policy",
     "POLICIES",
+    "parse_policy",
     "Hypothesis",
     "Search",
     "restart_bound",

@@ -9,13 +9,13 @@ from envbisect.search.types import Prior
 
 
 
-_NONE, _NOTHING, _S, _AND = range(4)  # not the config, no fault, one culprit, a pair that fails only together
+NONE, NOTHING, SINGLE, PAIR = range(4)  # not the config, no fault, one culprit, a pair that fails only together
 
 
 class HypClass(NamedTuple):
     """Hypotheses that differ only by swapping units within atoms: one likelihood, `mult` members."""
 
-    kind: int  # _NONE | _NOTHING | _S | _AND
+    kind: int  # NONE | NOTHING | SINGLE | PAIR
     a: int  # atom of the (first) culprit, -1 when none
     b: int  # atom of the pair's second unit, -1 when none
     mult: float  # unit-level hypotheses in the class
@@ -23,14 +23,14 @@ class HypClass(NamedTuple):
     mass: float  # sum of q_mass
 
 
-def _bits(mask: int) -> Iterable[int]:
+def bits(mask: int) -> Iterable[int]:
     while mask:
         low = mask & -mask
         yield low.bit_length() - 1
         mask ^= low
 
 
-class _Belief:
+class Belief:
     """Exact posterior over (hypothesis, q) for one frame, computed from scratch.
 
     A frame has accepted terms ``terms`` (culprits found earlier, part of every
@@ -58,62 +58,24 @@ class _Belief:
         self.qs = [q for q, _ in prior.q]
         self.pq = [w / tot for w in qw]
         self.terms = list(terms)
-        frame0 = not self.terms
-        nobs = len(obs)
-        ks = [k for _, k, _ in obs]
-        fs = [f for _, _, f in obs]
-        failed_vec = 0
-        ebad = 0
-        for i, (c, _, f) in enumerate(obs):
-            if f:
-                failed_vec |= 1 << i
-            if any(t & c == t for t in self.terms):
-                ebad |= 1 << i
-        groups: dict[int, list[int]] = {}
-        for u in frame_units:
-            bit = 1 << u
-            sig = 0
-            for i, (c, _, _) in enumerate(obs):
-                if c & bit:
-                    sig |= 1 << i
-            groups.setdefault(sig, []).append(u)
-        self.atoms: list[tuple[int, int, int, list[int]]] = []  # (signature, mask, size, members)
-        for sig, members in groups.items():
-            m = 0
-            for u in members:
-                m |= 1 << u
-            self.atoms.append((sig, m, len(members), members))
+        self.atoms = _atoms(frame_units, obs)  # (signature, mask, size, members)
         atom_of = {u: i for i, (_s, _m, _z, members) in enumerate(self.atoms) for u in members}
         self.same = {frozenset(pq) for pq in same if pq[0] in atom_of and pq[1] in atom_of}
         dropped: dict[tuple[int, int], int] = {}
         for pq in self.same:
             ia, ib = sorted(atom_of[u] for u in pq)
             dropped[(ia, ib)] = dropped.get((ia, ib), 0) + 1
-        v = len(frame_units)
-        pairs = v * (v - 1) // 2
-        cache: dict[int, list[float] | None] = {}
-
-        def weights(bad: int) -> list[float] | None:
-            if bad in cache:
-                return cache[bad]
-            if failed_vec & ~bad:  # a good config never fails
-                cache[bad] = None
-                return None
-            s = f = 0
-            for i in _bits(bad):
-                s += ks[i]
-                f += fs[i]
-            w = [p * (q**s) * ((1.0 - q) ** f) for q, p in zip(self.qs, self.pq)]
-            cache[bad] = w
-            return w
-
-        # class: (kind, atom a, atom b, multiplicity, q-vector of posterior mass, mass)
         self.classes: list[HypClass] = []
+        self._add_classes(_Likelihood(obs, self.terms, self.qs, self.pq), prior, len(frame_units), dropped)
+        self.z = sum(c.mass for c in self.classes)
+
+    def _add_classes(self, lik: "_Likelihood", prior: Prior, v: int, dropped: dict[tuple[int, int], int]) -> None:
+        """One class per (kind, atom, atom), weighted by the prior and the likelihood of the observations."""
 
         def add(kind: int, a: int, b: int, mult: float, each: float, ext_bad: int) -> None:
             if mult <= 0 or each <= 0:
                 return
-            w = weights(ebad | ext_bad)
+            w = lik.weights(lik.ebad | ext_bad)
             if w is None:
                 return
             scale = mult * each
@@ -122,40 +84,40 @@ class _Belief:
             if mass > 0:
                 self.classes.append(HypClass(kind, a, b, mult, qv, mass))
 
-        if frame0:
+        if not self.terms:
             p_nothing, p_single, p_pair = prior.no_fault, prior.single, prior.interaction
-            add(_NONE, -1, -1, 1, prior.not_config, (1 << nobs) - 1)
+            add(NONE, -1, -1, 1, prior.not_config, (1 << lik.nobs) - 1)
         else:  # one more culprit, or none
             p_nothing, p_single = prior.single, prior.multiple
             inter = prior.interaction if prior.later_interaction is None else prior.later_interaction
             p_pair = prior.multiple * inter / prior.single
-        add(_NOTHING, -1, -1, 1, p_nothing, 0)
+        add(NOTHING, -1, -1, 1, p_nothing, 0)
         if v:
             for ai, (sig, _, size, _) in enumerate(self.atoms):
-                add(_S, ai, -1, size, p_single / v, sig)
+                add(SINGLE, ai, -1, size, p_single / v, sig)
+        pairs = v * (v - 1) // 2
         if pairs:
             each = p_pair / pairs
             na = len(self.atoms)
             for ai in range(na):
                 sa, _, za, _ = self.atoms[ai]
-                add(_AND, ai, ai, za * (za - 1) / 2 - dropped.get((ai, ai), 0), each, sa)
+                add(PAIR, ai, ai, za * (za - 1) / 2 - dropped.get((ai, ai), 0), each, sa)
                 for bi in range(ai + 1, na):
                     sb, _, zb, _ = self.atoms[bi]
-                    add(_AND, ai, bi, za * zb - dropped.get((ai, bi), 0), each, sa & sb)
-        self.z = sum(c.mass for c in self.classes)
+                    add(PAIR, ai, bi, za * zb - dropped.get((ai, bi), 0), each, sa & sb)
 
     # -- predictions ------------------------------------------------------------
 
     def _frac(self, cls: tuple, mask: int) -> float:
         """Fraction of the class's unit-level hypotheses under which ``mask`` is bad."""
         kind, a, b = cls.kind, cls.a, cls.b
-        if kind == _NONE or any(t & mask == t for t in self.terms):
+        if kind == NONE or any(t & mask == t for t in self.terms):
             return 1.0
-        if kind == _NOTHING:
+        if kind == NOTHING:
             return 0.0
         _, am, za, _ = self.atoms[a]
         ca = (mask & am).bit_count()
-        if kind == _S:
+        if kind == SINGLE:
             return ca / za
         if a == b:
             return ca * (ca - 1) / (za * (za - 1))
@@ -232,15 +194,15 @@ class _Belief:
     def p_nothing(self) -> float:
         if self.z <= 0:
             return 0.0
-        return sum(c.mass for c in self.classes if c.kind == _NOTHING) / self.z
+        return sum(c.mass for c in self.classes if c.kind == NOTHING) / self.z
 
     def term(self, cls: tuple) -> int:
         """The new term (mask) of the first unit-level hypothesis of a class (0 if none)."""
         kind, a, b = cls.kind, cls.a, cls.b
-        if kind in (_NONE, _NOTHING):
+        if kind in (NONE, NOTHING):
             return 0
         ma = self.atoms[a][3]
-        if kind == _S:
+        if kind == SINGLE:
             return 1 << ma[0]
         if self.same:
             return self.expand(cls, 1)[0]
@@ -250,10 +212,10 @@ class _Belief:
     def expand(self, cls: tuple, limit: int) -> list[int]:
         """Up to ``limit`` new terms of the unit-level hypotheses of a class."""
         kind, a, b = cls.kind, cls.a, cls.b
-        if kind in (_NONE, _NOTHING):
+        if kind in (NONE, NOTHING):
             return [0]
         ma = self.atoms[a][3]
-        if kind == _S:
+        if kind == SINGLE:
             return [1 << u for u in ma[:limit]]
         out: list[int] = []
         mb = self.atoms[b][3]
@@ -271,11 +233,11 @@ class _Belief:
         if self.z <= 0:
             return out
         for kind, a, b, _, _, mass in self.classes:
-            if kind in (_NONE, _NOTHING):
+            if kind in (NONE, NOTHING):
                 continue
             p = mass / self.z
             za = self.atoms[a][2]
-            if kind == _S:
+            if kind == SINGLE:
                 share = {a: p / za}
             elif a == b:
                 share = {a: 2 * p / za}
@@ -291,14 +253,14 @@ class _Belief:
         if self.z <= 0:
             return 0.0
         tot = 0.0
-        units = list(_bits(term))
+        units = list(bits(term))
         for kind, a, b, _, _, mass in self.classes:
-            if kind not in (_S, _AND):
+            if kind not in (SINGLE, PAIR):
                 continue
             ma, za = self.atoms[a][1], self.atoms[a][2]
-            if kind == _S and len(units) == 1 and term & ma:
+            if kind == SINGLE and len(units) == 1 and term & ma:
                 tot += mass / za
-            elif kind == _AND and len(units) == 2:
+            elif kind == PAIR and len(units) == 2:
                 x, y = (1 << units[0]), (1 << units[1])
                 if a == b:
                     if x & ma and y & ma:
@@ -310,3 +272,54 @@ class _Belief:
         return tot / self.z
 
 
+def _atoms(frame_units: Sequence[int], obs: Sequence[tuple[int, int, int]]) -> list[tuple[int, int, int, list[int]]]:
+    """Units grouped by the observations that held them: (signature, mask, size, members) per atom."""
+    groups: dict[int, list[int]] = {}
+    for u in frame_units:
+        bit = 1 << u
+        sig = 0
+        for i, (c, _, _) in enumerate(obs):
+            if c & bit:
+                sig |= 1 << i
+        groups.setdefault(sig, []).append(u)
+    out = []
+    for sig, members in groups.items():
+        m = 0
+        for u in members:
+            m |= 1 << u
+        out.append((sig, m, len(members), members))
+    return out
+
+
+class _Likelihood:
+    """P(observations | the configs in ``bad`` are bad, q) for each q of the grid, cached per ``bad``
+    (a bit vector over the observations). ``ebad``: the observations bad under the accepted terms."""
+
+    def __init__(self, obs: Sequence[tuple[int, int, int]], terms: Sequence[int], qs: list[float],
+                 pq: list[float]) -> None:
+        self.nobs = len(obs)
+        self.ks = [k for _, k, _ in obs]
+        self.fs = [f for _, _, f in obs]
+        self.qs, self.pq = qs, pq
+        self.failed_vec = 0
+        self.ebad = 0
+        for i, (c, _, f) in enumerate(obs):
+            if f:
+                self.failed_vec |= 1 << i
+            if any(t & c == t for t in terms):
+                self.ebad |= 1 << i
+        self.cache: dict[int, list[float] | None] = {}
+
+    def weights(self, bad: int) -> list[float] | None:
+        if bad in self.cache:
+            return self.cache[bad]
+        if self.failed_vec & ~bad:  # a good config never fails
+            self.cache[bad] = None
+            return None
+        s = f = 0
+        for i in bits(bad):
+            s += self.ks[i]
+            f += self.fs[i]
+        w = [p * (q**s) * ((1.0 - q) ** f) for q, p in zip(self.qs, self.pq)]
+        self.cache[bad] = w
+        return w

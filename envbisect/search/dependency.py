@@ -14,44 +14,58 @@ structured stages are), and a check:
 3. the check: the prefix plus p alone must not fail differently. Then e needs p: seen failing
    differently without it, not without e, and not with p.
 
-From then on the search never asks for e without p (`Search._up`), a fix that takes p out takes
-e too (`Search._down`), and p is moved before e in the bisection order, so no prefix splits them.
-Pure: no I/O, no clock, no randomness.
+From then on the search never asks for e without p (`Judge.up`), a fix that takes p out takes
+e too (`Judge.down`), and p is moved before e in the bisection order, so no prefix splits them.
+`step` reads a frozen `Judge` and answers with a request or a finding (`Need`, `GIVE_UP`), which
+the search records. Pure: no I/O, no clock, no randomness.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
-from envbisect.search.belief import _bits
-from envbisect.search.stages import AGAIN
-from envbisect.search.types import Dependency, TrialKind
-
-if TYPE_CHECKING:  # pragma: no cover
-    from envbisect.search.belief import _Belief
-    from envbisect.search.strategy import Search
+from envbisect.search.belief import Belief
+from envbisect.search.judge import Judge
+from envbisect.search.types import Dependency, TrialKind, TrialRequest
 
 
-def clean(s: "Search", mask: int) -> bool | None:
+@dataclass(frozen=True)
+class Need:
+    """Found: unit ``needy`` fails differently without ``partners`` (a mask)."""
+
+    needy: int
+    partners: int
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """The configurations that failed differently cannot be explained: skip them from now on."""
+
+
+GIVE_UP = GiveUp()
+
+
+def clean(s: Judge, mask: int) -> bool | None:
     """True: seen not failing differently (it passed, or showed the symptom); False: seen failing
     differently, and never clean; None: not run."""
-    ev = s._evidence.get(mask)
+    ev = s.configs.get(mask)
     if ev is not None and ev.resolved:
         return True
     if mask == 0:
         return None
-    return False if mask in s._other else None
+    return False if mask in s.other else None
 
 
-def unexplained(s: "Search") -> int | None:
+def unexplained(s: Judge) -> int | None:
     """The first configuration that failed differently which no known dependency explains."""
-    for mask in s._other:
-        if clean(s, mask) is True or s._down(mask) != mask:
+    for mask in s.other:
+        if clean(s, mask) is True or s.down(mask) != mask:
             continue
         return mask
     return None
 
 
-def _bisect_edge(s: "Search", length: int, cfg: Callable[[int], int], want_clean_low: bool) -> tuple[int, int | None]:
+def _bisect_edge(s: Judge, length: int, cfg: Callable[[int], int], want_clean_low: bool) -> tuple[int, int | None]:
     """Bisection for the boundary between clean and failing-differently along cfg(0..length).
     want_clean_low: cfg(0) is clean and cfg(length) fails differently (find the first that fails);
     else cfg(0) fails differently and cfg(length) is clean (find the first clean one).
@@ -81,51 +95,47 @@ def _bisect_edge(s: "Search", length: int, cfg: Callable[[int], int], want_clean
     return hi, None
 
 
-def step(s: "Search", post: "_Belief") -> object:
-    """The next request of the dependency search, AGAIN after a dependency was recorded, or None
-    when every configuration that failed differently is explained (or the search gave up on it)."""
-    if s._dep_given_up:
+def step(s: Judge, post: Belief) -> TrialRequest | Need | GiveUp | None:
+    """The next request of the dependency search, a `Need` found, `GIVE_UP`, or None when every
+    configuration that failed differently is explained (or the search gave up on it)."""
+    if s.dependency_given_up:
         return None
     x = unexplained(s)
     if x is None:
         return None
-    if len(s._needs_found) > 2 * s._n:  # defensive: dependencies that keep moving; skip instead
-        s._dep_given_up = True
-        return None
-    seq = s._ranked(x)
-    needy_cfg = lambda k: s._up(_mask(seq[:k]))  # noqa: E731
+    if len(s.needs_found) > 2 * s.n:  # defensive: dependencies that keep moving; skip instead
+        return GIVE_UP
+    seq = s.ranked(x)
+    needy_cfg = lambda k: s.up(_mask(seq[:k]))  # noqa: E731
     k, run = _bisect_edge(s, len(seq), needy_cfg, want_clean_low=True)
     if run is not None:
-        return s._request(run, f"dependency: which delta of {s._fmt(x)} fails differently from the symptom "
+        return s.request(run, f"dependency: which delta of {s.fmt(x)} fails differently from the symptom "
                                "without a partner?", post, TrialKind.DEPENDENCY)
     e = seq[k - 1]
     base = needy_cfg(k)
-    name = s._units[e]
-    cands = s._ranked(s._all & ~base)
+    name = s.units[e]
+    cands = s.ranked(s.all & ~base)
     collected = 0  # cures found that were not all it needs: they stay while the rest is searched
     while cands:
         fixed = base | collected
-        cure_cfg = lambda j: s._up(fixed | _mask(cands[:j]))  # noqa: E731
+        cure_cfg = lambda j: s.up(fixed | _mask(cands[:j]))  # noqa: E731
         j, run = _bisect_edge(s, len(cands), cure_cfg, want_clean_low=False)
         if run is not None:
-            return s._request(run, f"dependency: which delta does {name} need?", post, TrialKind.DEPENDENCY)
+            return s.request(run, f"dependency: which delta does {name} need?", post, TrialKind.DEPENDENCY)
         p = cands[j - 1]
-        check = s._up(base | (1 << p))
+        check = s.up(base | (1 << p))
         c = clean(s, check)
         if c is None:
-            return s._request(check, f"dependency: does {name} start with {s._units[p]}?", post, TrialKind.DEPENDENCY)
+            return s.request(check, f"dependency: does {name} start with {s.units[p]}?", post, TrialKind.DEPENDENCY)
         if c:
-            s._learn_need(e, 1 << p)
-            return AGAIN
+            return Need(e, 1 << p)
         # p cured something the deltas before it needed (another needy delta), or is not all e needs:
         # keep it and look for e's partner among the deltas before it
         collected |= 1 << p
         cands = cands[: j - 1]
     if collected:
-        s._learn_need(e, collected)
-        return AGAIN
-    s._dep_given_up = True
-    return None
+        return Need(e, collected)
+    return GIVE_UP
 
 
 def _mask(units: Sequence[int]) -> int:
@@ -135,21 +145,21 @@ def _mask(units: Sequence[int]) -> int:
     return m
 
 
-def describe(s: "Search") -> tuple[Dependency, ...]:
+def describe(s: Judge) -> tuple[Dependency, ...]:
     """The dependencies found, each with the trials that show it when all three were run."""
     out = []
-    for e, partners in s._needs.items():
-        name = s._units[e]
-        pnames = s._names(partners)
+    for e, partners in s.needs.items():
+        name = s.units[e]
+        pnames = s.names(partners)
         cite: tuple[int, ...] = ()
-        for a in s._other:
+        for a in s.other:
             if not (a >> e) & 1 or (a & partners) == partners or clean(s, a) is True:
                 continue
             without = a & ~(1 << e)
-            with_ = s._up(a | partners)
+            with_ = s.up(a | partners)
             if clean(s, without) is True or without == 0:
                 if clean(s, with_) is True:
-                    cite = (s._other[a][0], _first_trial(s, without), _first_trial(s, with_))
+                    cite = (s.other[a][0], s.trial_of(without), s.trial_of(with_))
                     break
         who = " + ".join(pnames)
         if cite:
@@ -162,13 +172,8 @@ def describe(s: "Search") -> tuple[Dependency, ...]:
     return tuple(out)
 
 
-def _first_trial(s: "Search", mask: int) -> int:
-    ev = s._evidence.get(mask)
-    return ev.trials[0] if ev is not None and ev.trials else 0
-
-
 def _said(trial: int) -> str:
     return f"trial {trial}" if trial else "the baseline"
 
 
-__all__ = ["step", "describe", "unexplained", "clean"]
+__all__ = ["step", "describe", "unexplained", "clean", "Need", "GiveUp", "GIVE_UP"]

@@ -28,8 +28,8 @@ def plan_round(search, replicas: int) -> list[TrialRequest] | Verdict:  # noqa: 
     spec = copy.deepcopy(search)
     req = first
     while len(out) < replicas:
-        post = spec._belief()
-        likely_fail = post.p_bad(spec._mask(req.config)) >= 0.5 if post.z > 0 else True
+        post = spec.evidence.belief()
+        likely_fail = post.p_bad(spec.evidence.mask(req.config)) >= 0.5 if post.z > 0 else True
         spec.observe(Observation(req.config, passes=0 if likely_fail else max(1, req.probes), failed=likely_fail))
         nxt = spec.next()
         if isinstance(nxt, Verdict) or any(nxt.config == r.config for r in out):

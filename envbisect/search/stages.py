@@ -3,49 +3,82 @@
 The search (strategy.py) walks a frame: find a unit the failure needs, ask whether it breaks the
 stack alone, find its partner if it does not, then check that the term found is the whole story.
 A stage is a value (frozen, so the search's state is just "which stage, over which units"); it
-asks the search's evidence what is settled and says what to do next:
+reads the evidence through `EvidenceReader` and says what to do next, never changing anything:
 
-- ``step(search, post)``: the next TrialRequest, ``AGAIN`` after moving the search to another
-  stage (the caller re-judges the posterior), or None when the stage has nothing to ask;
-- ``after_failure(search)``: a stage change an observed failure settles, applied before the
-  posterior is judged (after a failed fix check the frame must change first);
-- ``settle(search, post)``: a stage change the posterior settles (a converged bisection, a unit
-  that passed alone).
+- ``step(ev, post)``: a TrialRequest, a `Move` (another stage; `NewFrame`: a culprit accepted;
+  `Split`: a twin found, to be tested member by member; after each the caller re-judges the
+  posterior), or None when the stage has nothing to ask;
+- ``after_failure(ev)``: a Move an observed failure settles, applied before the posterior is
+  judged (after a failed fix check the frame must change first), or None;
+- ``settle(ev, post)``: a Move the posterior settles (a converged bisection, a unit that passed
+  alone), or None.
 
 Units are bit positions; masks are ints (``1 << unit``), as in belief.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import Callable, Protocol, Sequence, Union
 
-from envbisect.search.types import TrialKind
+from envbisect.search.belief import Belief
+from envbisect.search.types import TrialKind, TrialRequest
 
-if TYPE_CHECKING:  # pragma: no cover
-    from envbisect.search.belief import _Belief
-    from envbisect.search.strategy import Search
 
-AGAIN = object()  # "the stage changed: judge again"
+class EvidenceReader(Protocol):
+    """What a stage reads of the search's evidence (judge.Judge is one)."""
+
+    units: tuple[str, ...]
+    order: tuple[int, ...]
+
+    def status(self, mask: int, post: Belief) -> str: ...
+    def splittable(self, unit: int) -> bool: ...
+    def failed(self, mask: int) -> bool: ...
+    def up(self, mask: int) -> int: ...
+    def fix_mask(self, term: int) -> int: ...
+    def prefix(self, k: int, seq: Sequence[int], base: int = 0) -> int: ...
+    def bisect(self, post: Belief, length: int, cfg: Callable[[int], int], label: str,
+               seq: Sequence[int] = ()) -> int | TrialRequest: ...
+    def request(self, mask: int, purpose: str, post: Belief, kind: TrialKind,
+                suspects_left: int | None = None) -> TrialRequest: ...
+    def fix_request(self, mask: int, purpose: str, post: Belief) -> TrialRequest: ...
+    def confirm(self, post: Belief, term: int, need_surprise: bool = False) -> TrialRequest | None: ...
+
+
+@dataclass(frozen=True)
+class NewFrame:
+    """``term`` is a culprit and ``fix`` (current without it) failed: accept it, look for one more."""
+
+    term: int
+    fix: int
+
+
+@dataclass(frozen=True)
+class Split:
+    """The bisection found twin ``unit`` (order[g]): replace it by its members, then `SplitTwin`."""
+
+    unit: int
+    g: int
 
 
 class _Stage:
     """The defaults: no failure moves the stage on, nor does the posterior alone."""
 
-    def after_failure(self, s: "Search") -> bool:
-        return False
+    def after_failure(self, ev: EvidenceReader) -> "Move | None":
+        return None
 
-    def settle(self, s: "Search", post: "_Belief") -> bool:
-        return False
+    def settle(self, ev: EvidenceReader, post: Belief) -> "Move | None":
+        return None
 
 
 class _Bisecting(_Stage):
     """A stage that is a prefix bisection: settled when the bisection has converged."""
 
-    def step(self, s: "Search", post: "_Belief") -> object:  # pragma: no cover - abstract
+    def step(self, ev: EvidenceReader, post: Belief) -> "Move | TrialRequest | None":  # pragma: no cover
         raise NotImplementedError
 
-    def settle(self, s: "Search", post: "_Belief") -> bool:
-        return self.step(s, post) is AGAIN
+    def settle(self, ev: EvidenceReader, post: Belief) -> "Move | None":
+        nxt = self.step(ev, post)
+        return nxt if is_move(nxt) else None
 
 
 @dataclass(frozen=True)
@@ -53,13 +86,14 @@ class FindUnit(_Bisecting):
     """Prefix bisection over the search order for a unit the failure needs (the stack fails with
     the whole prefix and passes without it)."""
 
-    def step(self, s: "Search", post: "_Belief") -> object:
-        order = s._order
-        res = s._bisect(post, len(order), lambda k: s._prefix(k, order), "bisect: {n} suspects left")
+    def step(self, ev: EvidenceReader, post: Belief) -> "Move | TrialRequest | None":
+        order = ev.order
+        res = ev.bisect(post, len(order), lambda k: ev.prefix(k, order), "bisect: {n} suspects left", order)
         if not isinstance(res, int):
             return res
-        s._stage = CheckAlone(res - 1)
-        return AGAIN
+        if res and ev.splittable(order[res - 1]):
+            return Split(order[res - 1], res - 1)
+        return CheckAlone(res - 1)
 
 
 @dataclass(frozen=True)
@@ -69,47 +103,83 @@ class CheckAlone(_Stage):
 
     g: int
 
-    def _masks(self, s: "Search") -> tuple[int, int, int, int]:
+    def _masks(self, ev: EvidenceReader) -> tuple[int, int, int, int]:
         """(unit, its term, the config that tests it alone: with the partners it needs to start,
         the fix: current without it and what needs it)."""
-        x = s._order[self.g]
-        return x, 1 << x, s._up(1 << x), s._fix_mask(1 << x)
+        x = ev.order[self.g]
+        return x, 1 << x, ev.up(1 << x), ev.fix_mask(1 << x)
 
-    def step(self, s: "Search", post: "_Belief") -> object:
-        x, term, va, vf = self._masks(s)
-        sa, sf = s._status(va, post), s._status(vf, post)
+    def step(self, ev: EvidenceReader, post: Belief) -> "Move | TrialRequest | None":
+        x, term, va, vf = self._masks(ev)
+        sa, sf = ev.status(va, post), ev.status(vf, post)
         if sa == "fail":
-            s._stage = CheckTerm(term)
-            return AGAIN
+            return CheckTerm(term)
         if sf == "fail":
-            s._new_frame(term, vf)
-            return AGAIN
+            return NewFrame(term, vf)
         if sa == "pass":
-            s._stage = FindPartner(self.g)
-            return AGAIN
-        name = s._units[x]
+            return FindPartner(self.g)
+        name = ev.units[x]
         if sa in ("untested", "weak"):  # alone first: it decides culprit vs interaction
-            return s._request(va, f"confirm: does {name} break the stack alone?", post, TrialKind.CONFIRM)
+            return ev.request(va, f"confirm: does {name} break the stack alone?", post, TrialKind.CONFIRM)
         if sf in ("untested", "weak"):
-            return s.fix_request(vf, f"confirm: current without {name} (the fix) must pass", post)
+            return ev.fix_request(vf, f"confirm: current without {name} (the fix) must pass", post)
         return None
 
-    def after_failure(self, s: "Search") -> bool:
-        _x, term, va, vf = self._masks(s)
-        if s._failed(va):
-            s._stage = CheckTerm(term)
-            return True
-        if s._failed(vf):
-            s._new_frame(term, vf)
-            return True
-        return False
+    def after_failure(self, ev: EvidenceReader) -> "Move | None":
+        _x, term, va, vf = self._masks(ev)
+        if ev.failed(va):
+            return CheckTerm(term)
+        if ev.failed(vf):
+            return NewFrame(term, vf)
+        return None
 
-    def settle(self, s: "Search", post: "_Belief") -> bool:
-        _x, _term, va, _vf = self._masks(s)
-        if s._status(va, post) == "pass":
-            s._stage = FindPartner(self.g)
-            return True
-        return False
+    def settle(self, ev: EvidenceReader, post: Belief) -> "Move | None":
+        _x, _term, va, _vf = self._masks(ev)
+        return FindPartner(self.g) if ev.status(va, post) == "pass" else None
+
+
+@dataclass(frozen=True)
+class SplitTwin(_Stage):
+    """Twin ``twin`` (one change in several services) was found and split: its members are
+    order[g : g + count], the one to test first first. The test that would ask whether the twin
+    breaks the stack alone asks it of one member at a time instead: the first that fails alone is
+    the term (its fix, current without it, then shows whether the other side is innocent); when
+    every member passes alone, they fail only together."""
+
+    twin: int
+    g: int
+    count: int
+
+    def _members(self, ev: EvidenceReader) -> tuple[int, ...]:
+        return ev.order[self.g:self.g + self.count]
+
+    def step(self, ev: EvidenceReader, post: Belief) -> "Move | TrialRequest | None":
+        for m in self._members(ev):
+            alone = ev.up(1 << m)
+            st = ev.status(alone, post)
+            if st == "fail":
+                return CheckTerm(1 << m)
+            if st in ("untested", "weak"):
+                return ev.request(alone, f"confirm: does {ev.units[m]} break the stack alone, without the other "
+                                         f"side of {ev.units[self.twin]}?", post, TrialKind.CONFIRM)
+        return self._together(ev)
+
+    def _together(self, ev: EvidenceReader) -> "CheckTerm":
+        term = 0
+        for m in self._members(ev):
+            term |= 1 << m
+        return CheckTerm(term)
+
+    def after_failure(self, ev: EvidenceReader) -> "Move | None":
+        for m in self._members(ev):
+            if ev.failed(ev.up(1 << m)):
+                return CheckTerm(1 << m)
+        return None
+
+    def settle(self, ev: EvidenceReader, post: Belief) -> "Move | None":
+        if all(ev.status(ev.up(1 << m), post) == "pass" for m in self._members(ev)):
+            return self._together(ev)
+        return None
 
 
 @dataclass(frozen=True)
@@ -119,15 +189,14 @@ class FindPartner(_Bisecting):
 
     g: int
 
-    def step(self, s: "Search", post: "_Belief") -> object:
-        x = s._order[self.g]
-        gseq = s._order[: self.g]
-        res = s._bisect(post, self.g, lambda k: s._prefix(k, gseq, 1 << x),
-                        f"bisect partner of {s._units[x]}: {{n}} candidates left")
+    def step(self, ev: EvidenceReader, post: Belief) -> "Move | TrialRequest | None":
+        x = ev.order[self.g]
+        gseq = ev.order[: self.g]
+        res = ev.bisect(post, self.g, lambda k: ev.prefix(k, gseq, 1 << x),
+                        f"bisect partner of {ev.units[x]}: {{n}} candidates left", gseq)
         if not isinstance(res, int):
             return res
-        s._stage = CheckTerm((1 << x) | ((1 << gseq[res - 1]) if res else 0))
-        return AGAIN
+        return CheckTerm((1 << x) | ((1 << gseq[res - 1]) if res else 0))
 
 
 @dataclass(frozen=True)
@@ -137,27 +206,32 @@ class CheckTerm(_Stage):
 
     term: int
 
-    def step(self, s: "Search", post: "_Belief") -> object:
-        vf = s._fix_mask(self.term)
-        if s._status(vf, post) == "fail":
-            s._new_frame(self.term, vf)
-            return AGAIN
-        return s._confirm(post, self.term, need_surprise=True)
+    def step(self, ev: EvidenceReader, post: Belief) -> "Move | TrialRequest | None":
+        vf = ev.fix_mask(self.term)
+        if ev.status(vf, post) == "fail":
+            return NewFrame(self.term, vf)
+        return ev.confirm(post, self.term, need_surprise=True)
 
-    def after_failure(self, s: "Search") -> bool:
-        vf = s._fix_mask(self.term)
-        if s._failed(vf):
-            s._new_frame(self.term, vf)
-            return True
-        return False
+    def after_failure(self, ev: EvidenceReader) -> "Move | None":
+        vf = ev.fix_mask(self.term)
+        return NewFrame(self.term, vf) if ev.failed(vf) else None
 
 
 @dataclass(frozen=True)
 class Exhausted(_Stage):
     """Every unit is in a term already: nothing left to structure (the fallback decides)."""
 
-    def step(self, s: "Search", post: "_Belief") -> object:
+    def step(self, ev: EvidenceReader, post: Belief) -> "Move | TrialRequest | None":
         return None
 
 
-Stage = Union[FindUnit, CheckAlone, FindPartner, CheckTerm, Exhausted]
+Stage = Union[FindUnit, CheckAlone, SplitTwin, FindPartner, CheckTerm, Exhausted]
+Move = Union[Stage, NewFrame, Split]
+
+
+def is_move(x: object) -> bool:
+    return isinstance(x, (_Stage, NewFrame, Split))
+
+
+__all__ = ["EvidenceReader", "NewFrame", "Split", "Stage", "Move", "is_move", "FindUnit", "CheckAlone", "SplitTwin",
+           "FindPartner", "CheckTerm", "Exhausted"]

@@ -1,19 +1,14 @@
 """The search's vocabulary: what the caller observes (Observation), what the search asks for
-(TrialRequest, of a TrialKind), what it concludes (Verdict), what it assumes (Prior, Policy) and
-what it promises (restart_bound). Pure data, no I/O."""
+(TrialRequest, of a TrialKind), what it concludes (Verdict), what it assumes (Prior) and what it
+promises (restart_bound). Pure data, no I/O. The policies, which name priors, are in policy.py."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import Enum
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Iterable
 
-from envbisect.outcome import Outcome
-
-if TYPE_CHECKING:
-    from envbisect.search.strategy import Search
-
-
+from envbisect.outcome import Outcome, VerdictKind
 
 
 @dataclass(frozen=True)
@@ -146,7 +141,7 @@ class Dependency:
 class Hypothesis:
     """One hypothesis of the posterior, for reports (see :meth:`Search.hypotheses`)."""
 
-    kind: str  # "culprit" | "interaction" | "not-config" | "no-fault"
+    kind: str  # a VerdictKind (culprit, interaction, not-config), or no-fault
     terms: tuple[tuple[str, ...], ...]
     probability: float
 
@@ -166,9 +161,10 @@ class Prior:
     The default says a single culprit is 60 times as likely as an interaction and
     as two independent culprits.  That is what lets the search claim a single
     culprit without spending a restart to test it alone (policy ``fast``; see
-    docs/search.md); the verdict then says the claim was inferred, not observed.  :meth:`cautious` makes interactions and
-    second culprits as likely as single ones: every claim is then checked (one or
-    two more restarts) and interactions and second culprits are always found.
+    docs/search.md); the verdict then says the claim was inferred, not observed.
+    :meth:`cautious` makes interactions and second culprits as likely as single
+    ones: every claim is then checked (one or two more restarts) and interactions
+    and second culprits are always found.
 
     ``q`` is the grid of per-run pass probabilities of a bad config, with prior
     weights; ``q = 0`` is a deterministic fault.
@@ -183,9 +179,9 @@ class Prior:
     q: tuple[tuple[float, float], ...] = ((0.0, 0.9), (0.2, 0.05), (0.4, 0.03), (0.6, 0.015), (0.8, 0.005))
 
     def __post_init__(self) -> None:
-        for name in ("single", "interaction", "multiple", "not_config", "no_fault"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"Prior.{name} must be >= 0")
+        for f in fields(self):
+            if f.name not in ("q", "later_interaction") and getattr(self, f.name) < 0:
+                raise ValueError(f"Prior.{f.name} must be >= 0")
         if self.single <= 0:
             raise ValueError("Prior.single must be > 0")
         if not self.q or any(not (0.0 <= q < 1.0) or w < 0 for q, w in self.q):
@@ -200,31 +196,7 @@ class Prior:
         return cls(interaction=1.0, multiple=1.0)
 
 
-@dataclass(frozen=True)
-class Policy:
-    """How much of a verdict must be observed rather than inferred (``envbisect bisect --policy``)."""
-
-    prior: Prior
-    require_fix: bool  # "these are all the culprits" only once current-minus-culprits passed
-
-    def search(self, units: Sequence[str], **kw) -> "Search":
-        from envbisect.search.strategy import Search
-
-        return Search(units, prior=self.prior, require_fix=self.require_fix, **kw)
-
-
-POLICIES: dict[str, Policy] = {
-    # a culprit is seen failing alone (so an interaction is never called a single culprit) and the
-    # fix is seen passing (so a second independent culprit is never inferred away)
-    "confirm": Policy(Prior(interaction=1.0, multiple=1.0 / 60.0, later_interaction=1.0 / 60.0), require_fix=True),
-    # trust the prior: fewest restarts; interactions and second culprits are inferred unlikely
-    "fast": Policy(Prior(), require_fix=False),
-    # interactions and second culprits as likely as a single culprit: every claim checked
-    "thorough": Policy(Prior.cautious(), require_fix=True),
-}
-
-
-def restart_bound(n: int, kind: str = "culprit") -> int:
+def restart_bound(n: int, kind: str = VerdictKind.CULPRIT) -> int:
     """Restarts (premise checks included) promised for a deterministic fault among ``n`` units.
 
     ``"culprit"``: ``ceil(log2 n) + 3``; ``"interaction"``: ``2 * ceil(log2 n) + 3``;
@@ -233,9 +205,9 @@ def restart_bound(n: int, kind: str = "culprit") -> int:
     runs its files, else each bound is one more.
     """
     k = math.ceil(math.log2(n)) if n > 1 else 0
-    if kind == "culprit":
+    if kind == VerdictKind.CULPRIT:
         return k + 3
-    if kind == "interaction":
+    if kind == VerdictKind.INTERACTION:
         return 2 * k + 3
     if kind == "several":
         return 2 * k + 4

@@ -464,13 +464,15 @@ def _start_script(root: Path, ports: dict[str, int], python: str, router_bin: st
                       f'--upstream http://127.0.0.1:{R}{hang} ;;\n')
     return f"""#!/usr/bin/env bash
 # Start one service of the simulated SGLang PD deployment, detached; returns at once.
-# usage: start prefill|decode|router{'|proxy' if has_proxy else ''}
+# usage: start prefill|decode|router{'|proxy' if has_proxy else ''} [SERVER FLAGS of prefill or decode]
 # Idempotent: a service whose pid file names a live process is left alone.
 ROOT={_q(root)}
 PY={_q(python)}
 ROUTER_BIN={_q(router_bin)}
 
 svc="${{1:-}}"
+shift 2>/dev/null || true
+passed=("$@")  # server flags after the service name: a start script that holds its command line
 case "$svc" in
   prefill) port={P} ;;
   decode) port={D} ;;
@@ -525,7 +527,8 @@ fi
   case "$svc" in
     prefill|decode)
       # the engine's extra server flags, word-split as a start script's `... $SGLANG_EXTRA_ARGS` is
-      if [ -n "${{SGLANG_EXTRA_ARGS:-}}" ]; then set -f; set -- "$@" $SGLANG_EXTRA_ARGS; set +f; fi ;;
+      if [ -n "${{SGLANG_EXTRA_ARGS:-}}" ]; then set -f; set -- "$@" $SGLANG_EXTRA_ARGS; set +f; fi
+      if [ "${{#passed[@]}}" -gt 0 ]; then set -- "$@" "${{passed[@]}}"; fi ;;
     router)
       set -- "$ROUTER_BIN" launch --pd-disaggregation \\
         --prefill http://127.0.0.1:{P} {B} --decode http://127.0.0.1:{D} \\

@@ -21,6 +21,7 @@ import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
+from envbisect.state.delta_cmdline import flag_file
 from envbisect.state.deltas import Delta, is_repo_file
 from envbisect.inputs.argstring import ArgStringError, diff_args, parse_args, rebuild
 from envbisect.inputs.envfile import EnvFile, EnvFileError, meaning_refs, parse_env, shell_quote, word_meaning
@@ -131,7 +132,8 @@ def check_applicable(deltas: Sequence[Delta]) -> None:
     bad = [d for d in deltas if not d.applicable or (d.kind == "env" and not d.key)]
     if bad:
         raise UsageError(f"cannot re-create the baseline of {bad[0].id}: its old content is unknown "
-                         f"({'; '.join(bad[0].detail) or bad[0].baseline_source}); exclude it with --exclude {bad[0].id}")
+                         f"({'; '.join(bad[0].detail) or bad[0].baseline_source}); "
+                         f"exclude it with --exclude {bad[0].id}")
     for g in (d for d in deltas if d.kind == "git"):
         inside = [d for d in deltas if is_repo_file(d) and d.host == g.host
                   and d.path.startswith(g.path.rstrip("/") + "/")]
@@ -157,7 +159,7 @@ def target_state(original: OriginalState, deltas: Sequence[Delta], applied: Iter
     for d in deltas:
         want_new = d.id in applied
         key = (d.host, d.path)
-        if d.kind in ("env", "key"):
+        if d.kind in ("env", "key", "flag"):
             continue
         if d.kind == "git":
             commit = d.new if want_new else d.old
@@ -180,6 +182,12 @@ def target_state(original: OriginalState, deltas: Sequence[Delta], applied: Iter
     for key in sorted({(d.host, d.path) for d in deltas if d.kind == "key"}):
         files[key] = key_file(key, [d for d in deltas if d.kind == "key" and (d.host, d.path) == key], applied,
                               contents, files.get(key))
+    for key in sorted({(d.host, d.path) for d in deltas if d.kind == "flag"}):
+        try:  # a start command line's flags (state/delta_cmdline.py)
+            files[key] = flag_file(key, [d for d in deltas if d.kind == "flag" and (d.host, d.path) == key],
+                                   applied, contents, files.get(key))
+        except ValueError as e:
+            raise UsageError(f"{e}; nothing was written") from None
     checks: dict[Key, EnvCheck] = {}
     for key in sorted({(d.host, d.path) for d in deltas if d.kind == "env"}):
         data = files.get(key)
@@ -474,5 +482,6 @@ def raise_on_env_check(results: Mapping[str, Sequence[Mapping]], masker) -> None
                 shown = lambda v: "unset" if v is None else repr(masker.mask_value(k, v))  # noqa: E731
                 raise EnvCheckFailed(
                     f"{host}: {path}: {k}: after the edit bash gives {shown(m['got'])}, the configuration under test "
-                    f"({m.get('side')} {k}) should give {shown(m['expected'])} ({m.get('source') or 'expected'}){more}; "
+                    f"({m.get('side')} {k}) should give {shown(m['expected'])} "
+                    f"({m.get('source') or 'expected'}){more}; "
                     "nothing was restarted, the run stops", host, path, k)

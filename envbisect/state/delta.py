@@ -26,6 +26,7 @@ class DeltaKind(str, Enum):
     GIT = "git"  # a deployed repo's HEAD
     FILE = "file"  # a whole file (watched, or an uncommitted change in a deployed repo)
     KEY = "key"  # one key path of a structured (YAML, JSON, TOML) file
+    FLAG = "flag"  # one flag of a start command line held in a script or unit file (`Delta.flag`)
 
     __hash__ = str.__hash__
 
@@ -71,8 +72,11 @@ def _knob_value(d: "Delta") -> str | None:
 
 
 def link_name(d: "Delta") -> str:
-    """The name deltas are linked by: the key, and for a flag of an argument string ``KEY[--flag]``."""
-    return f"{d.key}[{d.flag}]" if d.flag is not None else (d.key or "")
+    """The name deltas are linked by: the key, for a flag of an argument string ``KEY[--flag]``, for a
+    flag of a start command line ``[--flag]``."""
+    if d.flag is not None:
+        return f"{d.key}[{d.flag}]" if d.key is not None else f"[{d.flag}]"
+    return d.key or ""
 
 
 def _flag_values(text: str | None, flag: str) -> tuple[tuple[str, ...], ...] | None:
@@ -99,14 +103,16 @@ def _static_value(d: "Delta") -> str | None:
 @dataclass(frozen=True)
 class Delta:
     id: str  # stable and typable: "decode:SGLANG_X", "git:node1:/srv/src", "file:node1:/srv/conf/a.yaml",
-    # "file:node1:/srv/conf/a.yaml#router.policy" (one key of a structured file: state/structured.py)
+    # "file:node1:/srv/conf/a.yaml#router.policy" (one key of a structured file: state/structured.py),
+    # "file:node1:/srv/bin/start-decode.sh[--tp]" (one flag of a start command line: state/delta_cmdline.py)
     kind: DeltaKind  # a plain "env" etc. (a record read back) is taken as its DeltaKind
     host: str
     service: str | None
     path: str
     key: str | None
     change: str  # added | removed | changed
-    old: str | None  # env: value; git: commit; file: sha256; key: the value as JSON text (None when absent or unknown)
+    old: str | None  # env: value; git: commit; file: sha256; key: the value as JSON text; flag: its text
+    # (None when absent or unknown)
     new: str | None
     baseline_source: str  # "snapshot:ID", "backup:PATH", "git:COMMIT", "reflog", "process:SERVICE", "mtime"
     detail: tuple[str, ...] = ()  # commits in between, "old content unknown", duplicate keys...
@@ -130,9 +136,10 @@ class Delta:
     new_file: str | None = field(default=None, compare=False, repr=False)
     old_file_eval: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
     new_file_eval: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
-    # env only: one flag of an argument string (`split_flags`). `flag` is its name ("--tp"); `old` /
-    # `new` are its text on each side (None: absent there); the words, evaluations and files above
-    # stay those of the whole value; `args_old` / `args_new` are the whole strings it was split from.
+    # env: one flag of an argument string (`split_flags`); flag: one flag of a start command line in
+    # a file (`delta_cmdline.per_flag`). `flag` is its name ("--tp"); `old` / `new` are its text on each
+    # side (None: absent there); the words, evaluations and files above stay those of the whole value
+    # or file; `args_old` / `args_new` are the whole strings (the command line's words) it was split from.
     flag: str | None = None
     args_old: str | None = None
     args_new: str | None = None
@@ -171,6 +178,8 @@ class Delta:
         elif self.kind == "key":
             k = key_name(self.key or "")
             old, new = masker.mask_value(k, old), masker.mask_value(k, new)
+        elif self.kind == "flag":  # the flag's text on the line, masked as an argument string's flag is
+            old, new = masker.mask_value(self.flag or "", old), masker.mask_value(self.flag or "", new)
         return {"id": self.id, "kind": self.kind.value, "host": self.host, "service": self.service, "path": self.path,
                 "key": self.key, "change": self.change, "old": old, "new": new,
                 "baseline_source": self.baseline_source, "detail": [masker.redact_text(d) for d in self.detail],
@@ -261,10 +270,11 @@ class Diff:
     last_good: Mapping[str, Any] | None = None
 
     def links(self) -> list[list[str]]:
-        """Env deltas of the same key in several services: these often must change together."""
+        """Env and flag deltas of the same change (key, flag or knob) in several places: these often must
+        change together."""
         by_key: dict[tuple[str, str, str | None], list[str]] = {}
         for d in self.deltas:
-            if d.kind == "env":
+            if d.kind in ("env", "flag"):
                 by_key.setdefault(same_change(d), []).append(d.id)
         return [ids for ids in by_key.values() if len(ids) > 1]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
 from envbisect.inputs.envfile import EnvFile, meaning_refs
-from envbisect.state.delta import Delta, Drift, Found, HostSides, iso_time, parse_env_bytes, sha256_hex
+from envbisect.state.delta import Delta, DeltaKind, Drift, Found, HostSides, iso_time, parse_env_bytes, sha256_hex
 from envbisect.state.delta_files import OldFile, file_delta, old_file_state
 from envbisect.state.snapshot import FileState, ProcessState
 from envbisect.state.sourced import source_lines_changed
@@ -71,7 +71,7 @@ def _service_deltas(h: HostSides, service: str, f: FileState, new_env: EnvFile, 
             # The process started before TIME still carries the old environment.
             return _env_deltas_from_process(hname, service, path, proc, new_env, new_eval, start_env)
         if f.mtime is not None and h.since is not None and f.mtime > h.since:
-            return [Delta(f"{service}:*", "env", hname, service, path, None, "changed", None, None, "mtime",
+            return [Delta(f"{service}:*", DeltaKind.ENV, hname, service, path, None, "changed", None, None, "mtime",
                           (f"modified at {iso_time(f.mtime)}, after {iso_time(h.since)}; its old content is "
                            "unknown (no snapshot, backup, git history or older process)",))]
         return []
@@ -170,7 +170,7 @@ def _env_deltas(host: str, service: str, path: str, old: Mapping[str, _Side], ne
         if o is not None and n is not None and o.same == n.same:
             continue
         change = "added" if o is None else "removed" if n is None else "changed"
-        out.append(Delta(f"{service}:{key}", "env", host, service, path, key, change,
+        out.append(Delta(f"{service}:{key}", DeltaKind.ENV, host, service, path, key, change,
                          o.value if o else None, n.value if n else None, source,
                          old_word=o.word if o else None, new_word=n.word if n else None,
                          old_eval=o.eval if o else None, new_eval=n.eval if n else None, start_env=start_env))

@@ -1,5 +1,6 @@
 """File, repo and watched-path deltas: a whole file (watched, or an uncommitted change in a deployed
-repo), a repo's HEAD, and a structured file's keys (`per_key`, by state/structured.py).
+repo), a repo's HEAD, a structured file's keys (`per_key`, by state/structured.py) and a start
+script's or unit file's command line per flag (`delta_cmdline.per_flag`).
 
 Each kind is one function over one host (`HostSides`) returning a `Found`. Pure: no I/O.
 """
@@ -8,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from envbisect.state.delta import Delta, Found, HostSides, iso_time, sha256_hex
+from envbisect.state.delta import Delta, DeltaKind, Found, HostSides, iso_time, sha256_hex
+from envbisect.state.delta_cmdline import per_flag
 from envbisect.state.snapshot import FileState, HostState, RepoState
 from envbisect.state.structured import Unfaithful, format_of, key_changes
 
@@ -68,7 +70,8 @@ def _repo_delta(host: str, path: str, repo: RepoState, base: RepoState | None, b
         detail.append(f"working tree has uncommitted changes: {', '.join(repo.dirty_files[:10])}")
     detail.extend(f"+ {c}" for c in repo.commits_since)
     detail.extend(f"- {c}" for c in repo.commits_rewound)
-    return Delta(f"git:{host}:{path}", "git", host, None, path, None, "changed", old, repo.head, source, tuple(detail))
+    return Delta(f"git:{host}:{path}", DeltaKind.GIT, host, None, path, None, "changed", old, repo.head, source,
+                 tuple(detail))
 
 
 REPO_FILE_MARK = "in the deployed repo"  # in the first detail of a file delta made by _dirty_deltas
@@ -76,7 +79,7 @@ REPO_FILE_MARK = "in the deployed repo"  # in the first detail of a file delta m
 
 def is_repo_file(d: Delta) -> bool:
     """Is this file delta an uncommitted change to a tracked file of a deployed repo (a hotfix)?"""
-    return d.kind in ("file", "key") and bool(d.detail) and REPO_FILE_MARK in d.detail[0]
+    return d.kind in ("file", "key", "flag") and bool(d.detail) and REPO_FILE_MARK in d.detail[0]
 
 
 def _dirty_deltas(host: str, rpath: str, repo: RepoState, cur: HostState, base: HostState | None,
@@ -128,7 +131,7 @@ def file_delta(host: str, path: str, f: FileState, old: OldFile | None, since: f
     if old is None:
         # No old content anywhere: like `find -newermt TIME`, still list what was modified after TIME.
         if since is not None and f.exists and f.mtime is not None and f.mtime > since:
-            return [Delta(did, "file", host, None, path, None, "changed", None, new_sha, "mtime",
+            return [Delta(did, DeltaKind.FILE, host, None, path, None, "changed", None, new_sha, "mtime",
                           (f"modified at {iso_time(f.mtime)}, after {iso_time(since)}; old content unknown",))]
         return []
     old_sha = None if old.absent else (sha256_hex(old.content) if old.content is not None else old.sha)
@@ -137,13 +140,13 @@ def file_delta(host: str, path: str, f: FileState, old: OldFile | None, since: f
     if old.absent and not f.exists:
         return []
     if old.absent:
-        return [Delta(did, "file", host, None, path, None, "added", None, new_sha, old.source)]
+        return [Delta(did, DeltaKind.FILE, host, None, path, None, "added", None, new_sha, old.source)]
     if not f.exists:
-        return [Delta(did, "file", host, None, path, None, "removed", old_sha, None, old.source)]
+        return [Delta(did, DeltaKind.FILE, host, None, path, None, "removed", old_sha, None, old.source)]
     if old_sha == new_sha:
         return []
     detail = () if old.content is not None else ("old content unknown",)
-    return [Delta(did, "file", host, None, path, None, "changed", old_sha, new_sha, old.source, detail)]
+    return [Delta(did, DeltaKind.FILE, host, None, path, None, "changed", old_sha, new_sha, old.source, detail)]
 
 
 def per_key(file_deltas: list[Delta], contents: Mapping[str, bytes], notes: list[str]) -> list[Delta]:
@@ -162,7 +165,7 @@ def per_key(file_deltas: list[Delta], contents: Mapping[str, bytes], notes: list
             notes.append(f"{d.host}:{d.path}: compared as a whole file, not per key: {changes.reason}")
             out.append(d)
             continue
-        out.extend(Delta(f"{d.id}#{c.key}", "key", d.host, d.service, d.path, c.key, c.change, c.old, c.new,
+        out.extend(Delta(f"{d.id}#{c.key}", DeltaKind.KEY, d.host, d.service, d.path, c.key, c.change, c.old, c.new,
                          d.baseline_source, d.detail, old_file=d.old, new_file=d.new) for c in changes)
     return out
 
@@ -183,7 +186,7 @@ def repo_deltas(h: HostSides) -> Found:
         if d:
             deltas.append(d)
         dirty = _dirty_deltas(h.name, rpath, repo, cur, base, h.base_id, h.since, h.contents, covered, notes)
-        deltas.extend(per_key(dirty, h.contents, notes))
+        deltas.extend(per_flag(per_key(dirty, h.contents, notes), h.contents, notes))
     return Found(tuple(deltas), tuple(notes))
 
 
@@ -203,14 +206,15 @@ def watched_deltas(h: HostSides) -> Found:
         if f.error:
             notes.append(f"{h.name}:{path}: cannot read ({f.error})")
         old = old_file_state(path, base, h.base_id, cur, h.since)
-        deltas.extend(per_key(file_delta(h.name, path, f, old, h.since, h.contents), h.contents, notes))
+        found = per_key(file_delta(h.name, path, f, old, h.since, h.contents), h.contents, notes)
+        deltas.extend(per_flag(found, h.contents, notes))  # a start script's or unit's command line per flag
     for path in sorted(gone):
         bf = base.files.get(path) if base else None
         if bf is None:
             continue
         if bf.content is not None:
             h.contents[bf.sha256 or sha256_hex(bf.content)] = bf.content
-        deltas.append(Delta(f"file:{h.name}:{path}", "file", h.name, None, path, None, "removed",
+        deltas.append(Delta(f"file:{h.name}:{path}", DeltaKind.FILE, h.name, None, path, None, "removed",
                             bf.sha256, None, f"snapshot:{h.base_id}",
                             () if bf.content is not None else ("old content too large to restore",)))
     return Found(tuple(deltas), tuple(notes))

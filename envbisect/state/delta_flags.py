@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from envbisect.inputs.argstring import ArgStringError, diff_args, is_arg_key, parse_args
+from envbisect.inputs.argstring import ArgStringError, diff_args, is_arg_key, parse_args, split_words
 from envbisect.inputs.envfile import EnvFileError, meaning_refs, word_meaning
 from envbisect.state.delta import Delta, Diff
 
@@ -70,25 +70,38 @@ def _flag_deltas(d: Delta, other_keys: set[str]) -> tuple[list[Delta], str | Non
 
 
 def engine_names(diff: Diff) -> dict[str, list[str]]:
-    """Per host, the names of its env deltas and flags an engine's registry may know (``SGL*_`` variables
-    and flags): only those hosts need their registry read."""
+    """Per host, the names of its env deltas and flags an engine's registry may know (``SGL*_`` variables,
+    flags of argument strings and of start command lines): only those hosts need their registry read."""
     out: dict[str, list[str]] = {}
     for d in diff.deltas:
-        if d.kind == "env" and d.key and (d.flag is not None or d.key.startswith(("SGLANG_", "SGL_"))):
-            out.setdefault(d.host, []).append(d.flag or d.key)
+        if (d.kind == "env" and d.key and (d.flag is not None or d.key.startswith(("SGLANG_", "SGL_")))) \
+                or (d.kind == "flag" and d.flag is not None):
+            out.setdefault(d.host, []).append(d.flag or d.key or "")
     return out
+
+
+def _engine_line(d: Delta) -> bool:
+    """Is a start command line's flag on the engine's own command line (its program words name sglang,
+    not its router), so that a flag the engine does not read is worth a mark?"""
+    try:
+        words = [w.value for w in split_words(d.args_new or d.args_old or "")]
+    except ArgStringError:
+        return False
+    program = words[:next((i for i, w in enumerate(words) if w.startswith("--")), len(words))]  # -m MODULE too
+    return any("sglang" in w for w in program) and not any("router" in w for w in program)
 
 
 def with_knobs(diff: Diff, registries: Mapping[str, "KnobRegistry | None"], notes: Iterable[str] = (),
                arg_keys: Iterable[str] = ()) -> Diff:
-    """The diff with each env delta and flag tied to the knob the host's installed engine reads
+    """The diff with each env delta and flag (of an argument string or a start command line, whose "not
+    read" mark needs the line to be the engine's own) tied to the knob the host's installed engine reads
     (`registries`: host -> its registry, None where it could not be read): linked by that knob
     whatever its spelling, "back to the default D" when removed, and "not read by the installed
     sglang V" when the engine does not know a name of its own namespace."""
     out = []
     extra = frozenset(arg_keys)
     for d in diff.deltas:
-        reg = registries.get(d.host) if d.kind == "env" and d.key else None
+        reg = registries.get(d.host) if (d.kind == "env" and d.key) or d.kind == "flag" else None
         if reg is None:
             out.append(d)
             continue
@@ -96,7 +109,8 @@ def with_knobs(diff: Diff, registries: Mapping[str, "KnobRegistry | None"], note
         k = reg.flag(name) if d.flag is not None else reg.knob(name)
         if k is None:
             # an argument string is read by the start script, not by the engine's registry
-            if reg.owns(name) and (d.flag is not None or not is_arg_key(d.key, extra)):
+            if reg.owns(name) and ((d.kind == "flag" and _engine_line(d)) or (d.kind == "env" and (
+                    d.flag is not None or not is_arg_key(d.key, extra)))):
                 out.append(replace(d, detail=d.detail + (
                     f"{name} is not read by the installed {reg.engine} {reg.version}: typo or stale?",)))
             else:

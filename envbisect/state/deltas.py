@@ -72,9 +72,9 @@ def linked_units(deltas: Iterable[Delta], link_keys: Iterable[str] = ()) -> dict
     for d in deltas:
         if d.kind == "env" and d.key in keys:
             grouped.setdefault(f"linked:{d.key}", []).append(d.id)
-        elif d.kind == "env" and d.knob is not None and d.knob in keys:
+        elif d.kind in ("env", "flag") and d.knob is not None and d.knob in keys:
             grouped.setdefault(f"linked:{d.knob}", []).append(d.id)
-        elif d.kind == "env" and d.flag is not None and link_name(d) in keys:
+        elif d.kind in ("env", "flag") and d.flag is not None and link_name(d) in keys:
             grouped.setdefault(f"linked:{link_name(d)}", []).append(d.id)
         else:
             units[d.id] = (d.id,)

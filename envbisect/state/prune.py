@@ -240,7 +240,8 @@ def decide(entries: list[SnapshotEntry], run_snapshots: dict[str, list[str]], *,
             e.keep.append(f"labelled {e.label!r}")
         if e.id in run_snapshots:
             runs = run_snapshots[e.id]
-            e.keep.append("used by run " + ", ".join(sorted(runs)[:3]) + (f" (+{len(runs) - 3})" if len(runs) > 3 else ""))
+            more = f" (+{len(runs) - 3})" if len(runs) > 3 else ""
+            e.keep.append("used by run " + ", ".join(sorted(runs)[:3]) + more)
         if newest.get(e.deployment) is e:
             e.keep.append("newest of its deployment")
         if newest_good.get(e.deployment) is e:

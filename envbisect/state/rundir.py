@@ -4,9 +4,10 @@ Every run (bisect, revert, apply) writes `run.json` (the question) first; a bise
 `trials.jsonl` (one trial per line, after each trial) and `events.jsonl` (the timeline), and ends
 with `verdict.json`; revert/apply end with `result.json`. An operator's corrections of a bisection
 (state/corrections.py) append to `corrections.jsonl`; a verdict they superseded is kept as
-`verdict.superseded-K.json` (K = 1, 2, ... in the order they were superseded), never deleted. The local half of the host journal
-(`journal.json`, `made.json`) and per-trial `evidence/` live here too. Files are private (0600)
-and written atomically; a damaged one reads as one clear `StoreError` line, never a traceback.
+`verdict.superseded-K.json` (K = 1, 2, ... in the order they were superseded), never deleted. The
+local half of the host journal (`journal.json`, `made.json`) and per-trial `evidence/` live here
+too. Files are private (0600) and written atomically; a damaged one reads as one clear `StoreError`
+line, never a traceback.
 
 `Runs` is the one rule for finding runs: by id, or the newest (by `created_at` in run.json, then
 by id, which starts with the creation time) matching a kind, deployment and finished state.
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from envbisect.errors import StoreError, UsageError
-from envbisect.state.store import private_dir, write_private
+from envbisect.state.store import Store, private_dir, read_json_or_none, write_private
 
 RUN = "run.json"
 TRIALS = "trials.jsonl"
@@ -61,6 +62,11 @@ class RunDir:
     def has(self, name: str) -> bool:
         return (self.path / name).exists()
 
+    @property
+    def store(self) -> Store:
+        """The store this run belongs to: a run's folder is STORE/runs/RUN_ID."""
+        return Store(self.path.parent.parent)
+
     # --- reading -------------------------------------------------------------------------------
     def read(self, name: str) -> dict[str, Any]:
         """A JSON object file of the run, or a one-line StoreError naming it."""
@@ -76,6 +82,11 @@ class RunDir:
         if not isinstance(doc, dict):
             raise StoreError(f"{path}: damaged run file (not a JSON object)")
         return doc
+
+    def read_any(self, name: str) -> Any:
+        """A JSON file of the run as it is, None when it is missing or damaged: for the report and
+        the bundle, which show what a damaged run still holds."""
+        return read_json_or_none(self.path / name)
 
     def read_optional(self, name: str) -> dict[str, Any] | None:
         """As read(), None when the file does not exist (a damaged one is still an error)."""

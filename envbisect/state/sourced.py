@@ -1,4 +1,4 @@
-"""What envbisect could not see of the files the env files source (red-team S04).
+"""What envbisect could not see of the files the env files source.
 
 The collector (hosts/agent/collect.py) follows each env file's ``. FILE`` / ``source FILE`` lines
 and snapshots the files they name like `[watch]` files, so a change in one is an ordinary file

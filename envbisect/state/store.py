@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -23,6 +23,18 @@ from envbisect.state.snapshot import (FileState, HostState, ObservedProbe, Proce
 
 PRUNE_LOCK = ".prune.lock"  # see Store.writing
 JOURNAL_KEY = "journal.key"  # see Store.journal_key
+_HEX = frozenset("0123456789abcdef")
+PutBlob = Callable[[bytes], str]  # content in, its sha256 out (Store.put_blob)
+GetBlob = Callable[[str], "bytes | None"]  # sha256 in, the content or None (Store.get_blob)
+
+
+def read_json_or_none(path: Path) -> Any:
+    """A JSON file's value, or None when it is missing, unreadable or not JSON: for readers (the
+    report, the bundle) that show what is there and say what is not, rather than stop."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
 
 
 def private_dir(path: Path) -> None:
@@ -136,6 +148,24 @@ class Store:
         except FileNotFoundError:
             return None
 
+    def read_blob(self, sha: object) -> bytes | None:
+        """As get_blob for a reference read from a record: None when it is not a hex digest (so it
+        never names a path outside blobs/), or the blob is missing or unreadable."""
+        if not isinstance(sha, str) or not sha or not _HEX.issuperset(sha):
+            return None
+        try:
+            return self.get_blob(sha)
+        except OSError:
+            return None
+
+    def snapshot_doc(self, snap_id: object) -> dict[str, Any] | None:
+        """The stored JSON of a snapshot (file contents are blob references), or None when the id
+        could not be a snapshot's file name or the document is missing or damaged."""
+        if not isinstance(snap_id, str) or not snap_id or "/" in snap_id or snap_id.startswith("."):
+            return None
+        doc = read_json_or_none(self.snapshots_dir / f"{snap_id}.json")
+        return doc if isinstance(doc, dict) else None
+
     # snapshots ----------------------------------------------------------------------------
     def save(self, snap: Snapshot) -> Snapshot:
         """Store `snap`; returns it as saved. Ids are a second's time stamp and the label, so two
@@ -149,8 +179,8 @@ class Store:
                 snap = dataclasses.replace(snap, id=f"{base}-{k}")
             doc = snapshot_to_json(snap, self.put_blob)
             path = self.snapshots_dir / f"{snap.id}.json"
-            # compact: json's C encoder (an indent falls back to the pure-Python one, which was most
-            # of the controller's CPU in a 16-host snapshot)
+            # compact: json's C encoder (an indent falls back to the pure-Python one, which takes
+            # most of the controller's CPU in a 16-host snapshot)
             write_private(path, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
         return snap
 
@@ -303,7 +333,7 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
-def _file_to_json(f: FileState, put_blob) -> dict[str, Any]:  # noqa: ANN001
+def _file_to_json(f: FileState, put_blob: PutBlob) -> dict[str, Any]:
     d = _fields(f)
     content = d.pop("content")
     if content is not None:
@@ -311,7 +341,7 @@ def _file_to_json(f: FileState, put_blob) -> dict[str, Any]:  # noqa: ANN001
     return {k: v for k, v in d.items() if v not in (None, False, ())}
 
 
-def _file_from_json(d: dict[str, Any], get_blob) -> FileState:  # noqa: ANN001
+def _file_from_json(d: dict[str, Any], get_blob: GetBlob) -> FileState:
     d = dict(d)
     blob = d.pop("blob", None)
     content = get_blob(blob) if blob else None
@@ -321,7 +351,7 @@ def _file_from_json(d: dict[str, Any], get_blob) -> FileState:  # noqa: ANN001
     return FileState(content=content, **d)
 
 
-def snapshot_to_json(snap: Snapshot, put_blob) -> dict[str, Any]:  # noqa: ANN001
+def snapshot_to_json(snap: Snapshot, put_blob: PutBlob) -> dict[str, Any]:
     hosts = {}
     for name, h in snap.hosts.items():
         hd = {
@@ -342,7 +372,7 @@ def snapshot_to_json(snap: Snapshot, put_blob) -> dict[str, Any]:  # noqa: ANN00
     return doc
 
 
-def snapshot_from_json(doc: dict[str, Any], get_blob) -> Snapshot:  # noqa: ANN001
+def snapshot_from_json(doc: dict[str, Any], get_blob: GetBlob) -> Snapshot:
     if doc.get("format") != 1:
         raise StoreError(f"unsupported snapshot format {doc.get('format')!r}")
     hosts = {}

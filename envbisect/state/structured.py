@@ -25,7 +25,10 @@ import io
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+if TYPE_CHECKING:  # ruamel.yaml is imported where YAML is read or written: most runs never do
+    from ruamel.yaml import YAML
 
 FORMATS = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml"}
 MAX_CHANGES = 64  # beyond this a file is one delta: 2n+2 renders are checked at diff time
@@ -143,7 +146,7 @@ class _Bad(Exception):
 _YAML_INDENTS = ((2, 2, 0), (2, 4, 2), (4, 4, 0), (4, 6, 4), (4, 4, 2), (2, 3, 1), (3, 3, 0), (4, 5, 3))
 
 
-def _yaml(indent: tuple[int, int, int] = (2, 2, 0), explicit_start: bool = False):  # noqa: ANN202
+def _yaml(indent: tuple[int, int, int] = (2, 2, 0), explicit_start: bool = False) -> YAML:
     from ruamel.yaml import YAML
 
     y = YAML(typ="rt")

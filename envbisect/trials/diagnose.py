@@ -42,7 +42,8 @@ class PathReport:
     conclusion: str
 
     def to_json(self) -> dict:
-        return {"layers": [l.to_json() for l in self.layers], "broken_at": self.broken_at, "conclusion": self.conclusion}
+        return {"layers": [l.to_json() for l in self.layers], "broken_at": self.broken_at,
+                "conclusion": self.conclusion}
 
 
 def rebase(url: str, base: str) -> str:
@@ -83,7 +84,7 @@ def check_path(playbook: Playbook, transports: Mapping[str, Transport], probe: P
         router_probe = replace(probe, url=rebase(probe.url, entry.health), vantage=entry.host)
         r = run_probe(router_probe, transports)
         layers.append(Layer(f"router ({entry.name}) directly", router_probe.url or "", r.outcome == PASS, r.reason, r))
-        if r.outcome != PASS:  # which engine? (red-team S10b: a hanging decode read as "look at routing")
+        if r.outcome != PASS:  # which engine? (a hanging decode must not read as "look at routing")
             layers.extend(engine_layers(playbook, transports, replace(probe, url=router_probe.url)))
         targets = {router_probe.url}
         if playbook.client_url:

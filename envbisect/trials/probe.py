@@ -10,17 +10,23 @@ from __future__ import annotations
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Mapping
 from urllib.parse import urlsplit
 
 import httpx
 
 from envbisect.hosts import bounded_http
-from envbisect.inputs.playbook import LOCAL, Probe
 from envbisect.hosts.restart import split_url
+from envbisect.hosts.transport import Transport
+from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Outcome
-from envbisect.hosts.transport import LocalTransport, Transport
+from envbisect.trials.probe_answers import run_answers
+from envbisect.trials.probe_metrics import run_prometheus_probe
+from envbisect.trials.probe_request import (EXCERPT, ProbeRun, RequestRecord, refuse_unverified, send,
+                                            vantage_transport)
+
+__all__ = ["ABORT", "BROKEN", "BROKEN_EXITS", "CANNOT_TEST", "DNS_FAILURE", "EXCERPT", "FAIL", "PASS", "ProbeRun",
+           "RequestRecord", "run_probe"]
 
 # a probe run's outcomes (the shared vocabulary: envbisect.outcome)
 PASS, FAIL, CANNOT_TEST, ABORT = Outcome.PASS, Outcome.FAIL, Outcome.CANNOT_TEST, Outcome.ABORT
@@ -33,96 +39,16 @@ BROKEN_EXITS = {126: "cannot execute", 127: "command not found"}
 # an HTTP probe's host name that does not resolve where it runs from (getaddrinfo's messages)
 DNS_FAILURE = re.compile(r"Name or service not known|nodename nor servname|Temporary failure in name resolution|"
                          r"No address associated with hostname|getaddrinfo failed")
-EXCERPT = 160
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    n: int
-    ok: bool
-    status: int | None
-    latency_s: float
-    error: str | None = None
-    excerpt: str = ""
-    connection: int = 0  # which client connection carried it (multi_round: all the same)
-
-
-@dataclass(frozen=True)
-class ProbeRun:
-    probe: str
-    kind: str
-    outcome: str  # pass | fail | cannot-test | abort
-    reason: str
-    requests: tuple[RequestRecord, ...]
-    duration_s: float
-    target: str = ""
-    value: float | None = None  # perf: the sample's metric (tokens/s, seconds)
-
-    def to_json(self) -> dict:
-        return {"probe": self.probe, "kind": self.kind, "outcome": self.outcome, "reason": self.reason,
-                "target": self.target, "duration_s": round(self.duration_s, 3), "value": self.value,
-                "requests": [{"n": r.n, "ok": r.ok, "status": r.status, "latency_s": round(r.latency_s, 4),
-                              "error": r.error, "excerpt": r.excerpt} for r in self.requests]}
-
-
-def _check(probe: Probe, n: int, resp: bounded_http.Answer | None, latency: float, error: str | None,
-           conn: int = 0) -> RequestRecord:
-    if resp is None:
-        return RequestRecord(n, False, None, latency, error, "", conn)
-    body = resp.text
-    excerpt = body[:EXCERPT].replace("\n", " ")
-    problem = None
-    if resp.cut:  # a flood, not an answer: judged like a hang, and said so
-        problem = f"{resp.cut_note()}: an answer is not that big"
-    elif resp.status_code != probe.expect_status:
-        problem = f"HTTP {resp.status_code}, expected {probe.expect_status}"
-    elif probe.expect_body and not re.search(probe.expect_body, body):
-        problem = f"body does not match {probe.expect_body!r}"
-    elif probe.latency_budget_s is not None and latency > probe.latency_budget_s:
-        problem = f"took {latency:.2f} s, over the {probe.latency_budget_s:g} s budget"
-    return RequestRecord(n, problem is None, resp.status_code, latency, problem, excerpt, conn)
-
-
-def _send(client: httpx.Client, probe: Probe, base: str, path: str, netloc: str, n: int, conn: int = 0) -> RequestRecord:
-    headers = {"Host": netloc, **dict(probe.headers)}
-    if probe.body is not None:
-        headers.setdefault("Content-Type", "application/json")
-    t0 = time.monotonic()
-    try:
-        resp = bounded_http.request(client, probe.method, base + path, content=probe.body, headers=headers,
-                                    deadline_s=probe.timeout_s, max_body=bounded_http.PROBE_MAX_BODY,
-                                    sni_host=urlsplit("//" + netloc).hostname)
-        return _check(probe, n, resp, time.monotonic() - t0, None, conn)
-    except httpx.HTTPError as e:
-        _refuse_unverified(probe, e)
-        return _check(probe, n, None, time.monotonic() - t0, bounded_http.describe(e, probe.timeout_s), conn)
-
-
-def _refuse_unverified(probe: Probe, e: BaseException) -> None:
-    """A certificate that does not verify says nothing about the configuration: the probe cannot run."""
-    tls = bounded_http.tls_problem(e)
-    if tls:
-        from envbisect.errors import RemoteError
-
-        raise RemoteError(f"probe {probe.name}: {tls} for {probe.url} (when that is meant, say "
-                          f"`insecure = true` in [probes.{probe.name}] to skip verification)") from None
-
-
 def run_probe(probe: Probe, transports: Mapping[str, Transport], *, url: str | None = None) -> ProbeRun:
     """One run of the probe (its `repeat` is the caller's business: runs stop at the first failure)."""
     t0 = time.monotonic()
-    transport = transports.get(probe.vantage) if probe.vantage != LOCAL else None
-    transport = transport or LocalTransport()
+    transport = vantage_transport(probe, transports)
     if probe.kind == "command":
         return _run_command(probe, transport, t0)
     target = url or probe.url or ""
     if probe.kind in ("metrics", "promql"):
-        from envbisect.trials.probe_metrics import run_prometheus_probe
-
         return run_prometheus_probe(probe, transport, target, t0)
     if probe.kind == "answers":
-        from envbisect.trials.probe_answers import run_answers
-
         return run_answers(probe, transport, target, t0)
     host, port, path = split_url(target)
     scheme = urlsplit(target).scheme or "http"
@@ -133,21 +59,21 @@ def run_probe(probe: Probe, transports: Mapping[str, Transport], *, url: str | N
             return _perf_sample(probe, base, path, netloc, target, t0)
         if probe.kind == "http":
             with bounded_http.client(insecure=probe.insecure) as c:
-                recs = [_send(c, probe, base, path, netloc, 1)]
+                recs = [send(c, probe, base, path, netloc, 1)]
         elif probe.kind == "multi_round":
             # One connection, reused: the rounds after the first ride a keep-alive connection.
             limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=600)
             recs = []
             with bounded_http.client(insecure=probe.insecure, limits=limits) as c:
                 for i in range(probe.rounds):
-                    rec = _send(c, probe, base, path, netloc, i + 1)
+                    rec = send(c, probe, base, path, netloc, i + 1)
                     recs.append(rec)
                     if not rec.ok:
                         break
         else:  # concurrent
             def one(i: int) -> RequestRecord:
                 with bounded_http.client(insecure=probe.insecure) as c:
-                    return _send(c, probe, base, path, netloc, i + 1, conn=i)
+                    return send(c, probe, base, path, netloc, i + 1, conn=i)
             with ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
                 recs = list(pool.map(one, range(probe.concurrency)))
     bad = [r for r in recs if not r.ok]
@@ -161,7 +87,8 @@ def run_probe(probe: Probe, transports: Mapping[str, Transport], *, url: str | N
             f"{len(bad)} of {len(recs)} concurrent requests" if probe.kind == "concurrent" else "request")
         reason = f"{where}: {first.error}"
         return ProbeRun(probe.name, probe.kind, FAIL, reason, tuple(recs), time.monotonic() - t0, target)
-    return ProbeRun(probe.name, probe.kind, PASS, f"{len(recs)} request(s) ok, max {max(r.latency_s for r in recs):.2f} s",
+    slowest = max(r.latency_s for r in recs)
+    return ProbeRun(probe.name, probe.kind, PASS, f"{len(recs)} request(s) ok, max {slowest:.2f} s",
                     tuple(recs), time.monotonic() - t0, target)
 
 
@@ -173,7 +100,8 @@ def _run_command(probe: Probe, transport: Transport, t0: float) -> ProbeRun:
     except RemoteError as e:
         if "timed out" in str(e):
             rec = RequestRecord(1, False, None, time.monotonic() - t0, f"no exit within {probe.timeout_s:g} s (hang)")
-            return ProbeRun(probe.name, "command", FAIL, rec.error or "", (rec,), time.monotonic() - t0, probe.command or "")
+            return ProbeRun(probe.name, "command", FAIL, rec.error or "", (rec,), time.monotonic() - t0,
+                            probe.command or "")
         raise
     code = res.exit_code
     text = (res.stdout + res.stderr).decode("utf-8", "replace")
@@ -185,7 +113,8 @@ def _run_command(probe: Probe, transport: Transport, t0: float) -> ProbeRun:
     outcome = PASS if code == 0 else CANNOT_TEST if code == 125 else FAIL
     rec = RequestRecord(1, code == 0, code, time.monotonic() - t0, None if code == 0 else f"exit status {code}",
                         text[-EXCERPT:].replace("\n", " "))
-    return ProbeRun(probe.name, "command", outcome, f"exit status {code}", (rec,), time.monotonic() - t0, probe.command or "")
+    return ProbeRun(probe.name, "command", outcome, f"exit status {code}", (rec,), time.monotonic() - t0,
+                    probe.command or "")
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -220,7 +149,7 @@ def _perf_sample(probe: Probe, base: str, path: str, netloc: str, target: str, t
                                         deadline_s=probe.timeout_s, max_body=bounded_http.PROBE_MAX_BODY,
                                         sni_host=urlsplit(target).hostname)
         except httpx.HTTPError as e:
-            _refuse_unverified(probe, e)
+            refuse_unverified(probe, e)
             why = bounded_http.describe(e, probe.timeout_s)
             return RequestRecord(n, False, None, time.monotonic() - s0, why), 0, None
         latency = time.monotonic() - s0

@@ -22,7 +22,7 @@ from envbisect.hosts.transport import Transport
 from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Outcome
 from envbisect.search.accuracy import decide_accuracy
-from envbisect.trials.probe import EXCERPT, ProbeRun, RequestRecord
+from envbisect.trials.probe_request import EXCERPT, ProbeRun, RequestRecord, vantage_transport
 
 _PUNCT = " \t\r\n.,;:!?\"'()[]{}*`"
 
@@ -83,7 +83,8 @@ def run_answers(probe: Probe, transport: Transport, url: str, t0: float) -> Prob
     limits = httpx.Limits(max_connections=probe.concurrency, max_keepalive_connections=probe.concurrency)
     with transport.forward(host, port) as (fh, fp):
         base = f"{urlsplit(url).scheme or 'http'}://{fh}:{fp}"
-        with bounded_http.client(insecure=probe.insecure, limits=limits) as c, ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
+        with bounded_http.client(insecure=probe.insecure, limits=limits) as c, \
+                ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
             got = list(pool.map(lambda n: one(c, base, n), range(probe.requests)))
     recs = tuple(r for r, _ in got)
     broken = [r for r in recs if not r.ok]
@@ -121,13 +122,12 @@ class AnswersJudge:
         restart), decided together; a run with no answer at all stops the trial as a failure."""
         from dataclasses import replace
 
-        from envbisect.trials.probe import run_probe
-
         key = tuple(sorted(config))
         mine = key == self.reference_config
         done: list[ProbeRun] = []
         for _ in range(max(1, runs)):
-            run = run_probe(self.probe, transports)
+            run = run_answers(self.probe, vantage_transport(self.probe, transports), self.probe.url or "",
+                              time.monotonic())
             done.append(run)
             if run.value is None or (mine and self.reference is None and run.outcome is not Outcome.PASS):
                 return (Outcome.FAIL if run.outcome is Outcome.PASS else run.outcome), tuple(done), run.reason

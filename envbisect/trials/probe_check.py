@@ -3,20 +3,20 @@
 A command probe that exits 126 (cannot execute) or 127 (not found), or an HTTP probe whose URL
 cannot be reached for a reason outside the stack (its host name is unknown; a connection refused on
 a host and port that no service of the playbook listens on), says nothing about the configuration:
-counted as a failure, a typo made the baseline "fail" and the verdict was a false not-config. Such
+counted as a failure, a typo would make the baseline "fail" and the verdict a false not-config. Such
 a probe is refused here with one line (`ProbeBroken`, exit 2); at a trial, the runner marks it
 `Cause.PROBE_BROKEN` and the bisection stops and restores (runs/bisect.py).
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from envbisect.errors import ProbeBroken, RemoteError
 from envbisect.hosts.restart import split_url
 from envbisect.hosts.transport import LocalTransport, Transport
 from envbisect.inputs.playbook import LOCAL, Playbook, Probe
 from envbisect.outcome import Outcome
-from envbisect.trials.probe import run_probe
+from envbisect.trials.probe import ProbeRun, run_probe
 
 # Run where the probe runs from: can the URL's host be resolved, and does its port accept a connection?
 _REACH = """
@@ -55,7 +55,7 @@ def service_ports(playbook: Playbook) -> set[tuple[str, int]]:
     return out
 
 
-def unreached(probe: Probe, runs, playbook: Playbook) -> str | None:  # noqa: ANN001 - ProbeRuns
+def unreached(probe: Probe, runs: Sequence[ProbeRun], playbook: Playbook) -> str | None:
     """Why an HTTP probe's runs never reached the stack, or None: every request of every run was
     refused a connection on a port no service of the playbook listens on (a probe aimed at the wrong
     place, or at a client-side path that is down), so no request was ever answered by the stack."""

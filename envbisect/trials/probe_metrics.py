@@ -24,9 +24,10 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from envbisect.hosts import bounded_http
+from envbisect.hosts.transport import Transport
 from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Outcome
-from envbisect.trials.probe import RequestRecord, ProbeRun, _send
+from envbisect.trials.probe_request import ProbeRun, RequestRecord, send
 
 SCRAPE_WAIT_S = 15.0  # how long a promql sample waits for the server to scrape past the window
 
@@ -114,7 +115,7 @@ def load_for(probe: Probe, base: str, path: str, netloc: str, seconds: float) ->
         limits = httpx.Limits(max_connections=probe.concurrency, max_keepalive_connections=probe.concurrency)
         with bounded_http.client(insecure=probe.insecure, limits=limits) as c, \
                 ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
-            list(pool.map(lambda i: _send(c, probe, base, path, netloc, -i - 1), range(warm)))
+            list(pool.map(lambda i: send(c, probe, base, path, netloc, -i - 1), range(warm)))
     deadline = time.monotonic() + seconds
     recs: list[RequestRecord] = []
     lock = threading.Lock()
@@ -124,7 +125,7 @@ def load_for(probe: Probe, base: str, path: str, netloc: str, seconds: float) ->
         with bounded_http.client(insecure=probe.insecure) as c:
             while time.monotonic() < deadline:
                 n += 1
-                rec = _send(c, probe, base, path, netloc, n, conn=i)
+                rec = send(c, probe, base, path, netloc, n, conn=i)
                 with lock:
                     recs.append(rec)
                 if not rec.ok:
@@ -146,7 +147,7 @@ def _failed(probe: Probe, recs: list[RequestRecord], t0: float, target: str) -> 
 
 
 def metrics_sample(probe: Probe, transport, url_base: tuple[str, str, str], metrics_base: tuple[str, str],
-                   t0: float) -> ProbeRun:  # noqa: ANN001 - a Transport
+                   t0: float) -> ProbeRun:
     """One `metrics` sample: read, load for load_s (reading a gauge every half second), read."""
     base, path, netloc = url_base
     mbase, mpath = metrics_base
@@ -271,7 +272,7 @@ def promql_sample(probe: Probe, url_base: tuple[str, str, str], prom_base: str, 
                     f"requests at {probe.concurrency})", tuple(recs), time.monotonic() - t0, target, value=value)
 
 
-def run_prometheus_probe(probe: Probe, transport, url: str, t0: float) -> ProbeRun:  # noqa: ANN001 - a Transport
+def run_prometheus_probe(probe: Probe, transport: Transport, url: str, t0: float) -> ProbeRun:
     """A metrics or promql sample from the probe's vantage: the load target, and the /metrics page
     or the Prometheus server, each through its own forward (loopback-bound servers are reachable)."""
     from urllib.parse import urlsplit

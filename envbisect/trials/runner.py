@@ -64,7 +64,8 @@ class Trial:
     def to_json(self) -> dict:
         return {"n": self.n, "purpose": self.purpose, "units": list(self.units), "config": list(self.config),
                 "outcome": self.outcome, "reason": self.reason, "restart_s": round(self.restart_s, 3),
-                "probe_s": round(self.probe_s, 3), "restart_durations": {k: round(v, 3) for k, v in self.restart_durations.items()},
+                "probe_s": round(self.probe_s, 3),
+                "restart_durations": {k: round(v, 3) for k, v in self.restart_durations.items()},
                 "started_at": self.started_at, "probe": {"runs": [r.to_json() for r in self.probe_runs],
                                                           "passes": self.passes},
                 "log_tail": self.log_tail[-2000:], "aborted": self.aborted, "free": self.free,
@@ -95,7 +96,8 @@ class Trial:
 
 def _kind_from_purpose(purpose: str) -> TrialKind:
     """The kind of a trial recorded before trials carried one (run records of older versions)."""
-    for prefix, kind in (("premise: current", TrialKind.PREMISE_CURRENT), ("premise: baseline", TrialKind.PREMISE_BASELINE),
+    for prefix, kind in (("premise: current", TrialKind.PREMISE_CURRENT),
+                         ("premise: baseline", TrialKind.PREMISE_BASELINE),
                          ("bisect", TrialKind.BISECT), ("retest", TrialKind.RETEST), ("confirm", TrialKind.CONFIRM),
                          ("retry", TrialKind.RETRY), ("refine", TrialKind.REFINE), ("final", TrialKind.FINAL),
                          ("guard", TrialKind.GUARD), ("dependency", TrialKind.DEPENDENCY)):
@@ -200,7 +202,8 @@ class TrialRunner:
             return self._finish(replace(base, reason=f"probe could not run: {e}", cause=Cause.PROBE_ERROR))
         return self._finish(self._probed(base, outcome, runs, reason, time.monotonic() - p0))
 
-    def _probe(self, config: tuple[str, ...], probes: int, stop_after: int) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
+    def _probe(self, config: tuple[str, ...], probes: int, stop_after: int
+               ) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
         """Pass/fail probe runs; for a perf probe, samples judged against the baseline's (perf.py). A
         probe whose every request was refused by a port no service listens on never reached the
         stack: broken, not a failure (trials/probe_check.py)."""

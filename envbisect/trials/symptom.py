@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from envbisect.outcome import Outcome
+from envbisect.trials.probe_request import ProbeRun
+from envbisect.trials.runner import Trial
 
 _START = re.compile(r"^(\S+) (?:died while starting|not healthy after)")
 # what varies between two runs of one fault: uuids and hex ids, numbers (timings, ports, counts)
@@ -91,7 +93,7 @@ class Fingerprint:
         return cls(d["kind"], d.get("service"), d.get("status"), d.get("first_line", ""), d.get("layer", ""))
 
 
-def _layer(run, n: int) -> str:  # noqa: ANN001 - a ProbeRun
+def _layer(run: ProbeRun, n: int) -> str:
     if run.kind == "multi_round":
         return "first request" if n <= 1 else f"round {n} on one reused connection"
     if run.kind == "concurrent":
@@ -99,7 +101,7 @@ def _layer(run, n: int) -> str:  # noqa: ANN001 - a ProbeRun
     return "command" if run.kind == "command" else "request"
 
 
-def of_run(run) -> Fingerprint | None:  # noqa: ANN001 - a ProbeRun
+def of_run(run: ProbeRun) -> Fingerprint | None:
     """How one failed probe run failed (None: it did not fail)."""
     if run.outcome != Outcome.FAIL:
         return None
@@ -130,7 +132,7 @@ def of_run(run) -> Fingerprint | None:  # noqa: ANN001 - a ProbeRun
     return Fingerprint("error", status=r.status, layer=layer)
 
 
-def of_trial(trial) -> Fingerprint | None:  # noqa: ANN001 - a Trial
+def of_trial(trial: Trial) -> Fingerprint | None:
     """How a failed trial failed: its start failure, or its first failed probe run (None: it did
     not fail, or nothing says how)."""
     if trial.outcome is Outcome.START_FAILURE:
@@ -146,7 +148,7 @@ def of_trial(trial) -> Fingerprint | None:  # noqa: ANN001 - a Trial
     return None
 
 
-def shows(symptom: Fingerprint, trial) -> bool | None:  # noqa: ANN001 - a Trial
+def shows(symptom: Fingerprint, trial: Trial) -> bool | None:
     """True: the trial failed with the symptom (one of its failed runs, or its start failure, is
     it); False: it failed another way; None: it did not fail."""
     if not trial.outcome.failed:

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 from envbisect.trials.diagnose import Layer, engine_layers, entry_service, rebase
 from envbisect.errors import UsageError
 from envbisect.inputs.playbook import Playbook, Probe
-from envbisect.trials.probe import PASS, run_probe
+from envbisect.trials.probe import PASS, ProbeRun, run_probe
 from envbisect.hosts.restart import health_ok
 from envbisect.hosts.transport import Transport
 
@@ -76,7 +76,7 @@ def verify(playbook: Playbook, transports: Mapping[str, Transport], probes: Sequ
     return VerifyReport(tuple(layers), failed, _summary(layers, failed))
 
 
-def _perf_layer(p: Probe, transports: Mapping[str, Transport]):  # noqa: ANN202 - a ProbeRun
+def _perf_layer(p: Probe, transports: Mapping[str, Transport]) -> ProbeRun:
     """A perf probe as a layer: `samples` samples, the median and its spread (one sample is
     no measurement of a speed)."""
     import statistics
