@@ -324,8 +324,14 @@ def _fields(obj: Any) -> dict[str, Any]:
     """A flat dataclass's fields as a dict: what dataclasses.asdict gives for these snapshot types
     (no nested dataclasses; mappings become dicts), without its deep copy of every value (file
     contents included), which cost more than the rest of a snapshot's controller side."""
-    return {name: (v if type(v := getattr(obj, name)) in _PLAIN else dict(v) if isinstance(v, Mapping) else v)
-            for name in _field_names(type(obj))}
+    names = _field_names(type(obj))
+    d = dict(vars(obj))  # a dataclass's __dict__ holds its fields, set in order by __init__
+    if len(d) != len(names):  # something else besides: read the fields one by one
+        d = {name: getattr(obj, name) for name in names}
+    for k, v in d.items():
+        if type(v) not in _PLAIN and isinstance(v, Mapping):
+            d[k] = dict(v)
+    return d
 
 
 @functools.lru_cache(maxsize=None)
