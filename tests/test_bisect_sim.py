@@ -17,8 +17,10 @@ import pytest
 from envbisect.runs.bisect import BisectOptions, BisectRun
 from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.inputs.playbook import load_playbook
+from envbisect.runs.replay import load_evidence, parse_log, render_log, replay_log
 from envbisect.search import TrialKind, restart_bound
 from envbisect.sim.deployment import build
+from envbisect.state.rundir import Runs
 from envbisect.state.store import Store
 
 pytestmark = pytest.mark.sim
@@ -334,10 +336,11 @@ def test_zero_deltas_probes_the_stack(scenario):
 
 
 def test_auto_linked_twin_innocent_on_one_side(scenario, sshd):
-    """The same knob raised in prefill and decode; only the decode side breaks the stack. The
-    auto-linked unit is refined: only decode's delta is blamed (issue 7, scenario *single*), and
-    the verdict's own explanation says which members were tested apart, by which trial. Over the
-    real sshd."""
+    """The same knob raised in prefill and decode; only the decode side breaks the stack. The search
+    splits the auto-linked unit with the trial it runs anyway (search/hints.py): decode's side is
+    asked alone first (decode fails when asked directly), and its fix check, which keeps prefill's
+    side, clears it. Only decode's delta is blamed, with no refinement trial after the verdict, and
+    the note says which trials showed it. Over the real sshd."""
     s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
     s.baseline()
     plant(s.sim, [("prefill", "NCCL_DEBUG", "INFO"), ("prefill", "SGLANG_SM120_MMA_TARGET_CTAS", "256"),
@@ -346,14 +349,48 @@ def test_auto_linked_twin_innocent_on_one_side(scenario, sshd):
     r = s.bisect(probe="e2e")
     assert r.verdict.kind == "culprit", r.verdict
     assert r.culprit_deltas == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",), (r.culprit_deltas, r.notes)
-    assert any("tested apart" in n and "only decode:SGLANG_SM120_MMA_TARGET_CTAS" in n for n in r.notes)
-    refine = [t for t in r.trials if t.kind is TrialKind.REFINE]
-    assert len(refine) == 2
-    apart = r.verdict.explanation.partition("testing auto-linked members apart:")[2]
-    for t in refine:
-        assert f"(trial {t.n})" in apart, r.verdict.explanation
-    assert "prefill:SGLANG_SM120_MMA_TARGET_CTAS passed without the other side" in apart, r.verdict.explanation
+    assert not [t for t in r.trials if t.kind is TrialKind.REFINE]
+    alone = next(t for t in r.trials if t.units == ("member:decode:SGLANG_SM120_MMA_TARGET_CTAS",))
+    fix = next(t for t in r.trials if "member:prefill:SGLANG_SM120_MMA_TARGET_CTAS" in t.units
+               and "member:decode:SGLANG_SM120_MMA_TARGET_CTAS" not in t.units)
+    assert alone.outcome == "fail" and fix.outcome == "pass"
+    note = next(n for n in r.notes if "tested apart inside the search" in n)
+    assert f"decode:SGLANG_SM120_MMA_TARGET_CTAS failed alone in trial {alone.n}" in note, note
+    assert f"prefill:SGLANG_SM120_MMA_TARGET_CTAS passed without the other side in trial {fix.n}" in note, note
+    assert "only decode:SGLANG_SM120_MMA_TARGET_CTAS is to blame" in note
+    assert f"decode:SGLANG_SM120_MMA_TARGET_CTAS alone failed (trial {alone.n})" in r.verdict.explanation
+    assert "member:" not in r.verdict.explanation, r.verdict.explanation
+    assert r.restarts <= restart_bound(2), [t.purpose for t in r.trials]
     assert r.state_left == "original" and tree_fingerprint(s.sim) == before
+    # the record replays to the same verdict: the run recorded the search's twins (run.json)
+    ev = load_evidence(Runs(Store(s.store).runs_dir).get(r.run_id))
+    rp = replay_log(ev, parse_log(render_log(ev), "as-recorded.log"))
+    assert not rp.needs and rp.result.verdict.culprits == r.verdict.culprits == ("linked:SGLANG_SM120_MMA_TARGET_CTAS",)
+    assert rp.result.culprit_deltas == r.culprit_deltas and rp.result.refined == r.refined
+
+
+def test_a_twin_among_8_deltas_costs_no_more_restarts_than_a_bisection_without_it(scenario):
+    """Issue 25: 8 deltas with the bad value set in prefill and decode (one auto-linked twin, only
+    decode's side to blame) against 8 deltas with it in decode alone: the same verdict, and no
+    more restarts."""
+    extra = [("router", "RUST_BACKTRACE", "full")]
+    found = {}
+    for twin in (True, False):
+        s = scenario()
+        s.baseline()
+        bad = [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")]
+        if twin:
+            bad = [("prefill", "SGLANG_SM120_MMA_TARGET_CTAS", "256")] + bad
+        else:
+            extra = extra + [("prefill", "SGLANG_SCHEDULER_INTERVAL", "2")]
+        plant(s.sim, INNOCENT[:3] + bad + INNOCENT[3:] + extra)
+        r = s.bisect(probe="e2e")
+        assert len({d for ds in r.units.values() for d in ds}) == 8, r.units
+        assert r.verdict.kind == "culprit", r.verdict
+        found[twin] = (r.culprit_deltas, r.restarts)
+        s.sim.stop_all()
+    assert found[True][0] == found[False][0] == ("decode:SGLANG_SM120_MMA_TARGET_CTAS",), found
+    assert found[True][1] <= found[False][1], found
 
 
 def test_a_link_declared_in_the_playbook_stays_whole(scenario):

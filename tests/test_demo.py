@@ -23,6 +23,8 @@ def test_demo_finds_the_planted_change_and_blames_nothing_else(perf):
     assert b["state_left"] == "original"
     kinds = [t["kind"] for t in b["trials"]]
     assert "premise-baseline" in kinds and "premise-current" in kinds  # both premises observed
+    if not perf:  # issue 25: one culprit among 7 deltas within ceil(log2 n + 2.5) restarts
+        assert b["restarts"] <= 6, [(t["kind"], t["purpose"]) for t in b["trials"]]
     if perf:
         assert doc["planted"]["bad"] == "decode:SGLANG_CUDA_GRAPH_MAX_BS"
         assert kinds[0] == "premise-baseline" and all(run["value"] for run in b["trials"][0]["probe"]["runs"])

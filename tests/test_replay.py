@@ -26,6 +26,7 @@ from envbisect.runs.bisect import BisectOptions, BisectRun
 from envbisect.runs.deployment import Deployment
 from envbisect.runs.replay import load_evidence, parse_log, record_replay, render_log, replay_log
 from envbisect.search import POLICIES, Observation, TrialKind, TrialRequest
+from envbisect.search.hints import Hints
 from envbisect.state.rundir import Runs
 from envbisect.state.store import Store
 from envbisect.trials.probe import ProbeRun
@@ -131,10 +132,14 @@ def flipped(log: str, n: int, to: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def predicted(trials, retracted: set[int], guilty: set[str], units, base_probes: int = 1) -> list[frozenset]:
+def predicted(trials, retracted: set[int], guilty: set[str], units, base_probes: int = 1,
+              hints: Hints | None = None) -> list[frozenset]:
     """The configurations a fresh search asks for once it has seen the record without ``retracted``,
-    answered from the truth (a configuration fails when it holds every unit of ``guilty``)."""
-    search = POLICIES["confirm"].search(list(units), base_probes=base_probes)
+    answered from the truth (a configuration fails when it holds every delta of ``guilty``).
+    ``hints``: the run's (run.json), so the search is the run's."""
+    hints = hints or Hints()
+    search = POLICIES["confirm"].search(list(units), base_probes=base_probes, **hints.search_options())
+    table = {**units, **hints.member_units()}
     for t in trials:
         if t.n in retracted or t.kind in (TrialKind.REFINE, TrialKind.GUARD, TrialKind.FINAL):
             continue
@@ -144,7 +149,7 @@ def predicted(trials, retracted: set[int], guilty: set[str], units, base_probes:
     asked = []
     while isinstance(req := search.next(), TrialRequest):
         asked.append(req.config)
-        bad = guilty <= set(req.config)
+        bad = guilty <= {d for u in req.config for d in table.get(u, (u,))}
         search.observe(Observation(req.config, passes=0 if bad else req.probes, failed=bad,
                                    failures=min(req.stop_after, req.probes) if bad else 0))
     return asked
@@ -358,10 +363,12 @@ def test_the_record_of_a_finished_run_is_refused_when_the_hosts_moved_on(rec):
     assert not rd.has("corrections.jsonl") and rd.has("verdict.json") and rec.host_files() == moved
 
 
-def test_an_auto_linked_culprit_keeps_its_members_trials_and_repeats_only_a_retracted_one(rec):
-    """The same change in prefill and decode is one unit for the search; tested apart after the
-    verdict (refine trials). Replay reuses those recorded trials (only decode's side is to blame);
-    retracting one of them repeats that one trial and nothing else."""
+def test_an_auto_linked_culprit_split_by_the_search_replays_and_repeats_only_a_retracted_trial(rec):
+    """The same change in prefill and decode is one unit for the search until the bisection finds
+    it; then the search asks one side alone (search/hints.py), with no refinement trial after the
+    verdict. Replay builds the same search from run.json and reaches the same verdict; retracting
+    the trial that showed decode's side failing alone repeats what the search then needs, nothing
+    else."""
     from hosttree import PREFILL
 
     rec.stack.tree.edit("prefill", PREFILL + "export LINKED=1\n")
@@ -369,17 +376,22 @@ def test_an_auto_linked_culprit_keeps_its_members_trials_and_repeats_only_a_retr
     rec.files = rec.host_files()
     r = rec.bisect(oracle({"decode:LINKED"}))
     assert r.verdict.kind == "culprit" and r.culprit_deltas == ("decode:LINKED",), (r.verdict, r.notes)
-    refine = [t for t in r.trials if t.kind is TrialKind.REFINE]
-    assert len(refine) == 2
+    assert not [t for t in r.trials if t.kind is TrialKind.REFINE]
+    alone = next(t for t in r.trials if t.units == ("member:decode:LINKED",))
     ev = rec.evidence(r.run_id)
     rp = replay_log(ev, parse_log(render_log(ev), "same.log"))
     assert rp.decided and rp.result.culprit_deltas == ("decode:LINKED",) and not rp.changes
-    rp = replay_log(ev, parse_log(without(render_log(ev), refine[0].n), "edited.log"))
-    assert not rp.decided and [n.kind for n in rp.needs] == [TrialKind.REFINE]
-    assert rp.needs[0].deltas == refine[0].config
+    hints = Hints.from_json(ev.doc["search"]["hints"])
+    assert hints.twins == {"linked:LINKED": ("member:decode:LINKED", "member:prefill:LINKED")} or \
+        hints.twins == {"linked:LINKED": ("member:prefill:LINKED", "member:decode:LINKED")}
+    want = predicted(ev.trials, {alone.n}, {"decode:LINKED"}, ev.units, hints=hints)
+    assert want
+    rp = replay_log(ev, parse_log(without(render_log(ev), alone.n), "edited.log"))
+    assert not rp.decided and [set(n.units) for n in rp.needs] == [set(want[0])]
     asked: list = []
-    r2 = rec.resume(oracle({"decode:LINKED"}, asked=asked), r.run_id, retract=[refine[0].n])
-    assert [c for _n, c in asked] == [refine[0].config]  # that trial again, nothing else
+    r2 = rec.resume(oracle({"decode:LINKED"}, asked=asked), r.run_id, retract=[alone.n])
+    table = {**ev.units, **hints.member_units()}
+    assert [set(c) for _n, c in asked] == [{d for u in w for d in table[u]} for w in want]
     assert r2.culprit_deltas == ("decode:LINKED",) and rec.host_files() == rec.files
 
 

@@ -11,6 +11,7 @@ from envbisect.report import build_story, load_run, render_markdown
 from envbisect.runs.bisect import BisectOptions, BisectRun
 from envbisect.runs.replay import load_evidence, parse_log, render_log, replay_log
 from envbisect.search import TrialKind
+from envbisect.search.hints import Hints
 from envbisect.state.rundir import Runs
 from envbisect.state.store import Store
 
@@ -43,7 +44,7 @@ def test_retract_over_real_sshd_repeats_only_the_dropped_trials_decision(scenari
     alone = next(t for t in r.trials if t.units == (CULPRIT,) and t.outcome.failed)
     rd = Runs(Store(s.store).runs_dir).get(r.run_id)
     ev = load_evidence(rd)
-    want = predicted(ev.trials, {alone.n}, {CULPRIT}, ev.units)
+    want = predicted(ev.trials, {alone.n}, {CULPRIT}, ev.units, hints=Hints.from_json(ev.doc["search"]["hints"]))
     assert want  # the search needs at least that decision again
     # what `envbisect replay` says of the same edit, before anything runs
     rp = replay_log(ev, parse_log("\n".join(l for l in render_log(ev).splitlines()

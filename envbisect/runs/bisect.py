@@ -40,6 +40,7 @@ from envbisect.runs.signals import install_signal_handlers, shield_signals
 from envbisect.runs.symptom import SymptomWatch, dependency_records, leave_pairs_whole
 from envbisect.search import POLICIES, Search, TrialKind, TrialRequest, Verdict
 from envbisect.search.commits import CommitFound, CommitLineSearch
+from envbisect.search.hints import Hints, twins_of
 from envbisect.state import rundir
 from envbisect.state.commitline import LineCommit, NotALine, first_parent_line, mirror
 from envbisect.state.configuration import check_applicable, touched
@@ -49,7 +50,7 @@ from envbisect.state.rundir import RunDir, Runs
 from envbisect.state.sourced import verdict_notes
 from envbisect.state.store import Store
 from envbisect.state.structured import key_secrets
-from envbisect.trials.diagnose import PathReport, check_path
+from envbisect.trials.diagnose import PathReport, check_path, failing_engines
 from envbisect.trials.probe_check import broken_line, refuse_broken_probe
 from envbisect.trials.runner import Trial, TrialRunner
 
@@ -113,6 +114,7 @@ class BisectRun:
         self.corrections = Corrections()  # a resumed run's (state/corrections.py)
         self.watch: SymptomWatch | None = None  # set by _loop: how the current configuration fails
         self._restarted_from = 0  # trials before this are another session's: restarting for them is not ours
+        self.hints = Hints()  # twins and suspicion for the search (search/hints.py), recorded with the run
 
     def on_event(self, kind: str, data: dict) -> None:
         """Tell the listener, and keep a timestamped line in the run's events.jsonl: the report's timeline."""
@@ -191,7 +193,8 @@ class BisectRun:
             doc["perf"] = {"probe": perf.name, "metric": perf.metric, "regression": perf.regression,
                            "higher_is_better": perf.higher_is_better, "guard": perf is not probe}
         # what `envbisect replay` needs to build the same search without the playbook
-        doc["search"] = {"base_probes": probe.repeat, "retries": PERF_RETRIES if probe.is_perf else 1}
+        doc["search"] = {"base_probes": probe.repeat, "retries": PERF_RETRIES if probe.is_perf else 1,
+                         "hints": self.hints.to_json()}
         RunDir(self.run_dir).write(rundir.RUN, self.dep.masker.redact_json(doc))
 
     def _save_symptom(self, watch: SymptomWatch) -> None:
@@ -220,6 +223,9 @@ class BisectRun:
         check_applicable(deltas)
         refuse_broken_probe(probe, self.playbook, self.dep.transports)  # before any edit or restart
         units, notes = make_units(deltas, self.declared_links, self.opts.auto_link)
+        failing = (failing_engines(self.playbook, self.dep.transports, probe) if twins_of(units, self.declared_links)
+                   and running_stack_unverified(diff, self.playbook, deltas) is None else [])  # orders twins' sides
+        self.hints = Hints.of(units, self.declared_links, failing)
         self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
         self.run_dir = Runs(self.dep.store.runs_dir).new(self.run_id).path
         self._save_run(diff, deltas, units, probe)
@@ -261,6 +267,7 @@ class BisectRun:
         self.dep.masker.learn_env(key_secrets(deltas))
         contents = {sha: store.get_blob(ref) or b"" for sha, ref in doc["contents"].items()}
         units = {u: tuple(v) for u, v in doc["units"].items()}
+        self.hints = Hints.from_json(doc.get("search", {}).get("hints"))
         o = doc["options"]
         self.opts = BisectOptions(probe=doc["probe"], only=tuple(o["only"]), exclude=tuple(o["exclude"]),
                                   link=tuple(o["link"]), confidence=o["confidence"], max_trials=o["max_trials"],
@@ -358,6 +365,7 @@ class BisectRun:
                                      s.probe, s.units, on_step=lambda m: self.on_event("step", {"message": m}),
                                      evidence_dir=RunDir(self.run_dir).file(rundir.EVIDENCE))
         search = self._new_search(s)
+        runner.units = {**runner.units, **self.hints.member_units()}  # a twin's sides, tested apart by the search
         self.watch = SymptomWatch(list(s.units), enabled=not s.probe.is_perf)
         self.trials = [self.watch.see(t) for t in done]
         feed(search, self.trials, self.corrections, observation)
@@ -379,6 +387,8 @@ class BisectRun:
         self.playbook_units = unit_ids
         make_search = self.search_factory or POLICIES[parse_policy(self.opts.policy)].search
         extra = {"retries": PERF_RETRIES} if s.probe.is_perf else {}
+        if self.search_factory is None:
+            extra.update(self.hints.search_options())
         return make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
                            base_probes=s.probe.repeat, **extra)
 
@@ -446,7 +456,11 @@ class BisectRun:
                   notes: list[str]) -> Concluded:
         """After the search: the verdict refined (auto-linked members apart, a HEAD move commit by
         commit), the revert guarded, a not-config verdict's premise proven, unresolved causes named."""
-        refined, apart = self._refine_links(verdict, s.units, runner, search, notes)
+        verdict, split, split_notes = self.hints.conclude(verdict, search.evidence)
+        notes.extend(split_notes)
+        refined, apart = self._refine_links(verdict, {u: m for u, m in s.units.items() if u not in split}, runner,
+                                            search, notes)
+        refined.update(split)
         if apart:  # the verdict's own explanation says which members were tested apart, and by which trial
             verdict = dataclasses.replace(verdict, explanation=verdict.explanation
                                           + " Observed, testing auto-linked members apart: " + "; ".join(apart) + ".")

@@ -41,6 +41,7 @@ from envbisect.runs.symptom import SymptomWatch
 from envbisect.runs.baseline_proof import baseline_trial, build_proof, not_reproduced, restart_facts, unresolved_causes
 from envbisect.runs.deployment import Deployment
 from envbisect.search import POLICIES, TrialKind, Verdict
+from envbisect.search.hints import Hints
 from envbisect.search.rounds import observe_round, plan_round
 from envbisect.state import rundir
 from envbisect.state.configuration import touched
@@ -139,6 +140,7 @@ class FleetRun:
         for r in self.replicas:  # before any edit or restart (trials/probe_check.py)
             refuse_broken_probe(probes[r.name], r.dep.playbook, r.dep.transports)
         units, notes = make_units(chosen[first], self.declared_links, self.opts.auto_link)
+        self.hints = Hints.of(units, self.declared_links)  # as BisectRun's, without asking the engines
         self.run_id = time.strftime("%Y%m%dT%H%M%S") + "-fleet-" + uuid.uuid4().hex[:6]
         rd = Runs(self.store.runs_dir).new(self.run_id)
         self.run_dir = rd.path
@@ -147,6 +149,7 @@ class FleetRun:
             "deployment": "fleet:" + "+".join(r.dep.playbook.name for r in self.replicas),
             "replicas": {r.name: r.dep.playbook.name for r in self.replicas},
             "probe": probes[first].name, "units": {u: list(v) for u, v in units.items()},
+            "search": {"hints": self.hints.to_json()},
             "diff": diffs[first].to_json(self.replicas[0].dep.masker)}).encode())
         try:
             for r in self.replicas:
@@ -195,7 +198,10 @@ class FleetRun:
         make_search = POLICIES[self.opts.policy].search
         probe = self.replicas[0].runner.probe  # type: ignore[union-attr]
         search = make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
-                             base_probes=probe.repeat)
+                             base_probes=probe.repeat, **self.hints.search_options())
+        for r in self.replicas:  # a twin's sides, tested apart by the search
+            if r.runner is not None:
+                r.runner.units = {**r.runner.units, **self.hints.member_units()}
         self.watch = SymptomWatch(unit_ids, enabled=not probe.is_perf)
         # round 1: the baseline on every replica (premise), side by side
         base = self._round([(r, [], "premise: baseline must pass (every replica)", TrialKind.PREMISE_BASELINE,
@@ -227,7 +233,11 @@ class FleetRun:
                     r.excluded = f"trial {t.n} was unresolved ({t.reason})"
                     notes.append(f"replica {r.name} left out from now on: {r.excluded}")
             observe_round(search, [observation(t) for _r, t in got])
-        plan, refined, more = self._refine_links(plan, units, search, notes)
+        plan, split, split_notes = self.hints.conclude(plan, search.evidence)
+        notes.extend(split_notes)
+        plan, refined, more = self._refine_links(plan, {u: m for u, m in units.items() if u not in split}, search,
+                                                 notes)
+        refined.update(split)
         rounds += more
         notes.append(f"{rounds} rounds on {len(self.replicas)} replicas ({len(self.trials)} trials, side by side)")
         return plan, rounds, refined

@@ -39,6 +39,7 @@ from envbisect.runs.plan import judge_apart, linked_to_refine, observation
 from envbisect.runs.result import VERDICT_EXIT, BisectResult, GuardResult
 from envbisect.runs.corrections import NOT_SEARCHED, check_correctable, feed, perf_reference, recorded_refine
 from envbisect.search import POLICIES, TrialKind, TrialRequest, Verdict
+from envbisect.search.hints import Hints
 from envbisect.state import rundir
 from envbisect.state.corrections import (AS_RECORDED, CHANGEABLE, RETRACTED, Correction, Corrections,
                                          append_corrections, read_corrections)
@@ -324,8 +325,10 @@ def replay_evidence(ev: RunEvidence, corrections: Corrections, *, base_probes: i
     Pure: reads nothing, touches no host."""
     cfg = _search_settings(ev, base_probes)
     units = ev.units
+    hints = Hints.from_json((ev.doc.get("search") or {}).get("hints"))  # the run's twins and suspicion
     search = POLICIES[cfg["policy"]].search(list(units), confidence=cfg["confidence"], max_trials=cfg["max_trials"],
-                                            base_probes=cfg["base_probes"], retries=cfg["retries"])
+                                            base_probes=cfg["base_probes"], retries=cfg["retries"],
+                                            **hints.search_options())
     try:
         unused = feed(search, ev.trials, corrections, observation)
     except ValueError as e:  # a unit the run does not know, a pass without a passed run
@@ -334,16 +337,19 @@ def replay_evidence(ev: RunEvidence, corrections: Corrections, *, base_probes: i
     needs: list[NeededTrial] = []
     notes: list[str] = []
     refined: dict[str, tuple[str, ...]] = {}
-    delta_ids = lambda us, table=units: tuple(sorted(d for u in us for d in table[u]))  # noqa: E731
+    delta_ids = lambda us, table={**units, **hints.member_units()}: tuple(  # noqa: E731
+        sorted(d for u in us for d in table[u]))
     if isinstance(nxt, TrialRequest):
         sus = tuple(sorted(search.marginals().items(), key=lambda kv: -kv[1]))
         verdict = Verdict(PENDING, (), 0.0, sus, f"The corrected evidence does not decide yet: it needs trial "
                                                   f"{len(ev.trials) + 1}, {nxt.purpose}.")
         needs.append(NeededTrial(nxt.kind, tuple(sorted(nxt.config)), delta_ids(nxt.config), nxt.purpose))
     else:
-        verdict = nxt
+        verdict, split, split_notes = hints.conclude(nxt, search.evidence)
+        refined.update(split)
+        notes.extend(split_notes)
         apart: list[str] = []
-        for test in linked_to_refine(verdict, units, cfg["link"]):
+        for test in linked_to_refine(verdict, {u: m for u, m in units.items() if u not in split}, cfg["link"]):
             table = {**units, **test.member_units}
             tested: list[tuple[str, Trial]] | None = []
             missing = []

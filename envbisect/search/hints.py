@@ -16,11 +16,14 @@ ceil(log2 n) steps, and a wrong twin hint costs at most the one trial it reorder
 """
 from __future__ import annotations
 
+import dataclasses
 import re
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from envbisect.outcome import VerdictKind
+from envbisect.search.judge import Judge
 from envbisect.search.types import Verdict
 
 MEMBER = "member:"  # the unit id of one delta of a twin, tested apart (the runner maps it to the delta)
@@ -129,5 +132,75 @@ def fold(verdict: Verdict, twins: Mapping[str, Sequence[str]]) -> tuple[Verdict,
     return folded, refined
 
 
-__all__ = ["MEMBER", "LINKED", "KnobClass", "SUSPICION", "FAILING_ENGINE", "member_id", "service_of", "twins_of",
+@dataclass(frozen=True)
+class Hints:
+    """What a bisection run tells its search besides the observations, recorded with the run so a
+    resume and a replay build the same search: the twins (unit -> members, the one to ask first
+    first) and the suspicion per unit."""
+
+    twins: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    suspicion: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, units: Mapping[str, Sequence[str]], declared: Iterable[str] = (),
+           failing: Iterable[str] = ()) -> "Hints":
+        failing = tuple(failing)
+        return cls(twins_of(units, declared, failing), suspicion_of(units, failing))
+
+    def search_options(self) -> dict[str, Any]:
+        """The keyword arguments of `Search` (none when there is nothing to say)."""
+        out: dict[str, Any] = {}
+        if self.twins:
+            out["twins"] = dict(self.twins)
+        if any(w != 1.0 for w in self.suspicion.values()):
+            out["suspicion"] = dict(self.suspicion)
+        return out
+
+    def member_units(self) -> dict[str, tuple[str, ...]]:
+        return member_units(self.twins)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"twins": {u: list(m) for u, m in self.twins.items()}, "suspicion": dict(self.suspicion)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any] | None) -> "Hints":
+        doc = doc or {}
+        return cls({u: tuple(m) for u, m in (doc.get("twins") or {}).items()}, dict(doc.get("suspicion") or {}))
+
+    def conclude(self, verdict: Verdict, evidence: Judge) -> tuple[Verdict, dict[str, tuple[str, ...]], list[str]]:
+        """(the verdict in the run's units, twin -> the deltas to blame, one note per twin split):
+        a member named is its twin, refined to the side named; member ids in the explanation are
+        the deltas they stand for."""
+        folded, refined = fold(verdict, self.twins)
+        text = folded.explanation
+        for member in sorted(self.member_units(), key=len, reverse=True):
+            text = text.replace(member, member[len(MEMBER):])
+        folded = dataclasses.replace(folded, explanation=text)
+        notes = []
+        for twin, deltas in refined.items():
+            blamed = [member_id(d) for d in deltas]
+            seen = "; ".join(_seen(evidence, m, blamed) for m in self.twins[twin])
+            verdict_text = ("each side breaks it alone: reported as the group" if len(deltas) == len(self.twins[twin])
+                            else f"only {', '.join(deltas)} is to blame")
+            notes.append(f"{twin} was auto-linked for the search; tested apart inside the search ({seen}): "
+                         f"{verdict_text}")
+        return folded, refined, notes
+
+
+def _seen(j: Judge, member: str, blamed: Sequence[str]) -> str:
+    """What the trials showed of one side: failing alone, or passing without the blamed side."""
+    delta = member[len(MEMBER):]
+    ev = j.configs.get(j.up(j.mask([member])))
+    if ev is not None and ev.failed:
+        return f"{delta} failed alone in trial {', '.join(map(str, ev.failed_trials))}"
+    bit, guilty = j.mask([member]), j.mask([b for b in blamed if b != member])
+    passed = sorted(t for m, e in j.configs.items() if m & bit and not m & guilty and not e.failed
+                    for t in e.passed_trials)
+    if passed:
+        return f"{delta} passed without the other side in trial {', '.join(map(str, passed))}"
+    return f"{delta} was not tested without the other side"
+
+
+__all__ = ["Hints", "MEMBER", "LINKED", "KnobClass", "SUSPICION", "FAILING_ENGINE", "member_id", "service_of",
+           "twins_of",
            "knob_class", "suspicion_of", "member_units", "fold"]

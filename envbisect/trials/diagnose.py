@@ -73,6 +73,14 @@ def engine_layers(playbook: Playbook, transports: Mapping[str, Transport], base:
     return out
 
 
+def failing_engines(playbook: Playbook, transports: Mapping[str, Transport], probe: Probe) -> list[str]:
+    """The engines that fail ``probe`` asked directly (none for a command or perf probe): a hint of
+    which side of a change made in several services to test first (search/hints.py)."""
+    if probe.kind == "command" or not probe.url or probe.is_perf:
+        return []
+    return [layer.name.split(": ", 1)[1] for layer in engine_layers(playbook, transports, probe) if layer.ok is False]
+
+
 def check_path(playbook: Playbook, transports: Mapping[str, Transport], probe: Probe) -> PathReport:
     layers: list[Layer] = []
     for name in playbook.restart.order:
