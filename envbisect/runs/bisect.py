@@ -376,7 +376,7 @@ class BisectRun:
     def _new_search(self, s: Session) -> Search:
         unit_ids = list(s.units)
         self.playbook_units = unit_ids
-        make_search = self.search_factory or POLICIES[parse_policy(self.opts.policy)].search
+        make_search = self.search_factory or parse_policy(self.opts.policy).search
         extra = {"retries": PERF_RETRIES} if s.probe.is_perf else {}
         return make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
                            base_probes=s.probe.repeat, **extra)
@@ -694,5 +694,6 @@ def _find_run_dir(store: Store, run_id: str | None, deployment: str, finished: b
     return rd
 
 
-__all__ = ["ApartTest", "BisectRun", "BisectOptions", "BisectResult", "CommitVerdict", "GuardResult", "PERF_RETRIES", "REFERENCE_PURPOSE",
-           "POLICIES", "VERDICT_EXIT", "capture_environment", "judge_apart", "make_units", "restore_deployment"]
+__all__ = ["ApartTest", "BisectRun", "BisectOptions", "BisectResult", "CommitVerdict", "GuardResult", "PERF_RETRIES",
+           "REFERENCE_PURPOSE", "POLICIES", "VERDICT_EXIT", "capture_environment", "judge_apart", "make_units",
+           "restore_deployment"]
