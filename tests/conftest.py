@@ -269,11 +269,22 @@ def groups_of(item: pytest.Item) -> frozenset[str]:
     return frozenset(found or {"unit"})
 
 
+_RUN_ORDER = ("sim", "sshd", "local", "unit")  # the longest first (see pytest_collection_modifyitems)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its groups, and run the groups longest first: a sim test takes tens of
+    seconds, a unit test milliseconds, so with several xdist workers the short tests fill the end
+    of the run instead of one worker finishing a row of sim tests alone. Within a group the order
+    is the collection's (a stable sort: the same on every worker, as xdist requires)."""
+    rank: dict[str, int] = {}
     for item in items:
-        for group in sorted(groups_of(item)):
+        groups = groups_of(item)
+        for group in sorted(groups):
             if item.get_closest_marker(group) is None:
                 item.add_marker(group)
+        rank[item.nodeid] = min(_RUN_ORDER.index(g) for g in groups)
+    items.sort(key=lambda it: rank[it.nodeid])
 
 
 _running_unit: list[str] = []  # the unit test running now, and what it started

@@ -42,6 +42,8 @@ def bisect(ctx: typer.Context,
                                            "fewest restarts; thorough: also prove no other culprit remains."),
            no_auto_link: bool = typer.Option(False, "--no-auto-link",
                                              help="Do not pin a variable changed the same way in several services."),
+           split_merges: bool = typer.Option(False, "--split-merges",
+                                             help="A guilty HEAD move: search a merge's second-parent commits too."),
            dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; touch nothing."),
            resume: bool = typer.Option(False, "--resume", help="Continue the last interrupted run."),
            run_id: Optional[str] = typer.Option(None, "--run", help="With --resume: which run."),
@@ -63,7 +65,7 @@ def bisect(ctx: typer.Context,
     o = opts_of(ctx)
     opts = BisectOptions(probe=probe, only=tuple(only), exclude=tuple(exclude), link=tuple(link), confidence=confidence,
                          max_trials=max_trials, leave=leave, policy=policy, auto_link=not no_auto_link,
-                         guard=guard)
+                         guard=guard, split_merges=split_merges)
     progress = env.listener(render.Progress(env, quiet=env.quiet))
     if o.is_fleet():
         for flag, given in (("--resume", resume), ("--dry-run", dry_run), ("--guard", guard is not None),

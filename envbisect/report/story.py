@@ -319,7 +319,9 @@ def _commit(doc: Any) -> list[Block]:
     out.append(Table(("", ""), ((text("commit"), text(_code(s(c.get("sha"))))),
                                 (text("subject"), text(s(c.get("subject")))),
                                 (text("author"), text(s(c.get("author")))),
-                                (text("files"), text(", ".join(files) or "none"))), kv=True, cls="commit"))
+                                (text("files"), text(", ".join(files) or "none")))
+                     + (((text("merged by"), text(_code(s(c.get("merged_by"))))),) if c.get("merged_by") else ()),
+                     kv=True, cls="commit"))
     return out
 
 

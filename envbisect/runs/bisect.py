@@ -175,7 +175,8 @@ class BisectRun:
             "created_at": time.time(), "probe": probe.name,
             "options": {"only": list(o.only), "exclude": list(o.exclude), "link": list(self.declared_links),
                         "confidence": o.confidence, "max_trials": o.max_trials, "leave": o.leave,
-                        "auto_link": o.auto_link, "policy": o.policy, "guard": o.guard},
+                        "auto_link": o.auto_link, "policy": o.policy, "guard": o.guard,
+                        "split_merges": o.split_merges},
             "baseline": diff.baseline.id if diff.baseline else None, "current": diff.current.id,
             "since": diff.since,
             # masked like every run record; the raw values (needed to apply and resume) in a blob
@@ -263,8 +264,8 @@ class BisectRun:
         o = doc["options"]
         self.opts = BisectOptions(probe=doc["probe"], only=tuple(o["only"]), exclude=tuple(o["exclude"]),
                                   link=tuple(o["link"]), confidence=o["confidence"], max_trials=o["max_trials"],
-                                  leave=o["leave"], auto_link=o.get("auto_link", True),
-                                  policy=o.get("policy", "confirm"), guard=o.get("guard"))
+                                  leave=o["leave"], auto_link=o.get("auto_link", True), guard=o.get("guard"),
+                                  policy=o.get("policy", "confirm"), split_merges=bool(o.get("split_merges")))
         probe = self.probe()
         try:
             done = [Trial.from_json(rec) for rec in rd.read_lines(rundir.TRIALS)]
@@ -574,7 +575,7 @@ class BisectRun:
         self.on_event("step", {"message": f"{g.id}: reading its first-parent commits from a local mirror"})
         try:
             with mirror(self.dep.transports[g.host], g.path or "", g.new or "") as m:
-                line = first_parent_line(m, g.old or "", g.new or "")
+                line = first_parent_line(m, g.old or "", g.new or "", split_merges=self.opts.split_merges)
         except (NotALine, RemoteError) as e:
             notes.append(f"{g.id}: not searched commit by commit: {e}")
             return None
@@ -583,16 +584,17 @@ class BisectRun:
 
         def trial_at(c: LineCommit, purpose: str, kind: TrialKind) -> Trial:
             step = dataclasses.replace(g, id=f"{g.id}@{c.sha[:12]}", new=c.sha)
-            unit = f"commit:{c.sha[:12]}"
-            commit_runner = self.runner_factory(self.playbook, self.dep.transports, runner.editor, runner.original,
-                                                [d for d in runner.deltas if d.id != g.id] + [step], runner.contents,
-                                                runner.probe, {unit: (step.id,)}, on_step=runner.on_step,
-                                                evidence_dir=runner.evidence_dir)
-            n = len(self.trials) + 1
-            self.on_event("trial-start", {"n": n, "purpose": purpose, "config": [step.id], "eta_s": None,
-                                          "units": len(units), "total_deltas": len(runner.deltas)})
-            t = self._record(commit_runner.run(n, [unit], pass_runs, purpose, kind=kind))
-            used.append(n)
+            t = recorded_refine(self.trials, self.corrections, [step.id], kind)  # --resume: replayed, not re-run
+            if t is None:
+                unit, n = f"commit:{c.sha[:12]}", len(self.trials) + 1
+                commit_runner = self.runner_factory(self.playbook, self.dep.transports, runner.editor, runner.original,
+                                                    [d for d in runner.deltas if d.id != g.id] + [step],
+                                                    runner.contents, runner.probe, {unit: (step.id,)},
+                                                    on_step=runner.on_step, evidence_dir=runner.evidence_dir)
+                self.on_event("trial-start", {"n": n, "purpose": purpose, "config": [step.id], "eta_s": None,
+                                              "units": len(units), "total_deltas": len(runner.deltas)})
+                t = self._record(commit_runner.run(n, [unit], pass_runs, purpose, kind=kind))
+            used.append(t.n)
             return t
 
         alone = [t for t in self.trials if tuple(t.config) == (g.id,) and t.outcome.failed]

@@ -33,6 +33,7 @@ class BisectOptions:
     auto_link: bool = True  # same key, same change in several services -> one unit
     policy: Policy = Policy.CONFIRM  # parse_policy; a text given by a record or a caller becomes its member
     guard: str | None = None  # a perf probe: is reverting the culprits safe for speed? (guard_verdict)
+    split_merges: bool = False  # a guilty HEAD move: a merge on its line is its second-parent commits, then itself
 
     def __post_init__(self) -> None:
         if not isinstance(self.leave, Leave) and self.leave in LEAVE_CHOICES:  # the text a record or caller gives
