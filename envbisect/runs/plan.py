@@ -6,6 +6,7 @@ runs/replay.py run trials; this module decides what those trials mean.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -221,6 +222,24 @@ def running_stack_unverified(diff: Diff | None, playbook, deltas: Sequence[Delta
     return None
 
 
+def check_original_is_current(original, current, deltas: Sequence[Delta]) -> None:  # noqa: ANN001
+    """The hosts, as the run's editor read them (``original``), must still be in the state the diff
+    saw (``current``: its snapshot); otherwise the deltas are stale."""
+    for d in deltas:
+        if d.kind == "git":
+            r = original.repos.get((d.host, d.path))
+            if r and r.head != d.new:
+                raise UsageError(f"{d.id}: HEAD is now {r.head[:10]}, the diff saw {str(d.new)[:10]}; re-run")
+            continue
+        f = original.files.get((d.host, d.path))
+        cur = current.hosts[d.host].files.get(d.path)
+        if f is None or cur is None:
+            continue
+        now_sha = hashlib.sha256(f.content).hexdigest() if f.exists and f.content is not None else None
+        if now_sha != (cur.sha256 if cur.exists else None):
+            raise UsageError(f"{d.host}:{d.path} changed since the diff was taken; run the bisection again")
+
+
 def observation(t: Trial) -> Observation:
     """A trial as the search sees it."""
     if t.symptom == "other":  # failed differently from the symptom: no evidence about it (runs/symptom.py)
@@ -311,7 +330,7 @@ def seen_ids(diff: Diff | None, diff_doc: Mapping[str, Any] | None) -> list[str]
     return [d["id"] for d in (diff_doc or {}).get("deltas", [])]
 
 
-__all__ = ["ApartTest", "BisectOptions", "LEAVE_CHOICES", "START_MARGIN_S", "culprit_deltas", "dry_run_plan",
-           "git_culprit", "guard_configs", "guard_verdict", "judge_apart", "linked_to_refine", "make_units",
-           "observation", "parse_leave", "parse_policy", "remaining_restarts", "running_stack_unverified", "seen_ids",
-           "select_deltas"]
+__all__ = ["ApartTest", "BisectOptions", "LEAVE_CHOICES", "START_MARGIN_S", "check_original_is_current",
+           "culprit_deltas", "dry_run_plan", "git_culprit", "guard_configs", "guard_verdict", "judge_apart",
+           "linked_to_refine", "make_units", "observation", "parse_leave", "parse_policy", "remaining_restarts",
+           "running_stack_unverified", "seen_ids", "select_deltas"]
