@@ -67,7 +67,7 @@ def watch(ctx: typer.Context,
     if install or print_service:
         passed = [*(["--probe", probe] if probe else []), *(["--guard", guard] if guard else []),
                   *(["--leave", leave.value] if leave is not Leave.ORIGINAL else []),
-                  *(["--policy", policy] if policy != "confirm" else []),
+                  *(["--policy", policy.value] if policy != "confirm" else []),
                   *(["--confidence", str(confidence)] if confidence != 0.95 else []),
                   *(["--max-trials", str(max_trials)] if max_trials else []),
                   *(["--notify", notify, "--notify-timeout", notify_timeout] if notify else []),

@@ -13,7 +13,6 @@ result's shape is runs/result.py's.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
 import uuid
@@ -31,9 +30,10 @@ from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_
 from envbisect.runs.corrections import check_correctable, feed, recorded_refine
 from envbisect.runs.deployment import Deployment, capture_environment
 from envbisect.runs.drift import drift_hints, with_drift
-from envbisect.runs.plan import (ApartTest, BisectOptions, culprit_deltas, dry_run_plan, git_culprit, guard_configs,
-                                 guard_verdict, judge_apart, parse_policy, linked_to_refine, make_units, observation,
-                                 remaining_restarts, running_stack_unverified, seen_ids, select_deltas)
+from envbisect.runs.plan import (ApartTest, BisectOptions, check_original_is_current, culprit_deltas, dry_run_plan,
+                                 git_culprit, guard_configs, guard_verdict, judge_apart, linked_to_refine, make_units,
+                                 observation, parse_policy, remaining_restarts, running_stack_unverified, seen_ids,
+                                 select_deltas)
 from envbisect.runs.result import VERDICT_EXIT, BisectResult, CommitVerdict, GuardResult
 from envbisect.runs.restore import restore_deployment
 from envbisect.runs.signals import install_signal_handlers, shield_signals
@@ -237,7 +237,7 @@ class BisectRun:
         try:
             files, repos = touched(deltas)
             original = editor.begin(files, repos)  # refuses here when an owner could not be kept
-            self._check_original_is_current(original, diff.current, deltas)
+            check_original_is_current(original, diff.current, deltas)
         except BaseException:
             editor.abandon()  # nothing was edited: the journal is closed, the lock released
             raise
@@ -303,7 +303,7 @@ class BisectRun:
                 files, repos = touched(deltas)
                 original = editor.begin(files, repos)
                 if last is not None:  # the deltas are still what the hosts hold, or the record no longer applies
-                    self._check_original_is_current(original, store.find(doc["current"]), deltas)
+                    check_original_is_current(original, store.find(doc["current"]), deltas)
             except BaseException:
                 editor.abandon()
                 raise
@@ -316,23 +316,6 @@ class BisectRun:
         diff_doc = doc.get("diff", {})
         self.on_event("resumed", {"run": self.run_id, "trials_done": len(done)})
         return self._loop(Session(deltas, contents, units, probe, editor, original, None, diff_doc), done, [])
-
-    def _check_original_is_current(self, original, current, deltas: Sequence[Delta]) -> None:  # noqa: ANN001
-        """The hosts must still be in the state the diff saw (``current``: its snapshot); otherwise the
-        deltas are stale."""
-        for d in deltas:
-            if d.kind == "git":
-                r = original.repos.get((d.host, d.path))
-                if r and r.head != d.new:
-                    raise UsageError(f"{d.id}: HEAD is now {r.head[:10]}, the diff saw {str(d.new)[:10]}; re-run")
-                continue
-            f = original.files.get((d.host, d.path))
-            cur = current.hosts[d.host].files.get(d.path)
-            if f is None or cur is None:
-                continue
-            now_sha = hashlib.sha256(f.content).hexdigest() if f.exists and f.content is not None else None
-            if now_sha != (cur.sha256 if cur.exists else None):
-                raise UsageError(f"{d.host}:{d.path} changed since the diff was taken; run the bisection again")
 
     def _perf_reference(self, probe: Probe, runner: TrialRunner, done: list[Trial], notes: list[str],
                         n_deltas: int, n_units: int) -> Trial | None:
@@ -385,7 +368,7 @@ class BisectRun:
     def _new_search(self, s: Session) -> Search:
         unit_ids = list(s.units)
         self.playbook_units = unit_ids
-        make_search = self.search_factory or POLICIES[parse_policy(self.opts.policy)].search
+        make_search = self.search_factory or parse_policy(self.opts.policy).search
         extra = {"retries": PERF_RETRIES} if s.probe.is_perf else {}
         if self.search_factory is None:
             extra.update(self.hints.search_options())
@@ -710,5 +693,6 @@ def _find_run_dir(store: Store, run_id: str | None, deployment: str, finished: b
     return rd
 
 
-__all__ = ["ApartTest", "BisectRun", "BisectOptions", "BisectResult", "CommitVerdict", "GuardResult", "PERF_RETRIES", "REFERENCE_PURPOSE",
-           "POLICIES", "VERDICT_EXIT", "capture_environment", "judge_apart", "make_units", "restore_deployment"]
+__all__ = ["ApartTest", "BisectRun", "BisectOptions", "BisectResult", "CommitVerdict", "GuardResult", "PERF_RETRIES",
+           "REFERENCE_PURPOSE", "POLICIES", "VERDICT_EXIT", "capture_environment", "judge_apart", "make_units",
+           "restore_deployment"]

@@ -33,14 +33,14 @@ from envbisect.errors import ProbeBroken, UsageError
 from envbisect.hosts.journal import HostEditor, describe_conflict
 from envbisect.hosts.restart import co_restart, health_ok
 from envbisect.outcome import Cause, Leave, Outcome, VerdictKind
-from envbisect.runs.plan import (BisectOptions, judge_apart, linked_to_refine, make_units, observation,
+from envbisect.runs.plan import (BisectOptions, judge_apart, linked_to_refine, make_units, observation, parse_policy,
                                  select_deltas)
 from envbisect.runs.result import BisectResult
 from envbisect.state.configuration import check_applicable
 from envbisect.runs.symptom import SymptomWatch
 from envbisect.runs.baseline_proof import baseline_trial, build_proof, not_reproduced, restart_facts, unresolved_causes
 from envbisect.runs.deployment import Deployment
-from envbisect.search import POLICIES, TrialKind, Verdict
+from envbisect.search import TrialKind, Verdict
 from envbisect.search.hints import Hints
 from envbisect.search.rounds import observe_round, plan_round
 from envbisect.state import rundir
@@ -195,7 +195,7 @@ class FleetRun:
 
     def _loop(self, units: Mapping[str, tuple[str, ...]], notes: list[str]) -> tuple[Verdict, int, dict]:
         unit_ids = list(units)
-        make_search = POLICIES[self.opts.policy].search
+        make_search = parse_policy(self.opts.policy).search
         probe = self.replicas[0].runner.probe  # type: ignore[union-attr]
         search = make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
                              base_probes=probe.repeat, **self.hints.search_options())

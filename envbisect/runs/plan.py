@@ -6,6 +6,7 @@ runs/replay.py run trials; this module decides what those trials mean.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -13,7 +14,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from envbisect.errors import UsageError
 from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Leave, Outcome, VerdictKind
-from envbisect.search import POLICIES, Observation, TrialKind, TrialRequest, Verdict, restart_bound
+from envbisect.search import Observation, Policy, TrialKind, TrialRequest, Verdict, restart_bound
+from envbisect.search import parse_policy as search_policy
 from envbisect.state.deltas import Delta, Diff, linked_units, same_change
 from envbisect.trials.runner import Trial
 
@@ -30,16 +32,19 @@ class BisectOptions:
     max_trials: int | None = None
     leave: Leave = Leave.ORIGINAL  # ORIGINAL | FIXED (parse_leave)
     auto_link: bool = True  # same key, same change in several services -> one unit
-    policy: str = "confirm"  # confirm | fast | thorough (parse_policy, search.POLICIES)
+    policy: Policy = Policy.CONFIRM  # parse_policy; a text given by a record or a caller becomes its member
     guard: str | None = None  # a perf probe: is reverting the culprits safe for speed? (guard_verdict)
     split_merges: bool = False  # a guilty HEAD move: a merge on its line is its second-parent commits, then itself
 
     def __post_init__(self) -> None:
         if not isinstance(self.leave, Leave) and self.leave in LEAVE_CHOICES:  # the text a record or caller gives
             object.__setattr__(self, "leave", Leave(self.leave))
+        if not isinstance(self.policy, Policy) and self.policy in POLICY_CHOICES:
+            object.__setattr__(self, "policy", Policy(self.policy))
 
 
 LEAVE_CHOICES = (Leave.ORIGINAL.value, Leave.FIXED.value)
+POLICY_CHOICES = tuple(p.value for p in Policy)
 
 
 def parse_leave(text: str) -> Leave:
@@ -49,11 +54,13 @@ def parse_leave(text: str) -> Leave:
     return Leave(text)
 
 
-def parse_policy(text: str) -> str:
-    """--policy: a name of search.POLICIES (the one check: bisect, watch and a resumed run's record)."""
-    if text not in POLICIES:
-        raise UsageError(f"Invalid value for --policy: {text!r} (one of {', '.join(POLICIES)})")
-    return text
+def parse_policy(text: str) -> Policy:
+    """--policy for bisect, watch and a resumed run's record: search.parse_policy's answer, its
+    refusal as one line (a UsageError)."""
+    try:
+        return search_policy(text)
+    except ValueError as e:
+        raise UsageError(f"Invalid value for --policy: {e}") from None
 
 
 def select_deltas(diff: Diff, only: Sequence[str], exclude: Sequence[str]) -> list[Delta]:
@@ -215,6 +222,24 @@ def running_stack_unverified(diff: Diff | None, playbook, deltas: Sequence[Delta
     return None
 
 
+def check_original_is_current(original, current, deltas: Sequence[Delta]) -> None:  # noqa: ANN001
+    """The hosts, as the run's editor read them (``original``), must still be in the state the diff
+    saw (``current``: its snapshot); otherwise the deltas are stale."""
+    for d in deltas:
+        if d.kind == "git":
+            r = original.repos.get((d.host, d.path))
+            if r and r.head != d.new:
+                raise UsageError(f"{d.id}: HEAD is now {r.head[:10]}, the diff saw {str(d.new)[:10]}; re-run")
+            continue
+        f = original.files.get((d.host, d.path))
+        cur = current.hosts[d.host].files.get(d.path)
+        if f is None or cur is None:
+            continue
+        now_sha = hashlib.sha256(f.content).hexdigest() if f.exists and f.content is not None else None
+        if now_sha != (cur.sha256 if cur.exists else None):
+            raise UsageError(f"{d.host}:{d.path} changed since the diff was taken; run the bisection again")
+
+
 def observation(t: Trial) -> Observation:
     """A trial as the search sees it."""
     if t.symptom == "other":  # failed differently from the symptom: no evidence about it (runs/symptom.py)
@@ -285,11 +310,11 @@ def dry_run_plan(diff: Diff, playbook, opts: BisectOptions, deltas: Sequence[Del
             "not_applicable": [d.id for d in deltas if not d.applicable]}
 
 
-def remaining_restarts(req: TrialRequest, policy: str, n_units: int) -> int:
+def remaining_restarts(req: TrialRequest, policy: Policy, n_units: int) -> int:
     """Restarts still expected, this one included: an estimate for the ETA, nothing decides on it.
     A bisection over the units the search still suspects, plus the confirmations the policy asks
     for, plus the premise checks not yet done."""
-    confirm = 0 if policy == "fast" else 2
+    confirm = 0 if policy == Policy.FAST else 2
     if req.kind is TrialKind.BISECT and req.suspects_left:
         return max(1, math.ceil(math.log2(max(1, req.suspects_left)))) + confirm
     if req.kind in (TrialKind.PREMISE_CURRENT, TrialKind.PREMISE_BASELINE):
@@ -305,7 +330,7 @@ def seen_ids(diff: Diff | None, diff_doc: Mapping[str, Any] | None) -> list[str]
     return [d["id"] for d in (diff_doc or {}).get("deltas", [])]
 
 
-__all__ = ["ApartTest", "BisectOptions", "LEAVE_CHOICES", "START_MARGIN_S", "culprit_deltas", "dry_run_plan",
-           "git_culprit", "guard_configs", "guard_verdict", "judge_apart", "linked_to_refine", "make_units",
-           "observation", "parse_leave", "parse_policy", "remaining_restarts", "running_stack_unverified", "seen_ids",
-           "select_deltas"]
+__all__ = ["ApartTest", "BisectOptions", "LEAVE_CHOICES", "START_MARGIN_S", "check_original_is_current",
+           "culprit_deltas", "dry_run_plan", "git_culprit", "guard_configs", "guard_verdict", "judge_apart",
+           "linked_to_refine", "make_units", "observation", "parse_leave", "parse_policy", "remaining_restarts",
+           "running_stack_unverified", "seen_ids", "select_deltas"]

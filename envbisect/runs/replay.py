@@ -38,7 +38,7 @@ from envbisect.runs.drift import drift_hints
 from envbisect.runs.plan import judge_apart, linked_to_refine, observation
 from envbisect.runs.result import VERDICT_EXIT, BisectResult, GuardResult
 from envbisect.runs.corrections import NOT_SEARCHED, check_correctable, feed, perf_reference, recorded_refine
-from envbisect.search import POLICIES, TrialKind, TrialRequest, Verdict
+from envbisect.search import Policy, TrialKind, TrialRequest, Verdict, parse_policy
 from envbisect.search.hints import Hints
 from envbisect.state import rundir
 from envbisect.state.corrections import (AS_RECORDED, CHANGEABLE, RETRACTED, Correction, Corrections,
@@ -312,9 +312,11 @@ def _search_settings(ev: RunEvidence, base_probes: int | None) -> dict[str, Any]
     if not isinstance(probes, int) or probes < 1:
         raise UsageError(f"run {ev.run_id} does not record its probe's `repeat`; replay it with its playbook (-p)")
     o = ev.doc.get("options") or {}
-    policy = str(o.get("policy", "confirm"))
-    if policy not in POLICIES:
-        raise StoreError(f"{ev.run.file(rundir.RUN)}: damaged run file (unknown policy {policy!r})")
+    text = str(o.get("policy", Policy.CONFIRM.value))
+    try:
+        policy = parse_policy(text)
+    except ValueError:
+        raise StoreError(f"{ev.run.file(rundir.RUN)}: damaged run file (unknown policy {text!r})") from None
     return {"policy": policy, "confidence": float(o.get("confidence", 0.95)), "max_trials": o.get("max_trials"),
             "base_probes": probes, "retries": int(s.get("retries", 1)), "link": tuple(o.get("link") or ())}
 
@@ -326,9 +328,8 @@ def replay_evidence(ev: RunEvidence, corrections: Corrections, *, base_probes: i
     cfg = _search_settings(ev, base_probes)
     units = ev.units
     hints = Hints.from_json((ev.doc.get("search") or {}).get("hints"))  # the run's twins and suspicion
-    search = POLICIES[cfg["policy"]].search(list(units), confidence=cfg["confidence"], max_trials=cfg["max_trials"],
-                                            base_probes=cfg["base_probes"], retries=cfg["retries"],
-                                            **hints.search_options())
+    search = cfg["policy"].search(list(units), confidence=cfg["confidence"], max_trials=cfg["max_trials"],
+                                  base_probes=cfg["base_probes"], retries=cfg["retries"], **hints.search_options())
     try:
         unused = feed(search, ev.trials, corrections, observation)
     except ValueError as e:  # a unit the run does not know, a pass without a passed run

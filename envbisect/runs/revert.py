@@ -501,7 +501,9 @@ def _what(d: Delta, action: str, dep: Deployment) -> str:
     if action == "revert":
         old, new = new, old
     name = d.key if d.kind == "env" and d.key else f"{d.path} {d.key}" if d.kind == "key" else d.path
-    show = lambda v: "unset" if v is None else str(v)[:12] if d.kind not in ("env", "key", "flag") else str(v)  # noqa: E731
+    def show(v: object) -> str:
+        return "unset" if v is None else str(v)[:12] if d.kind not in ("env", "key", "flag") else str(v)
+
     return f"{name}: {show(old)} → {show(new)}"
 
 
