@@ -135,3 +135,22 @@ def test_latency_lower_is_better_and_the_reason_gives_the_ratios():
     assert d.outcome is PerfOutcome.WORSE and d.change > 0.2 and seq.llr_worse >= seq.upper
     assert "log-likelihood ratios" in d.reason and "1 vs 1 start(s)" in d.reason
     assert next_step(d, seq, 3, 16).step is Step.DONE
+
+
+def test_one_marginal_start_on_a_loaded_machine_does_not_name_a_delta():
+    """Seen on a loaded machine: an innocent delta measured -8% in one start (-1.7 se beyond a 3%
+    allowance at 1% declared start noise) was called worse by the fixed-sample rule and named beside
+    the real culprit. The sequential rule leaves it open; a real slowdown is still worse at once, and
+    two starts of the marginal one together are enough."""
+    from envbisect.search.perf import decide, start_aware
+
+    ref = [[653.0, 660.0, 648.0, 655.0, 651.0, 657.0, 646.0, 662.0]]
+    marginal = [[612.0, 590.0, 632.0]]
+    kw = dict(higher_is_better=True, regression=0.03, start_noise=0.01)
+    assert start_aware(ref, marginal, **kw).z < -1.2816  # the case: worse by the fixed-sample rule
+    assert decide(ref, marginal, **kw).outcome is PerfOutcome.WORSE
+    d, seq = decide_sequential(ref, marginal, max_samples=16, **kw)
+    assert d.outcome is PerfOutcome.UNKNOWN and next_step(d, seq, 3, 16).step is not Step.DONE
+    assert decide_sequential(ref, [[480.0, 490.0, 476.0]], max_samples=16, **kw)[0].outcome is PerfOutcome.WORSE
+    two, _ = decide_sequential(ref, [[601.0, 575.0, 628.0], [598.0, 590.0, 606.0]], max_samples=16, **kw)
+    assert two.outcome is PerfOutcome.WORSE, two.reason

@@ -241,12 +241,6 @@ Z_WORSE = 1.2816  # one-sided 10%, as ALPHA_WORSE
 # errors: a bad configuration called same misleads the search (it reads as an exonerating pass),
 # so this side is not at zero either; what is left between the two is unknown (a new start)
 Z_SAME = 0.5
-# "worse" from a single start of the candidate needs it beyond the allowance by this many standard
-# errors. Between Z_WORSE and this, one start is not enough: a start that was unlucky (a loaded host,
-# a start noise above the declared one) would otherwise name an innocent delta on one measurement
-# (seen: an innocent measured -8% at -1.7 se on a loaded machine, named beside the real culprit).
-# The trial is left undecided and retried on a new start, pooled with this one.
-Z_WORSE_ONE_START = 2.5
 
 
 def start_aware(b: list[list[float]], c: list[list[float]], *, higher_is_better: bool, regression: float,
@@ -276,15 +270,13 @@ def start_aware(b: list[list[float]], c: list[list[float]], *, higher_is_better:
 
 def decide(baseline: Samples, candidate: Samples, *, higher_is_better: bool, regression: float,
            alpha_worse: float = ALPHA_WORSE, alpha_same: float = ALPHA_SAME, metric: str = "",
-           start_noise: float = 0.0, one_start_z: float | None = None) -> PerfDecision:
+           start_noise: float = 0.0) -> PerfDecision:
     """`baseline`, `candidate`: the samples, flat (one start) or grouped by process start.
     `start_noise`: the relative spread of the metric between starts of one configuration. The
     samples of one start cannot see it (they share the start's luck), so with it "worse" also needs
     the start-level comparison to be beyond the allowance by Z_WORSE standard errors, and more
     samples are only asked for while they can still help; otherwise a new start (a retry) can.
-    `one_start_z` (a bisection passes Z_WORSE_ONE_START: its "worse" names a delta): a candidate
-    measured in one start only is called worse only that many standard errors beyond the allowance;
-    closer, it is undecided until a second start."""
+    A bisection's judge uses decide_sequential instead (its "worse" names a delta)."""
     gb, gc = _groups(baseline), _groups(candidate)
     b, c = [v for g in gb for v in g], [v for g in gc for v in g]
     if not b or not c:
@@ -307,12 +299,7 @@ def decide(baseline: Samples, candidate: Samples, *, higher_is_better: bool, reg
                      start_noise=start_noise) if start_noise > 0 else None
     rank_worse = p_worse < alpha_worse and min(p_u, p_ks) < alpha_worse
     share = sa.sampling_share if sa is not None else 1.0
-    if rank_worse and sa is not None and one_start_z is not None and len(gc) == 1 and -one_start_z <= sa.z < -Z_WORSE:
-        outcome = PerfOutcome.UNKNOWN
-        why = (f"worse in this one start, but by less than {one_start_z:g} se beyond the {regression:.0%} "
-               "allowed: a second start decides")
-        share = 0.0  # more samples of this start cannot settle its luck: a new start can
-    elif rank_worse and (sa is None or sa.z < -Z_WORSE):
+    if rank_worse and (sa is None or sa.z < -Z_WORSE):
         outcome, why = PerfOutcome.WORSE, f"worse than the {regression:.0%} allowed"
     elif (p_same < alpha_same and (sa is None or sa.z > 0)) or (sa is not None and sa.z > Z_SAME and not rank_worse):
         outcome = PerfOutcome.SAME
@@ -394,12 +381,15 @@ def sequential(b: list[list[float]], c: list[list[float]], *, higher_is_better: 
     (log ratio, negative) current measured. None without a log scale."""
     if any(v <= 0 for g in b + c for v in g) or not b or not c:
         return None
-    lb = [[math.log(v) for v in g] for g in b]
-    lc = [[math.log(v) for v in g] for g in c]
-    within = _within(lb + lc)
+    lb, lc = _winsorized([[math.log(v) for v in g] for g in b], [[math.log(v) for v in g] for g in c])
+    # each side's samples count with the larger of their own spread and the pooled one: a side whose
+    # samples spread more (a loaded host) is measured less precisely, and a few tight samples do not
+    # make a side more precise than the run's samples are
+    pooled = _within(lb + lc)
+    wb, wc = max(pooled, _within(lb)), max(pooled, _within(lc))
     kb, kc = len(lb), len(lc)
-    ref_var = start_noise ** 2 / kb + sum(within ** 2 / len(g) for g in lb) / kb ** 2
-    cand_var = start_noise ** 2 / kc + sum(within ** 2 / len(g) for g in lc) / kc ** 2
+    ref_var = start_noise ** 2 / kb + sum(wb ** 2 / len(g) for g in lb) / kb ** 2
+    cand_var = start_noise ** 2 / kc + sum(wc ** 2 / len(g) for g in lc) / kc ** 2
     d = sum(sum(g) / len(g) for g in lc) / kc - sum(sum(g) / len(g) for g in lb) / kb
     goodness = d if higher_is_better else -d
     edge = math.log(1 - regression) if higher_is_better else -math.log(1 + regression)
@@ -407,7 +397,7 @@ def sequential(b: list[list[float]], c: list[list[float]], *, higher_is_better: 
     upper, lower = math.log(1 / SEQ_ALPHA_WORSE), math.log(SEQ_ALPHA_SAME)
     var = ref_var + cand_var
     m = len(lc[-1])
-    left = within ** 2 * max(0.0, 1 / m - 1 / max(m, max_samples)) / kc ** 2  # what more samples remove
+    left = wc ** 2 * max(0.0, 1 / m - 1 / max(m, max_samples)) / kc ** 2  # what more samples remove
     # more samples can decide if, at the smallest se they allow and with the estimate moved by two
     # standard errors of what they add, a boundary is crossed (samples cost seconds)
     move = 2 * math.sqrt(left)
@@ -416,6 +406,18 @@ def sequential(b: list[list[float]], c: list[list[float]], *, higher_is_better: 
     return Sequential(goodness, math.sqrt(var), _llr(goodness, 2 * edge, var), _llr(goodness, searched, var), upper,
                       lower, can,
                       ref_var, cand_var, kb, kc)
+
+
+def _winsorized(*sides: list[list[float]]) -> tuple[list[list[float]], ...]:
+    """Each sample (log scale) held within 3 robust standard deviations of its start's median: a
+    metric read over a short window has the odd sample far off (a scrape between two batches), and
+    one such sample would otherwise swamp a start's mean and the spread every start is judged by."""
+    devs = [abs(v - median(g)) for side in sides for g in side for v in g]
+    devs = [x for x in devs if x > 0]
+    if not devs:
+        return sides
+    cap = 3 * 1.4826 * median(devs)
+    return tuple([[min(max(v, median(g) - cap), median(g) + cap) for v in g] for g in side] for side in sides)
 
 
 def _within(groups: list[list[float]]) -> float:

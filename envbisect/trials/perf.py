@@ -44,8 +44,7 @@ def reference_count(probe: Probe) -> int:
 
 
 def compare(probe: Probe, transports: Mapping[str, Transport], reference: Samples,
-            runs: list[ProbeRun], prior: Sequence[Sequence[float]] = (),
-            one_start_z: float | None = None):  # noqa: ANN201 - (PerfDecision | None, runs, broken)
+            runs: list[ProbeRun], prior: Sequence[Sequence[float]] = ()):  # noqa: ANN201 - (PerfDecision | None, runs, broken)
     """Decide `runs` (samples of the started configuration, with `prior`: the samples of its
     earlier starts in this run) against `reference` (flat: one start; or grouped by start), taking
     more samples while the decision is unknown and more samples can still help."""
@@ -54,7 +53,7 @@ def compare(probe: Probe, transports: Mapping[str, Transport], reference: Sample
     while True:
         values = tuple(r.value for r in runs if r.value is not None)
         d = decide(reference, [*map(tuple, prior), values], higher_is_better=higher, regression=probe.regression,
-                   metric=probe.metric, start_noise=probe.start_noise, one_start_z=one_start_z)
+                   metric=probe.metric, start_noise=probe.start_noise)
         more = next_samples(d, len(values), probe.max_samples)
         if d.outcome is not PerfOutcome.UNKNOWN or more <= 0:
             return d, runs, None
