@@ -360,16 +360,17 @@ def _split_after(lab: Lab, verdict: Verdict, units: Mapping[str, tuple[str, ...]
     return refined
 
 
-def run_envbisect(lab: Lab, policy: str, auto_link: bool = True) -> Answer:
+def run_envbisect(lab: Lab, policy: str, auto_link: bool = True, split_twins: bool = True) -> Answer:
     """envbisect as `envbisect bisect --policy P` runs it: the diff's deltas grouped into units by
     bisect.make_units (same key, same change in several services: one auto-linked unit), the pure
     Search driven through next()/observe().  A Search that takes ``twins`` splits a guilty twin
     itself, and its verdict is folded back into these units (search/hints.fold); a linked unit it
     did not split goes to bisect.BisectRun._refine_links (each side tested with the rest of its
-    term, one restart each).  ``lab.spent`` counts the restarts by the trial's kind."""
+    term, one restart each); ``split_twins`` False: every linked unit is split after the verdict.
+    ``lab.spent`` counts the restarts by the trial's kind."""
     deltas = [as_delta(d) for d in lab.case.deltas]
     units, _notes = make_units(deltas, (), auto_link)
-    twins = twins_of(units)
+    twins = twins_of(units) if split_twins else {}
     search = POLICIES[policy].search(list(units), **({"twins": twins} if twins else {}))
     while True:
         step = search.next()

@@ -291,6 +291,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="processes for the oracle benchmark (default 2)")
     ap.add_argument("--only", default="",
                     help="comma-separated subset of: snapshot,e2e,search,incidents,perf,other,fleet")
+    ap.add_argument("--mix-twins-after", action="store_true",
+                    help="incidents: the search is not given the twins, each guilty one is split after the verdict")
     args = ap.parse_args()
     known = ("snapshot", "e2e", "search", "incidents", "perf", "other", "fleet")
     only = set(args.only.split(",")) if args.only else set(known)
@@ -356,7 +358,7 @@ def main() -> int:
         try:
             import bench_incidents
 
-            res = bench_incidents.measure(args.quick, args.workers, log=log)
+            res = bench_incidents.measure(args.quick, args.workers, log=log, split_twins=not args.mix_twins_after)
             write_json("incidents.json", {**meta, **res})
             tables["incidents"] = bench_incidents.table(res)
             print(tables["incidents"], flush=True)
