@@ -18,9 +18,10 @@ The bisection is played as `envbisect bisect` plays one with a perf probe (runs/
 `_perf_reference` and `_loop`): the baseline is started and measured first (trial 1, its samples
 the reference), then the default-policy `Search` is driven through `next()`/`observe()`; its
 baseline premise is answered by that trial, every other request is one start of that
-configuration. A started configuration is judged by envbisect's own `trials.perf.judge` (the
-probe's 3 samples, more while `search.perf.decide` says unknown, up to 16 with `next_samples`,
-else unresolved, which the search retries with a new start), whose only simulated part is
+configuration. A started configuration is judged by envbisect's own `trials.perf.PerfJudge` (the
+probe's 3 samples, more while `search.perf.next_step` says they can still decide, up to 16, else
+unresolved, which the search retries with a new start, after a new start of the baseline when the
+judge asks for one, as runs/bisect.py does), whose only simulated part is
 `run_probe`: one sample of the running configuration. The judged trial goes through
 `TrialRunner._probed` and `plan.observation` to the search, as in a live run. The probe is
 the playbook's default perf probe (`Probe(kind="perf")`: 3 samples, up to 16, 5% allowed).
@@ -45,7 +46,7 @@ import envbisect.trials.perf as trial_perf  # noqa: E402
 from envbisect.inputs.playbook import Probe  # noqa: E402
 from envbisect.outcome import Outcome  # noqa: E402
 from envbisect.runs.plan import make_units, observation as _observation  # noqa: E402
-from envbisect.runs.bisect import PERF_RETRIES  # noqa: E402
+from envbisect.runs.bisect import PERF_RETRIES, REFERENCE_PURPOSE  # noqa: E402
 from envbisect.search import POLICIES, TrialKind, Verdict  # noqa: E402
 from envbisect.trials.probe import ProbeRun  # noqa: E402
 from envbisect.trials.runner import Trial, TrialRunner  # noqa: E402
@@ -149,6 +150,11 @@ def play(case: PerfCase) -> dict:
         trials.append(t)
         judged.append((case.culprit is not None and case.culprit in config, str(t.outcome)))
         search.observe(_observation(t))
+        if t.outcome is Outcome.UNRESOLVED and judge.wants_reference and not isinstance(search.next(), Verdict):
+            # as runs/bisect._loop: the baseline started again before the retry (its samples join the reference)
+            ref = _trial(machine, len(trials) + 1, (), set(), REFERENCE_PURPOSE, TrialKind.PREMISE_BASELINE, judge)
+            trials.append(ref)
+            search.observe(_observation(ref))
     v = step
     named = {d for u in v.culprits for d in units[u]}
     truth = {case.culprit} if case.culprit else set()

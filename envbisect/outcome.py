@@ -42,6 +42,17 @@ class Cause(str, Enum):
         return self.value
 
 
+class Leave(str, Enum):
+    """The state a bisection leaves the hosts in. Serialised as its text (verdict.json "state_left")."""
+
+    ORIGINAL = "original"  # put back as the run found them
+    FIXED = "fixed"  # --leave fixed: current minus the culprits, which passed the probe
+    UNKNOWN = "unknown"  # the run did not finish: `envbisect restore` puts them back
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class VerdictKind(str, Enum):
     """What a bisection concludes. Serialised as its text, as run records always held it."""
 
@@ -58,3 +69,11 @@ class VerdictKind(str, Enum):
     def names_changes(self) -> bool:
         """Whether the verdict names deltas (to revert, to report as guilty)."""
         return self in (VerdictKind.CULPRIT, VerdictKind.INTERACTION)
+
+    @classmethod
+    def parse(cls, text: object) -> VerdictKind | None:
+        """The kind a record holds; None for none, or for a kind this version does not know."""
+        try:
+            return cls(text)
+        except ValueError:
+            return None

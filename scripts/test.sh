@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the test suite needs (on a fresh Debian machine) and run it.
 #   scripts/test.sh [pytest args...]      e.g. scripts/test.sh -k sshd -x
+#   scripts/test.sh -m unit               one group of tests (unit, local, sshd, sim: README "Tests")
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 
@@ -56,9 +57,11 @@ export ENVBISECT_REQUIRE_SSHD=1
 rc=0
 # Every test runs, the fault-injection suite (marker "slow") included, in parallel: the end-to-end
 # cases mostly wait (restarts, health checks, simulated hangs timing out), so more workers than
-# cores pays; ENVBISECT_TEST_WORKERS overrides (0: no xdist, serial).
+# cores pays; ENVBISECT_TEST_WORKERS overrides (0: no xdist, serial). tests/conftest.py puts the
+# long (sim) tests first; worksteal lets an idle worker take tests queued on a busy one, where the
+# default (load) leaves a worker alone with the sim tests of its first batch.
 workers="${ENVBISECT_TEST_WORKERS:-4}"
-xdist=(-n "$workers")
+xdist=(-n "$workers" --dist worksteal)
 [ "$workers" = "0" ] && xdist=()
 .venv/bin/python -m pytest -q -p no:cacheprovider "${xdist[@]}" "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then

@@ -134,3 +134,189 @@ def free_port() -> int:
 # ============================================================================
 # END alertmanager fixtures
 # ============================================================================
+
+
+# ============================================================================
+# BEGIN test groups (markers unit / local / sshd / sim; see README "Tests")
+# ============================================================================
+# Each test is put in groups by what it needs, so that no file moves:
+#   sshd   a real OpenSSH sshd (tests/sshd.py);
+#   sim    the simulated PD deployment (real sglang-router and workers, envbisect.sim);
+#   local  other real processes of this machine (the CLI in a subprocess, an agent over the local
+#          transport, git on a host tree) but neither of the above;
+#   unit   none of these: in-process code only, the group a newcomer runs in seconds.
+# A test needs what its code, or its fixtures' code, reaches: the names a function's code uses are
+# looked up in its module, and functions and classes of tests/ and of envbisect are followed, to one
+# of the roots below. A string naming a fixture (`request.getfixturevalue("sshd")`) reaches that
+# fixture. A mark written in a test file (`pytestmark = pytest.mark.sim`) counts too, for what code
+# does not show. The reading over-approximates (a name used as a method may be read as a module's
+# function), which only moves a test out of `unit`; a unit test that starts a process all the same
+# fails (`_unit_tests_start_no_process`), so the unit group stays what it says.
+# (each section of this file keeps its imports: E402 is expected below the first section)
+import os as _groups_os  # noqa: E402
+import subprocess as _groups_subprocess  # noqa: E402
+import sys as _groups_sys  # noqa: E402
+import types as _groups_types  # noqa: E402
+
+import envbisect.sim.deployment as _sim_deployment  # noqa: E402
+
+try:
+    import sshd as _sshd_module  # noqa: E402
+except ImportError:  # tests/ became a package, or --import-mode=importlib
+    import tests.sshd as _sshd_module
+
+GROUPS = ("unit", "local", "sshd", "sim")
+_PROCESS_ROOTS = tuple(getattr(m, n) for m, names in (
+    (_groups_subprocess, ("Popen", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput")),
+    (_groups_os, ("system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp", "spawnv", "spawnve",
+                  "spawnl", "spawnle", "spawnvp", "spawnlp", "execv", "execve", "execvp", "execl", "execlp")),
+) for n in names if hasattr(m, n))
+_GROUP_ROOTS = {  # what starts the thing a group needs
+    "sshd": (_sshd_module.start_sshd,),
+    "sim": (_sim_deployment.build, _sim_deployment.SimDeployment),
+    "local": _PROCESS_ROOTS,
+}
+_REPO = _SshdPath(__file__).resolve().parent.parent
+_FOLLOWED: dict[str, bool] = {}  # module name -> its functions and classes are followed
+_edges: dict[int, tuple[object, ...]] = {}
+_root_of: dict[int, str] = {id(r): g for g, roots in _GROUP_ROOTS.items() for r in roots}
+
+
+def _followed(obj: object) -> bool:
+    """Functions and classes written in this repository (envbisect, tests/, bench/) are followed;
+    nothing else (the standard library, site-packages) is."""
+    name = obj.__name__ if isinstance(obj, _groups_types.ModuleType) else getattr(obj, "__module__", None)
+    if not isinstance(name, str):
+        return False
+    if name not in _FOLLOWED:
+        path = getattr(_groups_sys.modules.get(name), "__file__", None)
+        real = _SshdPath(path).resolve() if path else None
+        _FOLLOWED[name] = real is not None and real.is_relative_to(_REPO) and ".venv" not in real.parts
+    return _FOLLOWED[name]
+
+
+def _codes(code: _groups_types.CodeType):
+    yield code
+    for c in code.co_consts:
+        if isinstance(c, _groups_types.CodeType):
+            yield from _codes(c)
+
+
+def _unwrapped(f: object) -> object:
+    """The test function under a decorator's wrapper (hypothesis's @given, functools.wraps)."""
+    inner = getattr(getattr(f, "hypothesis", None), "inner_test", None)
+    while inner is None and getattr(f, "__wrapped__", None) is not None:
+        f = f.__wrapped__
+    return inner if inner is not None else f
+
+
+def _named(obj: object, fixtures: dict[str, list[object]]) -> tuple[object, ...]:
+    """What the code of a function (or of a class's bases, methods and properties) names: its module's
+    globals by those names, a module's attributes by the attribute names the code uses, and the
+    fixtures named by a string in it."""
+    members = [getattr(v, "fget", v) for v in vars(obj).values()] if isinstance(obj, type) else [obj]
+    out: list[object] = list(obj.__bases__) if isinstance(obj, type) else []
+    for f in members:
+        f = _unwrapped(getattr(f, "__func__", f))
+        code, glob = getattr(f, "__code__", None), getattr(f, "__globals__", None)
+        if code is None or glob is None:
+            continue
+        codes = list(_codes(code))
+        names = {n for c in codes for n in c.co_names}
+        for n in names:
+            v = glob.get(n, _groups_sys.modules.get(n))  # a dotted name: an import inside the function
+            if isinstance(v, _groups_types.ModuleType):
+                out.extend(getattr(v, a) for a in names if hasattr(v, a))
+            elif v is not None:
+                out.append(v)
+        out.extend(fx for c in codes for k in c.co_consts if isinstance(k, str) for fx in fixtures.get(k, ()))
+    return tuple(out)
+
+
+def _reaches(start: list[object], fixtures: dict[str, list[object]]) -> frozenset[str]:
+    """The groups (other than unit) whose roots the objects reach, following tests/ and envbisect code."""
+    found: set[str] = set()
+    todo, seen = list(start), set()
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if id(obj) in _root_of:
+            found.add(_root_of[id(obj)])
+            continue
+        if (callable(obj) or isinstance(obj, type)) and _followed(obj):
+            if id(obj) not in _edges:
+                _edges[id(obj)] = _named(obj, fixtures)
+            todo.extend(_edges[id(obj)])
+    return frozenset(found)
+
+
+def groups_of(item: pytest.Item) -> frozenset[str]:
+    """The groups of a collected test (see this section's head)."""
+    module = getattr(item, "module", None)
+    if module is not None:
+        _FOLLOWED[module.__name__] = True  # a test file outside the repository (tests of this reading)
+    found = {g for g in ("local", "sshd", "sim") if item.get_closest_marker(g) is not None}
+    info = getattr(item, "_fixtureinfo", None)
+    manager = item.session._fixturemanager
+    fixtures = {n: [fd.func for fd in defs] for n in ("sshd", "sshd2", "ssh_env")
+                if (defs := manager.getfixturedefs(n, item))}
+    used = [fd.func for defs in (info.name2fixturedefs.values() if info else ()) for fd in defs]
+    found |= _reaches([_unwrapped(o) for o in [getattr(item, "obj", None), *used] if o is not None], fixtures)
+    if found & {"sshd", "sim"}:
+        found.discard("local")
+    return frozenset(found or {"unit"})
+
+
+_RUN_ORDER = ("sim", "sshd", "local", "unit")  # the longest first (see pytest_collection_modifyitems)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its groups, and run the groups longest first: a sim test takes tens of
+    seconds, a unit test milliseconds, so with several xdist workers the short tests fill the end
+    of the run instead of one worker finishing a row of sim tests alone. Within a group the order
+    is the collection's (a stable sort: the same on every worker, as xdist requires)."""
+    rank: dict[str, int] = {}
+    for item in items:
+        groups = groups_of(item)
+        for group in sorted(groups):
+            if item.get_closest_marker(group) is None:
+                item.add_marker(group)
+        rank[item.nodeid] = min(_RUN_ORDER.index(g) for g in groups)
+    items.sort(key=lambda it: rank[it.nodeid])
+
+
+_running_unit: list[str] = []  # the unit test running now, and what it started
+_PROCESS_EVENTS = ("subprocess.Popen", "os.system", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec",
+                   "os.spawn", "os.popen")
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _running_unit and event in _PROCESS_EVENTS:
+        _running_unit.append(f"{event} {str(args[:2])[:200]}")
+
+
+_groups_sys.addaudithook(_audit)
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request: pytest.FixtureRequest):
+    """A unit-marked test that starts a process fails: the group reading above missed what it needs."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    _running_unit[:] = [request.node.nodeid]
+    try:
+        yield
+    finally:
+        started = _running_unit[1:]
+        _running_unit.clear()
+    if started:
+        pytest.fail(f"a unit-marked test started {len(started)} process(es), first: {started[0]}; the test "
+                    "groups in tests/conftest.py did not see it: mark the test local, sshd or sim", pytrace=False)
+
+
+# ============================================================================
+# END test groups
+# ============================================================================

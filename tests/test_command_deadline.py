@@ -69,15 +69,15 @@ def test_a_command_still_runs_as_before(transport):
             os.kill(int(pid), signal.SIGKILL)  # the one this test started
 
 
-# --- F11: a line from the host agent is capped ---------------------------------------------------------
+# --- F11: an answer from the host agent is capped -------------------------------------------------------
 
 def test_an_over_long_line_from_the_agent_is_one_clear_error(ssh, monkeypatch):
-    """A host (compromised, or a script gone wrong) answering with a line without end: refused at the
-    cap, never read whole into the controller's memory; the next request starts a new agent."""
+    """A host (compromised, or a script gone wrong) answering more than the cap: refused from the
+    answer's header, never read into the controller's memory; the next request starts a new agent."""
     from envbisect.hosts import session
 
-    monkeypatch.setattr(session, "MAX_LINE", 1 << 20, raising=False)
-    with pytest.raises(RemoteError, match=r"h: the agent answered flood.py with a line over 1 MiB: refused"):
+    monkeypatch.setattr(session, "MAX_ANSWER", 1 << 20, raising=False)
+    with pytest.raises(RemoteError, match=r"h: the agent answered flood.py with an answer over 1 MiB: refused"):
         ssh.run_agent_script("flood.py", "import sys\nsys.stdout.write('x' * (3 << 20))\n", timeout=30)
     r = ssh.run_agent_script("ok.py", "print('fine')\n", timeout=30)
     assert r.ok and r.stdout == b"fine\n" and ssh._session.started == 2

@@ -19,7 +19,7 @@ import typer
 from envbisect import __version__
 from envbisect.cli.environment import Environment
 from envbisect.runs.deployment import ConnectOptions, Deployment
-from envbisect.errors import EnvbisectError
+from envbisect.errors import EnvbisectError, ExitStatus
 from envbisect.inputs.masking import SecretMasker
 from envbisect.inputs.playbook import load_playbook
 from envbisect.state.store import Store
@@ -116,7 +116,7 @@ def _show_completion(ctx: typer.Context, value: Optional[str]) -> None:
 
     env_of(ctx).write_raw(get_completion_script(prog_name="envbisect", complete_var=COMPLETE_VAR,
                                                 shell=_check_shell(value) or "bash").rstrip("\n") + "\n")
-    raise typer.Exit(0)
+    raise typer.Exit(ExitStatus.OK)
 
 
 def _install_completion(ctx: typer.Context, value: Optional[str]) -> None:
@@ -126,7 +126,7 @@ def _install_completion(ctx: typer.Context, value: Optional[str]) -> None:
 
     shell, path = install(shell=_check_shell(value), prog_name="envbisect", complete_var=COMPLETE_VAR)
     env_of(ctx).out.print(f"{shell} completion installed in {path}; it takes effect in a new shell")
-    raise typer.Exit(0)
+    raise typer.Exit(ExitStatus.OK)
 
 
 COMPLETE_VAR = "_ENVBISECT_COMPLETE"
@@ -135,7 +135,7 @@ COMPLETE_VAR = "_ENVBISECT_COMPLETE"
 def _print_version(ctx: typer.Context, value: bool) -> None:
     if value:  # eager: works without a command
         env_of(ctx).out.print(f"envbisect {__version__}")
-        raise typer.Exit(0)
+        raise typer.Exit(ExitStatus.OK)
 
 
 @app.callback()
@@ -150,7 +150,8 @@ def _main(
                                                  "`ansible-inventory --list` (- for stdin), or any inventory when "
                                                  "ansible-inventory is on PATH."),
     accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key",
-                                             help="Trust and record an unknown host key (a changed key is still refused)."),
+                                             help="Trust and record an unknown host key (a changed key is still "
+                                                  "refused)."),
     connect_attempts: int = typer.Option(3, "--connect-attempts", min=1, help="SSH connection attempts per host."),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="-v info, -vv debug (shows SSH round trips)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only the result line(s) and errors: no progress, tables "

@@ -11,7 +11,9 @@ from envbisect.cli import render
 from envbisect.cli.base import Options, env_of, opts_of, app
 from envbisect.cli.render import bold
 from envbisect.errors import EnvbisectError, ExitStatus, UsageError
+from envbisect.outcome import Leave
 from envbisect.inputs.playbook import load_playbook
+from envbisect.runs.revert import ChangeRequest
 from envbisect.state.store import Store
 
 
@@ -24,7 +26,8 @@ DRY_RUN_HELP = "Say what would change on which host; touch nothing, take no lock
 def bisect(ctx: typer.Context,
            since: Optional[str] = typer.Option(None, "--since", "-s", help="Known-good TIME (see `diff`)."),
            against: Optional[str] = typer.Option(None, "--against", "-a", help="Known-good snapshot label or id."),
-           probe: Optional[str] = typer.Option(None, "--probe", help="Probe name from the playbook (default: the first)."),
+           probe: Optional[str] = typer.Option(None, "--probe",
+                                               help="Probe name from the playbook (default: the first)."),
            guard: Optional[str] = typer.Option(None, "--guard",
                                                help="A perf probe: report a culprit as safe to revert only if "
                                                     "reverting it costs no more than its `regression`."),
@@ -39,6 +42,8 @@ def bisect(ctx: typer.Context,
                                            "fewest restarts; thorough: also prove no other culprit remains."),
            no_auto_link: bool = typer.Option(False, "--no-auto-link",
                                              help="Do not pin a variable changed the same way in several services."),
+           split_merges: bool = typer.Option(False, "--split-merges",
+                                             help="A guilty HEAD move: search a merge's second-parent commits too."),
            dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; touch nothing."),
            resume: bool = typer.Option(False, "--resume", help="Continue the last interrupted run."),
            run_id: Optional[str] = typer.Option(None, "--run", help="With --resume: which run."),
@@ -48,25 +53,23 @@ def bisect(ctx: typer.Context,
            break_lock: bool = typer.Option(False, "--break-lock",
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
-           as_json: bool = typer.Option(False, "--json")) -> int:
+           as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """Find the guilty delta(s) on the live deployment, after checking the premises."""
     env = env_of(ctx)
-    from envbisect.runs.bisect import BisectOptions, BisectRun
+    from envbisect.runs.bisect import BisectRun
+    from envbisect.runs.plan import BisectOptions, parse_leave, parse_policy
 
-    if leave not in ("original", "fixed"):
-        raise typer.BadParameter("must be 'original' or 'fixed'", param_hint="--leave")
-    if policy not in ("confirm", "fast", "thorough"):
-        raise typer.BadParameter("must be 'confirm', 'fast' or 'thorough'", param_hint="--policy")
+    leave, policy = parse_leave(leave), parse_policy(policy)
     if retract and not resume:
         raise UsageError("--retract N corrects a recorded run: use it with --resume (see `envbisect log`)")
     o = opts_of(ctx)
     opts = BisectOptions(probe=probe, only=tuple(only), exclude=tuple(exclude), link=tuple(link), confidence=confidence,
                          max_trials=max_trials, leave=leave, policy=policy, auto_link=not no_auto_link,
-                         guard=guard)
+                         guard=guard, split_merges=split_merges)
     progress = env.listener(render.Progress(env, quiet=env.quiet))
     if o.is_fleet():
         for flag, given in (("--resume", resume), ("--dry-run", dry_run), ("--guard", guard is not None),
-                            ("--leave fixed", leave == "fixed")):
+                            ("--leave fixed", leave is Leave.FIXED)):
             if given:
                 raise UsageError(f"{flag} is not available for a [fleet] playbook yet: bisect one replica's playbook")
         return _bisect_fleet(env, o, opts, progress, since, against, as_json, break_lock)
@@ -78,34 +81,45 @@ def bisect(ctx: typer.Context,
             except KeyboardInterrupt:
                 _print_resume(o, run.run_id)
                 raise
+            last_good = None
         else:
-            run.probe()  # a bad --probe is reported before any host is contacted
-            if not dry_run:
-                run.refuse_unrestored()  # a crashed run's trial state is not the current state
-            diff = dep.diff(since=since, against=against)
-            # No deltas is no verdict: the stack is still co-restarted and probed, so "not-config"
-            # (it fails) or "not-reproduced" (it passes) is observed, never assumed.
-            if dry_run:
-                plan = run.plan(diff)
-                if as_json:
-                    env.emit_json(plan)
-                else:
-                    render.render_diff(env, diff, dep.masker)
-                    render.render_plan(env, plan)
+            started = _bisect_start(env, o, dep, run, since=since, against=against, dry_run=dry_run, as_json=as_json)
+            if started is None:
                 return ExitStatus.OK
-            if diff.last_good:  # which snapshot --since last-good picked (stdout stays the verdict)
-                env.event("baseline", {"last_good": diff.last_good})
-                if not env.quiet:
-                    env.err.print(diff.last_good["line"])
-            try:
-                result = run.start(diff)
-            except KeyboardInterrupt:
-                _print_resume(o, run.run_id)
-                raise
-    return _verdict_out(env, result, as_json, diff.last_good if not resume else None)
+            result, last_good = started
+    return _verdict_out(env, result, as_json, last_good)
 
 
-def _verdict_out(env, result, as_json: bool, last_good=None) -> int:  # noqa: ANN001
+def _bisect_start(env, o: Options, dep, run, *, since: Optional[str], against: Optional[str],  # noqa: ANN001
+                  dry_run: bool, as_json: bool):  # noqa: ANN202
+    """A new run over the diff since the baseline: (its result, the last-good snapshot it picked),
+    or None once a --dry-run's plan is shown."""
+    run.probe()  # a bad --probe is reported before any host is contacted
+    if not dry_run:
+        run.refuse_unrestored()  # a crashed run's trial state is not the current state
+    diff = dep.diff(since=since, against=against)
+    # No deltas is no verdict: the stack is still co-restarted and probed, so "not-config"
+    # (it fails) or "not-reproduced" (it passes) is observed, never assumed.
+    if dry_run:
+        plan = run.plan(diff)
+        if as_json:
+            env.emit_json(plan)
+        else:
+            render.render_diff(env, diff, dep.masker)
+            render.render_plan(env, plan)
+        return None
+    if diff.last_good:  # which snapshot --since last-good picked (stdout stays the verdict)
+        env.event("baseline", {"last_good": diff.last_good})
+        if not env.quiet:
+            env.err.print(diff.last_good["line"])
+    try:
+        return run.start(diff), diff.last_good
+    except KeyboardInterrupt:
+        _print_resume(o, run.run_id)
+        raise
+
+
+def _verdict_out(env, result, as_json: bool, last_good=None) -> ExitStatus:  # noqa: ANN001
     """The verdict: an event, then --json or the rendering; its exit status."""
     env.event("verdict", {"run": result.run_id, "verdict": result.verdict.kind, "culprits": list(result.culprit_deltas),
                           "confidence": round(result.verdict.confidence, 4), "restarts": result.restarts,
@@ -114,10 +128,11 @@ def _verdict_out(env, result, as_json: bool, last_good=None) -> int:  # noqa: AN
         env.emit_json({**result.to_json(), **({"last_good": last_good} if last_good else {})})
     else:
         render.render_verdict(env, result)
-    return int(result.exit_status)
+    return result.exit_status
 
 
-def _bisect_fleet(env, o: Options, opts, progress, since, against, as_json: bool, break_lock: bool) -> int:  # noqa: ANN001
+def _bisect_fleet(env, o: Options, opts, progress, since, against,  # noqa: ANN001
+                  as_json: bool, break_lock: bool) -> ExitStatus:
     from contextlib import ExitStack
 
     from envbisect.runs.fleet import FleetRun
@@ -137,7 +152,7 @@ def _bisect_fleet(env, o: Options, opts, progress, since, against, as_json: bool
         env.out.print(f"fleet: {len(fleet.replicas)} replicas, {fleet.rounds} rounds, {len(fleet.result.trials)} "
                       f"trials, {fleet.wall_s:.0f} s"
                       + "".join(f"; {n} excluded ({why})" for n, why in fleet.excluded.items()))
-    return int(fleet.result.exit_status)
+    return fleet.result.exit_status
 
 
 def _print_resume(o: Options, run_id: str) -> None:
@@ -146,8 +161,8 @@ def _print_resume(o: Options, run_id: str) -> None:
 
         cfg = f" --ssh-config {shlex.quote(o.ssh_config)}" if o.ssh_config else ""
         cfg += f" --inventory {shlex.quote(o.inventory)}" if o.inventory else ""
-        o.env.err.print(f"To resume, run: envbisect -p {shlex.quote(str(o.playbook))} --store {shlex.quote(str(o.store))}{cfg} "
-                  f"bisect --resume --run {run_id}", soft_wrap=True)
+        o.env.err.print(f"To resume, run: envbisect -p {shlex.quote(str(o.playbook))} "
+                        f"--store {shlex.quote(str(o.store))}{cfg} bisect --resume --run {run_id}", soft_wrap=True)
 
 
 @app.command()
@@ -158,11 +173,11 @@ def restore(ctx: typer.Context,
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
             dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
-            as_json: bool = typer.Option(False, "--json")) -> int:
+            as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """Undo an interrupted or crashed run from its journal (exact bytes, mode, owner, mtime, HEAD), then co-restart.
     Files someone else changed meanwhile are left as found and listed."""
     env = env_of(ctx)
-    from envbisect.runs.bisect import restore_deployment
+    from envbisect.runs.restore import restore_deployment
 
     o = opts_of(ctx)
     if o.is_fleet():
@@ -172,28 +187,23 @@ def restore(ctx: typer.Context,
     with o.deployment() as dep:
         res = restore_deployment(dep, run_id=run_id, break_lock=break_lock, dry_run=dry_run,
                                  on_event=env.listener(render.Progress(env, quiet=as_json or env.quiet)))
-    env.event("restore", res)
+    env.event("restore", res.to_json())
     if as_json:
-        env.emit_json(res)
-    elif dry_run and res.get("run"):
+        env.emit_json(res.to_json())
+    elif dry_run and res.run:
         render.render_restore_plan(env, res)
-    elif res["restored"]:
-        env.out.print(f"restored {res['files']} file(s) and {res['repos']} repo(s) from run {res['run']}; "
-                  f"co-restart: {res['co_restart']}")
-        if res["conflicts"]:
-            env.out.print("left as found (changed by someone else during the run): "
-                      + ", ".join(f"{c['host']}:{c['path']}" for c in res["conflicts"]))
     else:
-        env.out.print(res["reason"])
-    return 0 if res.get("co_restart_ok", True) else int(ExitStatus.CONNECTION)
+        render.render_restore(env, res)
+    return ExitStatus.OK if res.co_restart_ok else ExitStatus.CONNECTION
 
 
-def _restore_fleet(env, o: Options, run_id: Optional[str], break_lock: bool, as_json: bool) -> int:  # noqa: ANN001
+def _restore_fleet(env, o: Options, run_id: Optional[str], break_lock: bool,  # noqa: ANN001
+                   as_json: bool) -> ExitStatus:
     """A `[fleet]` playbook: every replica is undone from its own journal (one after the other: a
     replica that cannot be reached does not keep the others half-applied)."""
-    from envbisect.runs.bisect import restore_deployment
+    from envbisect.runs.restore import RestoreResult, restore_deployment
 
-    results: dict[str, dict] = {}
+    results: dict[str, RestoreResult] = {}
     status = ExitStatus.OK
     for name, dep in o.fleet():
         try:
@@ -202,23 +212,16 @@ def _restore_fleet(env, o: Options, run_id: Optional[str], break_lock: bool, as_
                 results[name] = restore_deployment(dep, run_id=run_id, break_lock=break_lock,
                                                    on_event=env.listener(progress))
         except EnvbisectError as e:  # the others are still restored; this one is reported
-            results[name] = {"restored": False, "reason": str(e), "error": True}
+            results[name] = RestoreResult(False, reason=str(e), error=True)
             status = status or e.exit_status
-        if not results[name].get("co_restart_ok", True):
+        if not results[name].co_restart_ok:
             status = status or ExitStatus.CONNECTION
     if as_json:
-        env.emit_json({"replicas": results})
+        env.emit_json({"replicas": {name: res.to_json() for name, res in results.items()}})
     else:
         for name, res in results.items():
-            if res["restored"]:
-                env.out.print(f"{name}: restored {res['files']} file(s) and {res['repos']} repo(s) from run "
-                              f"{res['run']}; co-restart: {res['co_restart']}")
-                if res["conflicts"]:
-                    env.out.print(f"{name}: left as found (changed by someone else during the run): "
-                                  + ", ".join(f"{c['host']}:{c['path']}" for c in res["conflicts"]))
-            else:
-                env.out.print(f"{name}: {res['reason']}")
-    return int(status)
+            render.render_restore(env, res, replica=name)
+    return status
 
 
 @app.command()
@@ -226,7 +229,7 @@ def demo(ctx: typer.Context,
          keep: bool = typer.Option(False, "--keep", help="Leave the demo deployment's files in place."),
          perf: bool = typer.Option(False, "--perf", help="A speed regression instead of a hang: bisect with the "
                                                          "perf probe `throughput` (statistical, sampled)."),
-         as_json: bool = typer.Option(False, "--json")) -> int:
+         as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """Run snapshot -> diff -> bisect on a built-in simulated SGLang PD deployment (real sglang-router)."""
     env = env_of(ctx)
     import time as _time
@@ -274,7 +277,7 @@ def demo(ctx: typer.Context,
                 say(f"the speed-up {fast}={demo_mod.PERF_SPEEDUP[2]} was not blamed: reverting only {planted} keeps it")
     finally:
         d.cleanup(keep)
-    return 0 if result.culprit_deltas == (planted,) else 1
+    return ExitStatus.OK if result.culprit_deltas == (planted,) else ExitStatus.DELTAS
 
 
 
@@ -285,7 +288,7 @@ def verify_cmd(ctx: typer.Context,
                probe: List[str] = typer.Option([], "--probe", help="Probes to run as the layers (default: one request, "
                                                                    "16 concurrent, multi-round, all via the router)."),
                concurrency: int = typer.Option(16, "--concurrency", min=1),
-               as_json: bool = typer.Option(False, "--json")) -> int:
+               as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """Layered health check: services, one request, a concurrent batch, a multi-round keep-alive run."""
     env = env_of(ctx)
     from envbisect.trials.verify import verify
@@ -301,97 +304,56 @@ def verify_cmd(ctx: typer.Context,
         env.emit_json(report.to_json())
     else:
         render.render_verify(env, report)
-    return 0 if report.ok else 1
+    return ExitStatus.OK if report.ok else ExitStatus.DELTAS
 
 
-def _change(ctx: typer.Context, action: str, ids: List[str], verdict: bool, run_id: Optional[str],
-            probe: Optional[str], run_verify: bool, keep_on_fail: bool, as_json: bool,
-            break_lock: bool = False, guard: Optional[str] = None, accept_cost: bool = False,
-            dry_run: bool = False) -> int:
+def _change(ctx: typer.Context, req: ChangeRequest, *, keep_on_fail: bool, as_json: bool, break_lock: bool,
+            dry_run: bool) -> ExitStatus:
+    """revert and apply: the request resolved (runs/revert.prepare_change), planned or made, rendered."""
     env = env_of(ctx)
-    from envbisect.runs.revert import at_named_commit, change, load_run_deltas, plan_change
+    from envbisect.runs.revert import change, plan_change, prepare_change
 
     o = opts_of(ctx)
     with o.deployment() as dep:
-        src = load_run_deltas(dep, run_id)
-        if verdict:
-            if src.verdict not in ("culprit", "interaction"):
-                raise UsageError(f"run {src.run_id} has verdict {src.verdict or 'none'}: no culprits to {action}")
-            ids = list(src.culprits)
-            if action == "revert":
-                src, commit_notes = at_named_commit(src)
-                for note in commit_notes:
-                    env.err.print(f"envbisect: {note}")
-            g = src.guard or {}
-            if g.get("safe_to_revert") is False and not accept_cost:
-                raise UsageError(f"run {src.run_id}'s guard {g.get('probe')} measured that {g.get('text')}; "
-                                 "pass --accept-cost to revert anyway")
-        pname = probe or src.probe
-        pr = dep.playbook.probes.get(pname) if pname else None
-        if pname and pr is None:
-            raise UsageError(f"no probe {pname!r} in {dep.playbook.path}")
-        gp = None
-        if guard is not None:
-            gp = dep.playbook.probes.get(guard)
-            if gp is None or not gp.is_perf:
-                raise UsageError(f"--guard {guard}: " + (f"no probe {guard!r} in {dep.playbook.path}" if gp is None
-                                                         else f"probe {guard!r} is kind {gp.kind!r}, not perf"))
-        elif run_verify and not (pr is not None and pr.is_perf):
-            # --verify reports what the change costs in speed when the playbook can measure it
-            gp = next((p for p in dep.playbook.probes.values() if p.is_perf), None)
+        prep = prepare_change(dep, req, on_note=lambda note: env.err.print(f"envbisect: {note}"))
 
         def decide(result) -> bool:  # noqa: ANN001
             if keep_on_fail:
                 return False
             if env.stdin_isatty and not as_json:
-                return typer.confirm(f"the revert of {', '.join(result.deltas)} did not make '{pname}' pass; "
-                                     "put it back?", default=True)
+                return typer.confirm(f"the revert of {', '.join(result.deltas)} did not make '{prep.probe_name}' "
+                                     "pass; put it back?", default=True)
             return True
 
         if dry_run:
-            plan = plan_change(dep, action, ids, src, probe=pr, from_verdict=verdict)
+            plan = plan_change(dep, req.action, prep.ids, prep.source, probe=prep.probe, from_verdict=req.from_verdict)
             env.event("plan", plan.to_json())
             if as_json:
                 env.emit_json(plan.to_json())
             else:
                 render.render_change_plan(env, plan)
             return ExitStatus.OK
-        res = change(dep, action, ids, src, probe=pr, run_verify=run_verify, put_back_on_fail=decide,
-                     on_event=env.listener(render.Progress(env, quiet=as_json or env.quiet)), break_lock=break_lock,
-                     perf_guard=gp, from_verdict=verdict)
+        res = change(dep, req.action, prep.ids, prep.source, probe=prep.probe, run_verify=req.run_verify,
+                     put_back_on_fail=decide, on_event=env.listener(render.Progress(env, quiet=as_json or env.quiet)),
+                     break_lock=break_lock, perf_guard=prep.perf_guard, from_verdict=req.from_verdict)
     env.event("result", res.to_json())
     if as_json:
         env.emit_json(res.to_json())
-    elif env.quiet:
-        word = "reverted" if action == "revert" else "applied"
-        env.out.print(f"{word}: {', '.join(res.deltas)}: " + ("ok" if res.ok else "put back" if res.put_back
-                                                               else "NOT ok"))
     else:
-        word = "reverted" if action == "revert" else "applied"
-        env.out.print(f"{word}: {', '.join(res.deltas)} (co-restart {'ok' if res.restart.ok else 'FAILED: ' + res.restart.message})")
-        if res.probe_outcome:
-            env.out.print(Text(f"probe {pname}: {res.probe_outcome.upper()} - {res.probe_reason}",
-                           style="green" if res.probe_outcome == "pass" else "red"))
-        if res.perf and res.perf.get("effect_text") and not (pr is not None and pr.is_perf):
-            env.out.print(Text(f"{res.perf.get('metric')} before → after the {action}: {res.perf['effect_text']}",
-                               style="red" if res.perf.get("decision") == "worse" else ""))
-        if res.verify:
-            render.render_verify(env, res.verify)
-        if res.put_back:
-            env.out.print(Text(f"put back: {', '.join(res.deltas)} (probe after: {res.after_put_back}). "
-                           "They did not fix it: do not blame them.", style="bold yellow"))
-        for n in res.notes:
-            env.out.print(f"note: {n}")
+        render.render_change(env, res, prep.probe_name, prep.probe)
     return ExitStatus.OK if res.ok else ExitStatus.DELTAS
 
 
 @app.command()
 def revert(ctx: typer.Context, ids: List[str] = typer.Argument(None, help="Delta ids to take out."),
            verdict: bool = typer.Option(False, "--verdict", help="Revert exactly the culprits of the last verdict."),
-           run_id: Optional[str] = typer.Option(None, "--run", help="The bisect run whose deltas to use (default: last)."),
-           probe: Optional[str] = typer.Option(None, "--probe", help="Probe that must pass afterwards (default: the run's)."),
+           run_id: Optional[str] = typer.Option(None, "--run",
+                                                help="The bisect run whose deltas to use (default: last)."),
+           probe: Optional[str] = typer.Option(None, "--probe",
+                                               help="Probe that must pass afterwards (default: the run's)."),
            run_verify: bool = typer.Option(False, "--verify", help="Also run the layered verify."),
-           keep_on_fail: bool = typer.Option(False, "--keep-on-fail", help="Keep the revert even if the probe still fails."),
+           keep_on_fail: bool = typer.Option(False, "--keep-on-fail",
+                                             help="Keep the revert even if the probe still fails."),
            guard: Optional[str] = typer.Option(None, "--guard", help="A perf probe measured before and after "
                                                "(default with --verify: the playbook's first perf probe)."),
            accept_cost: bool = typer.Option(False, "--accept-cost",
@@ -401,10 +363,10 @@ def revert(ctx: typer.Context, ids: List[str] = typer.Argument(None, help="Delta
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
            dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
-           as_json: bool = typer.Option(False, "--json")) -> int:
+           as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """Take deltas out of the live configuration (journaled, co-restart), then prove the symptom is gone."""
-    return _change(ctx, "revert", ids or [], verdict, run_id, probe, run_verify, keep_on_fail, as_json, break_lock,
-                   guard, accept_cost, dry_run)
+    req = ChangeRequest("revert", tuple(ids or ()), verdict, run_id, probe, run_verify, guard, accept_cost)
+    return _change(ctx, req, keep_on_fail=keep_on_fail, as_json=as_json, break_lock=break_lock, dry_run=dry_run)
 
 
 @app.command("apply")
@@ -417,7 +379,7 @@ def apply_cmd(ctx: typer.Context, ids: List[str] = typer.Argument(..., help="Del
                                  help="Take the deployment lock even from a live run of another controller "
                                       "(prints whose it was). Never over an active journal."),
               dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
-              as_json: bool = typer.Option(False, "--json")) -> int:
+              as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """Put deltas back into the live configuration (journaled, co-restart), then probe."""
-    return _change(ctx, "apply", ids, False, run_id, probe, run_verify, True, as_json, break_lock, guard,
-                   dry_run=dry_run)
+    req = ChangeRequest("apply", tuple(ids), False, run_id, probe, run_verify, guard)
+    return _change(ctx, req, keep_on_fail=True, as_json=as_json, break_lock=break_lock, dry_run=dry_run)

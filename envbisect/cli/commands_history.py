@@ -43,27 +43,28 @@ def _runs(store: Store) -> list[dict]:
 
 
 @app.command()
-def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> int:
+def runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """List past bisect, revert and apply runs with their verdicts."""
     env = env_of(ctx)
     opts_of(ctx).masker()
     rows = _runs(Store(opts_of(ctx).store))
     if as_json:
         env.emit_json(rows)
-        return
+        return ExitStatus.OK
     if not rows:
         env.out.print("no runs yet")
-        return
+        return ExitStatus.OK
     t = Table("run", "kind", "when", "result", "deltas", "restarts")
     for r in rows:
         t.add_row(r["run"], r["kind"], when(r["created_at"]), r["status"], ", ".join(r["culprits"]),
                   "" if r["restarts"] is None else str(r["restarts"]))
     env.out.print(t)
+    return ExitStatus.OK
 
 
 @app.command()
 def show(ctx: typer.Context, run: str = typer.Argument(..., help="Run id (see `envbisect runs`)."),
-         as_json: bool = typer.Option(False, "--json")) -> int:
+         as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """Print one past run."""
     env = env_of(ctx)
     from envbisect.report import make_redactor
@@ -77,14 +78,14 @@ def show(ctx: typer.Context, run: str = typer.Argument(..., help="Run id (see `e
     make_redactor(p, o.masker())  # the masker learns the raw secret values this run knows of
     if as_json:
         env.emit_json({"run": run, "kind": kind, "result": res, "unfinished": res is None})
-        return
+        return ExitStatus.OK
     if res is None:
         env.out.print(f"run {run} ({kind}) did not finish; resume it with `envbisect bisect --resume --run {run}` "
                   f"or undo it with `envbisect restore --run {run}`")
-        return
+        return ExitStatus.OK
     if kind != "bisect":
         env.out.print(json.dumps(env.masker.redact_obj(res), indent=2))
-        return
+        return ExitStatus.OK
     try:
         env.out.print(Text.assemble(f"run {run}: verdict ", bold(res["verdict"]), f" (confidence {res['confidence']}), "
                                 f"{res['restarts']} restarts, hosts left {res['state_left']}"))
@@ -98,6 +99,7 @@ def show(ctx: typer.Context, run: str = typer.Argument(..., help="Run id (see `e
     except (KeyError, TypeError, ValueError) as e:
         raise StoreError(f"{rd.file(rd.result_name(kind))}: damaged run file (no usable {e})") from None
     env.out.print(t)
+    return ExitStatus.OK
 
 
 @app.command()
@@ -105,7 +107,7 @@ def bundle(ctx: typer.Context,
            run_id: Optional[str] = typer.Option(None, "--run", help="Run id (default: the newest bisect run)."),
            out_path: Optional[Path] = typer.Option(None, "--out", help="FILE.tar.gz or a folder (default: ./)."),
            check: Optional[Path] = typer.Option(None, "--check", help="Verify a bundle's manifest instead."),
-           as_json: bool = typer.Option(False, "--json")) -> int:
+           as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """Pack a run's evidence for the postmortem: snapshots, diff, trials, logs, metrics, report.md/.html."""
     env = env_of(ctx)
     from envbisect.report.bundle import check_bundle, make_bundle
@@ -122,7 +124,7 @@ def bundle(ctx: typer.Context,
                 env.out.print(Text(f"FAIL {p}", style="red"))
         else:
             env.out.print(f"{check}: manifest OK (every member present, sizes and sha256 match)")
-        return 0 if not problems else 1
+        return ExitStatus.OK if not problems else ExitStatus.DELTAS
     info = make_bundle(o.store, run_id, out_path or Path("."), o.masker(strict=True) if o.playbook.exists() else None)
     if as_json:
         env.emit_json({"bundle": str(info.path), "run": info.run_id, "members": len(info.members), "size": info.size,
@@ -132,6 +134,7 @@ def bundle(ctx: typer.Context,
                                 f"{info.size} bytes, sha256 {info.sha256[:16]}…"))
         env.out.print("  open report.html inside it in any browser (no network needed); "
                   f"check it with `envbisect bundle --check {info.path}`")
+    return ExitStatus.OK
 
 
 # --- correcting the record -----------------------------------------------------------------------
@@ -151,7 +154,7 @@ def _playbook_of(o):  # noqa: ANN001, ANN202
 @app.command("log")
 def log_(ctx: typer.Context,
          run: Optional[str] = typer.Argument(None, help="Run id (default: the newest bisection of this deployment).")
-         ) -> int:
+         ) -> ExitStatus:
     """Print a bisection's trials as an editable text, for `envbisect replay` (secrets masked)."""
     env = env_of(ctx)
     from envbisect.report import make_redactor
@@ -169,7 +172,7 @@ def log_(ctx: typer.Context,
 def replay(ctx: typer.Context,
            file: Path = typer.Argument(..., help="An edited `envbisect log` (- for stdin)."),
            dry_run: bool = typer.Option(False, "--dry-run", help="Recompute and print; record nothing."),
-           as_json: bool = typer.Option(False, "--json")) -> int:
+           as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """Recompute a bisection's verdict from an edited log, without touching the hosts; say which
     trials it still needs (`bisect --resume` runs them). The correction is recorded in the run."""
     env = env_of(ctx)

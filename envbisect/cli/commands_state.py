@@ -31,7 +31,7 @@ def init(ctx: typer.Context,
          match: List[str] = typer.Option([], "--match", help="Also count processes whose command line matches "
                                                              "this regex as SGLang servers (your own launcher)."),
          force: bool = typer.Option(False, "--force", help="Replace an existing file."),
-         as_json: bool = typer.Option(False, "--json")) -> int:
+         as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """Write a commented playbook draft from the SGLang servers and routers running on HOST (changes nothing there)."""
     env = env_of(ctx)
     import tomllib
@@ -74,33 +74,37 @@ def init(ctx: typer.Context,
         env.emit_json({"host": host, "hostname": doc.get("hostname"), "draft": str(dest) if dest else None,
                    "text": None if dest else text, "todo_required": required, "todo_optional": optional,
                    **disc.summary(services, repos)})
-        return
+        return ExitStatus.OK
     if dest is None:
         env.write_raw(text)
-        return
-    env.out.print(Text.assemble("wrote ", bold(dest), f": {len(services)} service(s) found on {doc.get('hostname', host)}, "
-                            f"{len(repos)} repo(s); nothing was changed there"))
+        return ExitStatus.OK
+    env.out.print(Text.assemble("wrote ", bold(dest), f": {len(services)} service(s) found on "
+                                f"{doc.get('hostname', host)}, {len(repos)} repo(s); nothing was changed there"))
     t = Table("service", "env file", "start", "health")
     for s in services:
-        t.add_row(s.name, *(str(s.keys[k].value) if s.keys[k].known else "TODO" for k in ("env_file", "start", "health")))
+        t.add_row(s.name, *(str(s.keys[k].value) if s.keys[k].known else "TODO"
+                            for k in ("env_file", "start", "health")))
     env.out.print(t)
     if required:
         env.out.print(Text(f"{required} TODO (required) to fill in before envbisect can load it "
-                       f"(and {optional} optional); then: envbisect -p {dest} snapshot --label known-good", style="yellow"))
+                           f"(and {optional} optional); then: envbisect -p {dest} snapshot --label known-good",
+                           style="yellow"))
     else:
         env.out.print(f"{optional} TODO (optional) to look at; read the lines marked check:, then: "
                   f"envbisect -p {dest} snapshot --label known-good")
+    return ExitStatus.OK
 
 
 # --- snapshot ----------------------------------------------------------------------------------
 
 @app.command()
-def snapshot(ctx: typer.Context, label: Optional[str] = typer.Option(None, "--label", "-l", help="A name to find it by."),
+def snapshot(ctx: typer.Context,
+             label: Optional[str] = typer.Option(None, "--label", "-l", help="A name to find it by."),
              probe: Optional[str] = typer.Option(None, "--probe",
                                                  help="Also probe the running stack (no edit, no restart) and record "
                                                       "pass or fail: an observed known-good for --since last-good. "
                                                       "Exit 1 when it did not pass (the snapshot is saved)."),
-             as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> int:
+             as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> ExitStatus:
     """Record the state of every host: env files, watched files, repo HEADs, process environments."""
     env = env_of(ctx)
     o = opts_of(ctx)
@@ -141,7 +145,7 @@ def snapshot(ctx: typer.Context, label: Optional[str] = typer.Option(None, "--la
     return status
 
 
-def _snapshot_fleet(env, o, label: Optional[str], as_json: bool) -> int:  # noqa: ANN001
+def _snapshot_fleet(env, o, label: Optional[str], as_json: bool) -> ExitStatus:  # noqa: ANN001
     """A `[fleet]` playbook: one snapshot per replica (each its own deployment in the store)."""
     done = {}
     for name, dep in o.fleet():
@@ -152,11 +156,11 @@ def _snapshot_fleet(env, o, label: Optional[str], as_json: bool) -> int:  # noqa
             env.out.print(Text.assemble(f"replica {name}: snapshot ", bold(snap.id), f" ({dep.playbook.name})"))
     if as_json:
         env.emit_json({"label": label, "store": str(o.store), "replicas": done})
-    return 0
+    return ExitStatus.OK
 
 
 @app.command()
-def snapshots(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> int:
+def snapshots(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """List stored snapshots, oldest first."""
     env = env_of(ctx)
     o = opts_of(ctx)
@@ -165,16 +169,17 @@ def snapshots(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"))
              "hosts": sorted(s.hosts), "probe": s.probe.to_json() if s.probe else None} for s in snaps]
     if as_json:
         env.emit_json(rows)
-        return
+        return ExitStatus.OK
     if not rows:
         env.out.print(f"no snapshots in {o.store} (take one with `envbisect snapshot`)")
-        return
+        return ExitStatus.OK
     t = Table("id", "label", "taken at", "deployment", "hosts", "probe")
     for s, r in zip(snaps, rows):
         cell = (Text(s.probe.summary(), style="green" if s.probe.passed else "red") if s.probe
                 else Text("-", style="dim"))
         t.add_row(r["id"], r["label"] or "", when(s.taken_at), r["deployment"], ", ".join(r["hosts"]), cell)
     env.out.print(t)
+    return ExitStatus.OK
 
 
 @app.command()
@@ -189,7 +194,7 @@ def schedule(ctx: typer.Context,
              cron: bool = typer.Option(False, "--cron", help="A crontab line even where systemd runs."),
              systemd: bool = typer.Option(False, "--systemd", help="systemd user units even where systemd is "
                                                                   "not detected."),
-             as_json: bool = typer.Option(False, "--json")) -> int:
+             as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """Take `snapshot --label auto` on a timer: a systemd user timer, or a crontab line without systemd."""
     env = env_of(ctx)
     from envbisect.runs.schedule import install as do_install, make_schedule
@@ -204,7 +209,7 @@ def schedule(ctx: typer.Context,
     done = do_install(sch) if install else None
     if as_json:
         env.emit_json({**sch.to_json(), "installed": done.to_json() if done else None})
-        return
+        return ExitStatus.OK
     import shlex
 
     again = f"envbisect schedule --every {every}" + (f" --label {label}" if label != "auto" else "") \
@@ -213,8 +218,11 @@ def schedule(ctx: typer.Context,
     head = sch.command[:len(sch.command) - sch.command[::-1].index("snapshot") - 1]  # up to the subcommand
     deploy_hook = ("after a deploy, from its hook: " + " ".join(shlex.quote(a) for a in head)
                    + " snapshot --label deploy-$(git rev-parse --short HEAD)")
-    render.render_timer(env, sch, done, write_hint=f"write them with `{again}`", add_hint=f"add it with `{again}`")
+    # a crontab line or unit file is copied as printed: a line wrapped at the terminal's width would be two
+    render.render_timer(env, sch, done, write_hint=f"write them with `{again}`", add_hint=f"add it with `{again}`",
+                        soft_wrap=True)
     env.out.print(Text(deploy_hook, style="dim"))
+    return ExitStatus.OK
 
 
 @app.command()
@@ -223,7 +231,7 @@ def prune(ctx: typer.Context,
           keep_labelled: bool = typer.Option(False, "--keep-labelled",
                                              help="Keep every snapshot with a label other than 'auto'/'diff'."),
           dry_run: bool = typer.Option(False, "--dry-run", help="List what would go; remove nothing."),
-          as_json: bool = typer.Option(False, "--json")) -> int:
+          as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """Thin the store: old automatic snapshots go (never one a run uses, never the newest), then unused blobs."""
     env = env_of(ctx)
     from rich.table import Column
@@ -235,7 +243,7 @@ def prune(ctx: typer.Context,
     res = do_prune(Store(o.store), keep_s=parse_duration(keep, "--keep"), keep_labelled=keep_labelled, dry_run=dry_run)
     if as_json:
         env.emit_json(res.to_json())
-        return
+        return ExitStatus.OK
     word = "would remove" if dry_run else "removed"
     if res.deleted:
         t = Table(Column("snapshot", no_wrap=True), "label", "taken at",  # ids never cut short
@@ -258,6 +266,7 @@ def prune(ctx: typer.Context,
         env.out.print(Text(f"note: {n}", style="yellow"))
     if dry_run:
         env.out.print("dry run: nothing was removed")
+    return ExitStatus.OK
 
 
 # --- diff --------------------------------------------------------------------------------------
@@ -269,7 +278,7 @@ def diff(ctx: typer.Context,
                                                   "'2h ago', ISO 8601, epoch; or last-good: the newest snapshot whose "
                                                   "probe passed (`snapshot --probe`)."),
          against: Optional[str] = typer.Option(None, "--against", "-a", help="A snapshot label, id or file."),
-         as_json: bool = typer.Option(False, "--json")) -> int:
+         as_json: bool = typer.Option(False, "--json")) -> ExitStatus:
     """What changed since the last known-good state? Exit 0: nothing, 1: deltas found."""
     env = env_of(ctx)
     o = opts_of(ctx)
@@ -280,4 +289,4 @@ def diff(ctx: typer.Context,
         env.emit_json(result.to_json(masker))
     else:
         render.render_diff(env, result, masker)
-    return int(ExitStatus.DELTAS if result.deltas else ExitStatus.OK)
+    return ExitStatus.DELTAS if result.deltas else ExitStatus.OK

@@ -11,6 +11,7 @@ from rich.text import Text
 from envbisect.cli import render
 from envbisect.cli.base import app, env_of, opts_of
 from envbisect.errors import ExitStatus, UsageError
+from envbisect.outcome import Leave
 
 
 @app.command()
@@ -46,18 +47,15 @@ def watch(ctx: typer.Context,
           systemd: bool = typer.Option(False, "--systemd", help="With --install/--print: a systemd user service "
                                                                 "even where systemd is not detected."),
           as_json: bool = typer.Option(False, "--json",
-                                       help="With --install/--print: machine-readable output.")) -> int:
+                                       help="With --install/--print: machine-readable output.")) -> ExitStatus:
     """Probe the running stack on an interval; when it turns from pass to fail twice in a row (or a named alert
     fires), bisect against the last good snapshot, write the bundle and run --notify."""
     env = env_of(ctx)
-    from envbisect.runs.bisect import BisectOptions
-    from envbisect.runs.watch import WatchOptions, Watcher, parse_listen
+    from envbisect.runs.plan import BisectOptions, parse_leave, parse_policy
+    from envbisect.runs.watch import WatchOptions, parse_listen
     from envbisect.state.prune import parse_duration
 
-    if leave not in ("original", "fixed"):
-        raise typer.BadParameter("must be 'original' or 'fixed'", param_hint="--leave")
-    if policy not in ("confirm", "fast", "thorough"):
-        raise typer.BadParameter("must be 'confirm', 'fast' or 'thorough'", param_hint="--policy")
+    leave, policy = parse_leave(leave), parse_policy(policy)
     if cron and systemd:
         raise typer.BadParameter("give --cron or --systemd, not both", param_hint="--cron")
     every_s = parse_duration(every, "--every")
@@ -68,7 +66,7 @@ def watch(ctx: typer.Context,
         raise UsageError("watch is not available for a [fleet] playbook yet: watch one replica's playbook")
     if install or print_service:
         passed = [*(["--probe", probe] if probe else []), *(["--guard", guard] if guard else []),
-                  *(["--leave", leave] if leave != "original" else []),
+                  *(["--leave", leave.value] if leave is not Leave.ORIGINAL else []),
                   *(["--policy", policy] if policy != "confirm" else []),
                   *(["--confidence", str(confidence)] if confidence != 0.95 else []),
                   *(["--max-trials", str(max_trials)] if max_trials else []),
@@ -85,12 +83,20 @@ def watch(ctx: typer.Context,
                         notify=notify, notify_timeout_s=timeout_s, max_cycles=1 if once else max_cycles,
                         bundle_dir=None if bundle_dir is None else Path(bundle_dir).absolute(),
                         listen=where)
+    return _run_watch(env, o, opts, probe)
+
+
+def _run_watch(env, o, opts, probe: Optional[str]) -> ExitStatus:  # noqa: ANN001
+    """Watch until stopped (or --once, --max-cycles); SIGTERM (systemctl stop) behaves like Ctrl-C."""
+    import dataclasses
+
+    from envbisect.runs.signals import install_signal_handlers
+    from envbisect.runs.watch import Watcher
+
     pb = o.deployment().playbook  # the probe's name, before the watch takes its lock
     name = probe or next(iter(pb.probes), None)
     if name is None:
         raise UsageError(f"{pb.path}: no [probes.NAME] defined; watch needs a pass/fail probe")
-    import dataclasses
-
     opts = dataclasses.replace(opts, probe=name, bisect=dataclasses.replace(opts.bisect, probe=name))
     progress = env.listener(render.Progress(env, quiet=env.quiet))
 
@@ -98,7 +104,7 @@ def watch(ctx: typer.Context,
         if not env.quiet:
             env.err.print(Text(line), soft_wrap=True)
 
-    stop = _sigterm_as_interrupt()
+    stop = install_signal_handlers()
     try:
         summary = Watcher(o.deployment, o.store, opts, on_event=progress, say=say).run()
     finally:
@@ -110,23 +116,8 @@ def watch(ctx: typer.Context,
     return ExitStatus.OK
 
 
-def _sigterm_as_interrupt():  # noqa: ANN202
-    """SIGTERM (systemctl stop) behaves like Ctrl-C: a bisection under way puts the hosts back."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def on_term(signum, frame):  # noqa: ANN001
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    old = signal.signal(signal.SIGTERM, on_term)
-    return lambda: signal.signal(signal.SIGTERM, old)
-
-
 def _service(env, o, every: str, passed: list[str], kind: Optional[str], install: bool,  # noqa: ANN001
-             as_json: bool) -> int:
+             as_json: bool) -> ExitStatus:
     from envbisect.runs.schedule import install as do_install
     from envbisect.runs.watch import make_service
 

@@ -53,7 +53,8 @@ def prepare(root: Path | None = None, perf: bool = False) -> Demo:
         from envbisect.sim.deployment import PERF_RULES, build
     except ImportError as e:  # pragma: no cover - the sim ships with the package
         raise UsageError(f"the simulated deployment is unavailable: {e}") from None
-    if shutil.which("sglang-router") is None and not (Path(__import__("sys").executable).parent / "sglang-router").exists():
+    beside_python = Path(__import__("sys").executable).parent / "sglang-router"
+    if shutil.which("sglang-router") is None and not beside_python.exists():
         raise UsageError("the demo needs the real router: pip install 'sglang-router==0.3.2' (or scripts/demo.sh)")
     root = Path(root) if root else Path(tempfile.mkdtemp(prefix="envbisect-demo-"))
     sim = build(root / "deployment", ssh="local", rules=PERF_RULES if perf else None)

@@ -3,12 +3,20 @@ function writes through an `Environment`'s consoles (so through its masker), nev
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
 
 from envbisect.cli.environment import Environment
+from envbisect.outcome import Leave, VerdictKind
+
+PENDING = "pending"  # a replay whose evidence does not decide yet (runs/replay.PENDING)
+
+if TYPE_CHECKING:
+    from envbisect.inputs.playbook import Probe
+    from envbisect.runs.restore import RestoreResult
+    from envbisect.runs.revert import ActionResult
 
 
 def bold(s: Any) -> tuple[str, str]:
@@ -64,7 +72,8 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
                         "changed": f"~ {name} {d.flag} {old} → {new}"}[d.change]
             elif d.kind == "env":
                 # the value, or the shell text and what bash made of it where they differ
-                old, new = (env.shown(v, one_line=True) for v in (j.get("old_shown", j["old"]), j.get("new_shown", j["new"])))
+                old, new = (env.shown(v, one_line=True)
+                            for v in (j.get("old_shown", j["old"]), j.get("new_shown", j["new"])))
                 line = {"added": f"+ {name}={new}", "removed": f"- {name}",
                         "changed": f"~ {name} {old} → {new}"}[d.change] if d.key else f"? {d.path} changed"
             elif d.kind == "git":
@@ -98,7 +107,8 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
                       f"file={env.shown(j.get('file_shown') or j['file'], one_line=True)} "
                       f"process={env.shown(j['process'], one_line=True)}")
     if result.unknown_processes:
-        env.out.print(f"\nstart environment unknown (overwritten or unreadable) for: {', '.join(result.unknown_processes)}")
+        env.out.print("\nstart environment unknown (overwritten or unreadable) for: "
+                      + ", ".join(result.unknown_processes))
     for n in result.notes:
         env.out.print(Text(f"note: {env.shown(masker.redact_text(n))}", style="dim"))
 
@@ -172,12 +182,12 @@ class Progress:
 
 def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
     v = result.verdict
-    colour = {"culprit": "red", "interaction": "red", "not-config": "magenta", "not-reproduced": "cyan",
-              "inconclusive": "yellow", "pending": "yellow"}[v.kind]
+    colour = {VerdictKind.CULPRIT: "red", VerdictKind.INTERACTION: "red", VerdictKind.NOT_CONFIG: "magenta",
+              VerdictKind.NOT_REPRODUCED: "cyan", VerdictKind.INCONCLUSIVE: "yellow", PENDING: "yellow"}[v.kind]
     env.out.print(Text.assemble("verdict: " if env.quiet else "\nverdict: ", (v.kind.upper(), f"bold {colour}"),
                                 f"   confidence {v.confidence:.2f}", f"   restarts {result.restarts}"))
     if result.culprit_deltas:
-        word = "must all go" if v.kind == "culprit" else "fail only together"
+        word = "must all go" if v.kind == VerdictKind.CULPRIT else "fail only together"
         env.out.print(f"  culprit(s), which {word}: " + ", ".join(result.culprit_deltas))
     commit = getattr(result, "commit", None)
     if commit is not None and commit.commit is not None:
@@ -208,7 +218,7 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
         word, style = {True: ("safe to revert", "bold green"), False: ("NOT safe to revert", "bold red"),
                        None: ("revert cost unknown", "bold yellow")}[g.safe]
         env.out.print(Text.assemble("  guard ", bold(g.probe), ": ", (word, style), f" - {g.text}"))
-    if v.kind in ("inconclusive", "pending") and v.suspects:
+    if v.kind in (VerdictKind.INCONCLUSIVE, PENDING) and v.suspects:
         env.out.print("  remaining suspects: " + ", ".join(f"{u} ({p:.0%})" for u, p in v.suspects[:8]))
     if result.path_report:
         t = Table("layer", "target", "result", title="request path, layer by layer")
@@ -234,7 +244,7 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
             shown += " (other)"
         t.add_row(str(tr.n), tr.purpose, config_label(list(tr.units), total), shown, fmt_s(tr.restart_s), probed)
     env.out.print(t)
-    env.out.print(f"hosts left: {result.state_left}" + ("" if result.state_left != "fixed" else
+    env.out.print(f"hosts left: {result.state_left}" + ("" if result.state_left != Leave.FIXED else
                                                      " (current minus the culprits; every exonerated delta kept)"))
 
 
@@ -263,7 +273,8 @@ def render_replay(env: Environment, rp) -> None:  # noqa: ANN001
 def render_verify(env: Environment, report) -> None:  # noqa: ANN001
     t = Table("layer", "target", "result", "time", "detail", title="verify")
     for l in report.layers:
-        res = Text("-", style="dim") if l.ok is None else Text("ok" if l.ok else "FAIL", style="green" if l.ok else "red")
+        res = (Text("-", style="dim") if l.ok is None
+               else Text("ok" if l.ok else "FAIL", style="green" if l.ok else "red"))
         name = l.name + (" (info)" if l.informational else "")
         t.add_row(name, l.target, res, f"{l.seconds:.2f}s", l.reason)
     if not env.quiet:
@@ -305,16 +316,29 @@ def render_change_plan(env: Environment, plan) -> None:  # noqa: ANN001 - runs.r
     env.out.print("dry run: no host was touched")
 
 
-def render_restore_plan(env: Environment, res: dict) -> None:
+def render_restore_plan(env: Environment, res: RestoreResult) -> None:
     """`restore --dry-run`: what the journal of run RUN would put back, on which host."""
-    for f in res["files"]:
+    for f in res.files:
         what = "its journaled bytes, mode, owner and times" if f["existed"] else "removed (it did not exist)"
-        env.out.print(f"would restore {f['host']}:{f['path']} from run {res['run']}: {what}")
-    for r in res["repos"]:
-        env.out.print(f"would restore {r['host']}:{r['path']} from run {res['run']}: HEAD {str(r['head'])[:10]}")
-    env.out.print("then co-restart: stop " + " → ".join(reversed(res["restart_order"])) + ", start "
-                  + " → ".join(res["restart_order"]))
+        env.out.print(f"would restore {f['host']}:{f['path']} from run {res.run}: {what}")
+    for r in res.repos:
+        env.out.print(f"would restore {r['host']}:{r['path']} from run {res.run}: HEAD {str(r['head'])[:10]}")
+    env.out.print("then co-restart: stop " + " → ".join(reversed(res.restart_order)) + ", start "
+                  + " → ".join(res.restart_order))
     env.out.print("dry run: no host was touched")
+
+
+def render_restore(env: Environment, res: RestoreResult, replica: str | None = None) -> None:
+    """What `restore` did (``replica``: a fleet's replica, named on each line)."""
+    who = f"{replica}: " if replica else ""
+    if not res.restored:
+        env.out.print(who + res.reason)
+        return
+    env.out.print(f"{who}restored {len(res.files)} file(s) and {len(res.repos)} repo(s) from run {res.run}; "
+                  f"co-restart: {res.co_restart}")
+    if res.conflicts:
+        env.out.print(f"{who}left as found (changed by someone else during the run): "
+                      + ", ".join(f"{c['host']}:{c['path']}" for c in res.conflicts))
 
 
 def render_timer(env: Environment, sch, done, *, write_hint: str, add_hint: str,  # noqa: ANN001
@@ -345,3 +369,28 @@ def render_timer(env: Environment, sch, done, *, write_hint: str, add_hint: str,
             env.out.print(f"  {step}")
     else:
         env.out.print(f"your crontab already has it: {sch.cron_line}", soft_wrap=soft_wrap)
+
+
+def render_change(env: Environment, res: ActionResult, probe_name: str | None, probe: Probe | None) -> None:
+    """What `revert`/`apply` did: the co-restart, the probe, the speed before and after, the verify
+    report, a revert put back, the notes (--quiet: one line)."""
+    word = "reverted" if res.action == "revert" else "applied"
+    if env.quiet:
+        env.out.print(f"{word}: {', '.join(res.deltas)}: " + ("ok" if res.ok else "put back" if res.put_back
+                                                               else "NOT ok"))
+        return
+    restart = "ok" if res.restart.ok else "FAILED: " + res.restart.message
+    env.out.print(f"{word}: {', '.join(res.deltas)} (co-restart {restart})")
+    if res.probe_outcome:
+        env.out.print(Text(f"probe {probe_name}: {res.probe_outcome.upper()} - {res.probe_reason}",
+                           style="green" if res.probe_outcome == "pass" else "red"))
+    if res.perf and res.perf.get("effect_text") and not (probe is not None and probe.is_perf):
+        env.out.print(Text(f"{res.perf.get('metric')} before → after the {res.action}: {res.perf['effect_text']}",
+                           style="red" if res.perf.get("decision") == "worse" else ""))
+    if res.verify:
+        render_verify(env, res.verify)
+    if res.put_back:
+        env.out.print(Text(f"put back: {', '.join(res.deltas)} (probe after: {res.after_put_back}). "
+                           "They did not fix it: do not blame them.", style="bold yellow"))
+    for n in res.notes:
+        env.out.print(f"note: {n}")

@@ -7,21 +7,21 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
 from envbisect.errors import ConnectionFailed, EnvbisectError
-from envbisect.hosts.hostops import run_agent
+from envbisect.hosts.hostops import run_agent, run_agent_on_each
 from envbisect.hosts.transport import Transport
 from envbisect.inputs.playbook import Playbook
 from envbisect.state.snapshot import HostState, Snapshot, host_state_from_raw, new_snapshot_id
 
 
-def collect_host(playbook: Playbook, host: str, transport: Transport, *, since: float | None = None,
-                 log_from: Mapping[str, str] | None = None, clock_only: bool = False,
-                 keep_sourced: Mapping[str, list[str]] | None = None,
-                 keep_dirty: Mapping[str, list[str]] | None = None) -> HostState:
-    """One round trip: run the collector on `host` and parse what it saw. `keep_sourced`: env file ->
-    files a baseline saw it source (state/sourced.keep_sourced), snapshotted even if no longer sourced.
-    `keep_dirty`: repo -> files a baseline saw dirty there, snapshotted even if clean now."""
+def collect_request(playbook: Playbook, host: str, *, since: float | None = None,
+                    log_from: Mapping[str, str] | None = None, clock_only: bool = False,
+                    keep_sourced: Mapping[str, list[str]] | None = None,
+                    keep_dirty: Mapping[str, list[str]] | None = None) -> dict[str, Any]:
+    """What the collector on `host` is asked for. `keep_sourced`: env file -> files a baseline saw it
+    source (state/sourced.keep_sourced), snapshotted even if no longer sourced. `keep_dirty`: repo ->
+    files a baseline saw dirty there, snapshotted even if clean now."""
     services = playbook.services_on(host)
-    req = {
+    return {
         "max_size": playbook.max_file_size,
         "env_files": [s.env_file for s in services],
         "watch": list(playbook.watch_paths.get(host, ())),
@@ -33,8 +33,22 @@ def collect_host(playbook: Playbook, host: str, transport: Transport, *, since: 
         "clock_only": clock_only,
         "keep_sourced": {e: list(ps) for e, ps in (keep_sourced or {}).items()},
     }
+
+
+def _env_files(playbook: Playbook, host: str) -> dict[str, str]:
+    return {s.name: s.env_file for s in playbook.services_on(host)}
+
+
+def collect_host(playbook: Playbook, host: str, transport: Transport, *, since: float | None = None,
+                 log_from: Mapping[str, str] | None = None, clock_only: bool = False,
+                 keep_sourced: Mapping[str, list[str]] | None = None,
+                 keep_dirty: Mapping[str, list[str]] | None = None) -> HostState:
+    """One round trip: run the collector on `host` and parse what it saw (see `collect_request`)."""
+    req = collect_request(playbook, host, since=since, log_from=log_from, clock_only=clock_only,
+                          keep_sourced=keep_sourced, keep_dirty=keep_dirty)
     raw = run_agent(transport, "collect.py", req, what="snapshot collector")
-    return host_state_from_raw(host, raw, {s.name: s.env_file for s in services})
+    return host_state_from_raw(host, raw, _env_files(playbook, host))
+
 
 def for_each_host(playbook: Playbook, transports: Mapping[str, Transport],
                   fn: Callable[[str, Transport], Any]) -> dict[str, Any]:
@@ -51,15 +65,18 @@ def for_each_host(playbook: Playbook, transports: Mapping[str, Transport],
                 raise ConnectionFailed(f"{h}: {e}") from None
         return out
 
+
 def take_snapshot(playbook: Playbook, transports: Mapping[str, Transport], *, label: str | None = None,
                   since_by_host: Mapping[str, float] | None = None,
                   log_from: Mapping[str, Mapping[str, str]] | None = None,
                   keep_sourced: Mapping[str, Mapping[str, list[str]]] | None = None,
                   keep_dirty: Mapping[str, Mapping[str, list[str]]] | None = None) -> Snapshot:
+    """Every host's state, one round trip per host: all the requests go out at once, then this
+    thread reads the answers as they come (run_agent_on_each)."""
     now = time.time()
-    states = for_each_host(
-        playbook, transports,
-        lambda h, t: collect_host(playbook, h, t, since=(since_by_host or {}).get(h), log_from=(log_from or {}).get(h),
-                                  keep_sourced=(keep_sourced or {}).get(h), keep_dirty=(keep_dirty or {}).get(h)),
-    )
+    requests = {h: collect_request(playbook, h, since=(since_by_host or {}).get(h), log_from=(log_from or {}).get(h),
+                                   keep_sourced=(keep_sourced or {}).get(h), keep_dirty=(keep_dirty or {}).get(h))
+                for h in playbook.hosts}
+    raws = run_agent_on_each(transports, "collect.py", requests, what="snapshot collector")
+    states = {h: host_state_from_raw(h, raw, _env_files(playbook, h)) for h, raw in raws.items()}
     return Snapshot(id=new_snapshot_id(label, now), label=label, taken_at=now, playbook=playbook.name, hosts=states)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import shlex
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from envbisect.errors import RemoteError
-from envbisect.hosts.session import AgentSession, SessionDied, agent_source
+from envbisect.hosts.session import AgentSession, PendingCall, SessionDied, agent_source
 
 # the transports' one log (the SSH transport, its target and its host keys log here too): the name
 # users filter on
@@ -63,18 +64,23 @@ class Transport:
         """Run one of envbisect's agent scripts (stdlib Python, JSON on stdin) as `run_python`
         would, through this connection's persistent agent when it has one: one message on an
         open channel instead of a new channel and a Python start-up on the host."""
+        if self._agent_session() is None:
+            return self.run_python(source, stdin=stdin, timeout=timeout)
+        return self.send_agent_script(name, source, stdin=stdin, timeout=timeout).result()
+
+    def send_agent_script(self, name: str, source: str, *, stdin: bytes = b"",
+                          timeout: float | None = None) -> "AgentCall":
+        """`run_agent_script`, sent now and answered by `AgentCall.result()`: the requests to many
+        hosts go out before any answer is awaited, and one thread reads the answers."""
         session = self._agent_session()
         if session is None:
-            return self.run_python(source, stdin=stdin, timeout=timeout)
+            return AgentCall(self, thread=_Worker(lambda: self.run_python(source, stdin=stdin, timeout=timeout)))
         self.round_trips += 1
         log.debug("%s: round trip %d: agent %s", self.host, self.round_trips, name)
         try:
-            reply = session.call(name, source, stdin.decode("utf-8"), timeout)
+            return AgentCall(self, pending=session.begin(name, source, stdin, timeout))
         except SessionDied as e:
-            if not self.alive():
-                raise RemoteError(f"{self.host}: lost the ssh connection") from None
-            return CommandResult(e.reply.exit_code, e.reply.stdout, e.reply.stderr)
-        return CommandResult(reply.exit_code, reply.stdout, reply.stderr)
+            return AgentCall(self, died=e)
 
     def _agent_session(self) -> AgentSession | None:
         """The persistent agent, started on first use; None: run each script as its own command."""
@@ -124,6 +130,57 @@ class Transport:
         self.close()
 
 
+class _Worker:
+    """A one-shot agent script (no persistent agent) run on a thread of its own."""
+
+    def __init__(self, fn: Callable[[], CommandResult]):
+        self._fn = fn
+        self._result: CommandResult | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._result = self._fn()
+        except BaseException as e:  # noqa: BLE001 - raised again by result()
+            self._error = e
+
+    def result(self) -> CommandResult:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+class AgentCall:
+    """An agent script sent to a host (Transport.send_agent_script); `result()` waits for it."""
+
+    def __init__(self, transport: Transport, *, pending: PendingCall | None = None, died: SessionDied | None = None,
+                 thread: _Worker | None = None):
+        self.transport, self._pending, self._died, self._thread = transport, pending, died, thread
+
+    def result(self) -> CommandResult:
+        if self._thread is not None:
+            return self._thread.result()
+        try:
+            if self._died is not None:
+                raise self._died
+            assert self._pending is not None
+            reply = self._pending.result()
+        except SessionDied as e:
+            if not self.transport.alive():
+                raise RemoteError(f"{self.transport.host}: lost the ssh connection") from None
+            return CommandResult(e.reply.exit_code, e.reply.stdout, e.reply.stderr)
+        return CommandResult(reply.exit_code, reply.stdout, reply.stderr)
+
+    def abandon(self) -> None:
+        """Its answer is not wanted (an earlier host failed): it is dropped when it comes."""
+        if self._pending is not None:
+            self._pending.abandon()
+
+
 class StderrTail:
     """The last bytes an agent wrote to stderr (read on a thread: a full pipe would stall it)."""
 
@@ -134,7 +191,10 @@ class StderrTail:
         def drain() -> None:
             try:
                 while True:
-                    chunk = read(65536)
+                    try:
+                        chunk = read(65536)
+                    except TimeoutError:  # a channel's one timeout, set for its other stream
+                        continue
                     if not chunk:
                         return
                     self._chunks.append(chunk)
@@ -160,14 +220,17 @@ class _ProcessStream:
                                   stderr=subprocess.PIPE, start_new_session=True)
         self._err = StderrTail(self.p.stderr.read1)  # type: ignore[union-attr]
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes, timeout: float | None) -> None:  # a local pipe: the agent reads it at once
         assert self.p.stdin is not None
         self.p.stdin.write(data)
         self.p.stdin.flush()
 
-    def readline(self, limit: int) -> bytes:
+    def recv(self, limit: int, timeout: float | None) -> bytes:
         assert self.p.stdout is not None
-        return self.p.stdout.readline(limit)
+        fd = self.p.stdout.fileno()
+        if not select.select([fd], [], [], timeout)[0]:
+            raise TimeoutError
+        return os.read(fd, limit)
 
     def stderr_tail(self) -> bytes:
         return self._err.get()

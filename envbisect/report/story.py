@@ -275,6 +275,7 @@ def _verdict(rec: RunRecord) -> list[Block]:
                 text("culprit ", _b(c), ": ", _code(short(dmap.get(c, {}).get("old"), dmap.get(c, {}).get("kind"))),
                      " → ", _code(short(dmap.get(c, {}).get("new"), dmap.get(c, {}).get("kind"))))
                 for c in v["culprits"])))
+        out += _commit(v.get("commit"))
         out.append(_p("Explanation. ", s(v.get("explanation", "")), cls="meaning"))
         if v.get("suspects"):
             out.append(Table(("suspect unit", "probability it is to blame"),
@@ -297,6 +298,31 @@ def _verdict(rec: RunRecord) -> list[Block]:
         if stops:
             out.append(BulletList(tuple(stops)))
     return [Group(tuple(out), anchor="verdict", cls=f"v-{kind}", role="section")]
+
+
+def _commit(doc: Any) -> list[Block]:
+    """The guilty commit of a HEAD move searched along its first-parent line (verdict.json "commit"):
+    sha, subject, author and files; or how far the line was narrowed when a trial was unresolved."""
+    if not isinstance(doc, dict):
+        return []
+    c, line, trials = doc.get("commit"), doc.get("line") or [], doc.get("trials") or []
+    by = f"trials {', '.join(map(str, trials))}" if trials else "no trial needed"
+    out: list[Block] = [Heading(3, text("Guilty commit"))]
+    if not isinstance(c, dict):
+        out.append(_p(f"{s(doc.get('delta'))}: not narrowed to one commit (a trial was unresolved): the first "
+                      f"failing commit is after {short(doc.get('last_passing'), 'git')} and at or before "
+                      f"{short(doc.get('first_failing'), 'git')}, of {len(line)} commits ({by})."))
+        return out
+    files = [str(f) for f in c.get("files") or []]
+    out.append(_p(f"{s(doc.get('delta'))}: the first of {len(line)} commits (first-parent) that fails ({by})"
+                  + ("; a merge, taken as one step" if c.get("merge") else "") + "."))
+    out.append(Table(("", ""), ((text("commit"), text(_code(s(c.get("sha"))))),
+                                (text("subject"), text(s(c.get("subject")))),
+                                (text("author"), text(s(c.get("author")))),
+                                (text("files"), text(", ".join(files) or "none")))
+                     + (((text("merged by"), text(_code(s(c.get("merged_by"))))),) if c.get("merged_by") else ()),
+                     kv=True, cls="commit"))
+    return out
 
 
 def _path(rec: RunRecord) -> list[Block]:

@@ -3,7 +3,7 @@
 "The baseline fails too, so the configuration is not the cause" holds only when the trial called
 the baseline had the baseline's configuration. A hotfix left in place, an excluded delta or a file
 envbisect could not read makes that trial something else, and its failure says nothing: such a
-verdict was a guilty change exonerated (issue 21). So a not-config verdict carries this proof, and
+verdict would exonerate a guilty change. So a not-config verdict carries this proof, and
 without it the verdict is inconclusive, naming what stayed:
 
 - every file and HEAD envbisect saw differ was at its baseline bytes in the baseline trial: each
@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from envbisect.inputs.playbook import Playbook, Probe
-from envbisect.outcome import Outcome
+from envbisect.outcome import Outcome, VerdictKind
 from envbisect.search import TrialKind, Verdict
 from envbisect.state.configuration import OriginalState, target_state
 from envbisect.state.deltas import Delta
@@ -246,7 +246,7 @@ def not_reproduced(verdict: Verdict, proof: BaselineProof) -> Verdict:
     """A not-config verdict whose baseline trial was not the baseline becomes inconclusive, and says
     what stayed: "the config is not the cause" was never shown."""
     what = "; ".join(proof.problems())
-    return replace(verdict, kind="inconclusive", culprits=(), terms=(), explanation=(
+    return replace(verdict, kind=VerdictKind.INCONCLUSIVE.value, culprits=(), terms=(), explanation=(
         f"The baseline could not be reproduced, so its failure says nothing about the configuration: {what}. "
         "Not a not-config verdict: bisect again with every delta (no --exclude/--only), or put back what "
         "stayed by hand first."))
@@ -260,7 +260,7 @@ def unresolved_causes(verdict: Verdict, trials: Sequence[Any], limit: int = 3) -
     """An inconclusive verdict names what left its trials unresolved, from each trial's own reason
     ("trial 4 restart-failed: decode pid 812 still running 1 s after its stop command ..."): "a trial
     stayed unresolved" alone sends the operator to the log for the one fact that matters."""
-    if verdict.kind != "inconclusive":
+    if verdict.kind != VerdictKind.INCONCLUSIVE:
         return verdict
     seen: dict[str, list[int]] = {}
     for t in trials:

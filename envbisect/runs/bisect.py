@@ -25,14 +25,14 @@ from envbisect.errors import EnvbisectError, LockLost, ProbeBroken, RemoteError,
 from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal
 from envbisect.hosts.restart import co_restart
 from envbisect.inputs.playbook import Probe
-from envbisect.outcome import Cause, Outcome
+from envbisect.outcome import Cause, Leave, Outcome, VerdictKind
 from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_proof, not_reproduced, restart_facts,
                                           unresolved_causes)
 from envbisect.runs.corrections import check_correctable, feed, recorded_refine
 from envbisect.runs.deployment import Deployment, capture_environment
 from envbisect.runs.drift import drift_hints, with_drift
 from envbisect.runs.plan import (ApartTest, BisectOptions, culprit_deltas, dry_run_plan, git_culprit, guard_configs,
-                                 guard_verdict, judge_apart, linked_to_refine, make_units, observation,
+                                 guard_verdict, judge_apart, parse_policy, linked_to_refine, make_units, observation,
                                  remaining_restarts, running_stack_unverified, seen_ids, select_deltas)
 from envbisect.runs.result import VERDICT_EXIT, BisectResult, CommitVerdict, GuardResult
 from envbisect.runs.restore import restore_deployment
@@ -56,6 +56,8 @@ from envbisect.trials.runner import Trial, TrialRunner
 # an undecided perf trial is a start too few, not broken infrastructure: up to 3 more starts of it
 # (pooled, search/perf.py) before the search gives up on that configuration
 PERF_RETRIES = 3
+REFERENCE_PURPOSE = ("perf reference: the baseline started again (the reference's own start is what leaves the "
+                     "last comparison undecided; its samples join the reference)")
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,8 @@ class BisectRun:
             "created_at": time.time(), "probe": probe.name,
             "options": {"only": list(o.only), "exclude": list(o.exclude), "link": list(self.declared_links),
                         "confidence": o.confidence, "max_trials": o.max_trials, "leave": o.leave,
-                        "auto_link": o.auto_link, "policy": o.policy, "guard": o.guard},
+                        "auto_link": o.auto_link, "policy": o.policy, "guard": o.guard,
+                        "split_merges": o.split_merges},
             "baseline": diff.baseline.id if diff.baseline else None, "current": diff.current.id,
             "since": diff.since,
             # masked like every run record; the raw values (needed to apply and resume) in a blob
@@ -248,7 +251,7 @@ class BisectRun:
             raise UsageError(f"run {self.run_id} already finished (see `envbisect show {self.run_id}`)")
         # a verdict it reached before a correction: the hosts were restored (or fixed) since
         last = rd.read(rundir.VERDICT) if finished else (rd.superseded_verdicts() or [None])[-1]
-        if last is not None and last.get("state_left") == "fixed":
+        if last is not None and last.get("state_left") == Leave.FIXED:
             raise UsageError(f"run {self.run_id} left the hosts fixed (culprits reverted), not as its trials found "
                              f"them: replay the correction without the hosts (`envbisect log {self.run_id}`, "
                              "`envbisect replay FILE`), or bisect again")
@@ -261,8 +264,8 @@ class BisectRun:
         o = doc["options"]
         self.opts = BisectOptions(probe=doc["probe"], only=tuple(o["only"]), exclude=tuple(o["exclude"]),
                                   link=tuple(o["link"]), confidence=o["confidence"], max_trials=o["max_trials"],
-                                  leave=o["leave"], auto_link=o.get("auto_link", True),
-                                  policy=o.get("policy", "confirm"), guard=o.get("guard"))
+                                  leave=o["leave"], auto_link=o.get("auto_link", True), guard=o.get("guard"),
+                                  policy=o.get("policy", "confirm"), split_merges=bool(o.get("split_merges")))
         probe = self.probe()
         try:
             done = [Trial.from_json(rec) for rec in rd.read_lines(rundir.TRIALS)]
@@ -374,9 +377,7 @@ class BisectRun:
     def _new_search(self, s: Session) -> Search:
         unit_ids = list(s.units)
         self.playbook_units = unit_ids
-        if self.opts.policy not in POLICIES:
-            raise UsageError(f"unknown policy {self.opts.policy!r} (one of {', '.join(POLICIES)})")
-        make_search = self.search_factory or POLICIES[self.opts.policy].search
+        make_search = self.search_factory or POLICIES[parse_policy(self.opts.policy)].search
         extra = {"retries": PERF_RETRIES} if s.probe.is_perf else {}
         return make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
                            base_probes=s.probe.repeat, **extra)
@@ -398,9 +399,22 @@ class BisectRun:
             if trial.cause is Cause.PROBE_BROKEN:  # no evidence: stop (and restore, in _loop)
                 raise ProbeBroken(broken_line(s.probe, f"trial {trial.n}: {trial.reason}", restored=True))
             search.observe(observation(trial))
+            if trial.cause is Cause.CANNOT_TEST and getattr(runner.perf, "wants_reference", False):
+                self._reference_start(runner, search, s)
             if trial.cause is Cause.SSH_LOST:
                 self.on_event("step", {"message": "the ssh connection was lost: reconnecting"})
                 self.dep.reconnect()  # ConnectionFailed here ends the run (and restores if it can)
+
+    def _reference_start(self, runner: TrialRunner, search: Search, s: Session) -> None:
+        """A perf comparison left undecided by the reference's own start (trials/perf.PerfJudge):
+        the baseline is started again before the search's retry; its samples join the reference."""
+        if isinstance(search.next(), Verdict):
+            return
+        n = len(self.trials) + 1
+        self.on_event("trial-start", {"n": n, "purpose": REFERENCE_PURPOSE, "config": [], "eta_s": None,
+                                      "units": len(s.units), "total_deltas": len(s.deltas)})
+        ref = self._record(runner.run(n, [], s.probe.samples, REFERENCE_PURPOSE, kind=TrialKind.PREMISE_BASELINE))
+        search.observe(observation(ref))
 
     def _search_trial(self, req: TrialRequest, runner: TrialRunner, s: Session, notes: list[str]) -> Trial:
         """One trial the search asked for: the running stack probed as it runs when that is a fair
@@ -442,7 +456,7 @@ class BisectRun:
         guard = self._guard_revert(verdict, s.units, refined, runner, notes)
         proof = None
         evidence = [t for t in self.trials if not self.corrections.retracted(t.n)]
-        if verdict.kind == "not-config":  # only with proof that the baseline trial was the baseline
+        if verdict.kind == VerdictKind.NOT_CONFIG:  # only with proof that the baseline trial was the baseline
             proof = build_proof(seen=seen_ids(s.diff, s.diff_doc), deltas=s.deltas, original=s.original,
                                 contents=s.contents, playbook=self.playbook, probe=s.probe, trials=evidence,
                                 diff_notes=s.diff_notes, conflicts=s.editor.conflicts,
@@ -451,7 +465,7 @@ class BisectRun:
                 verdict = not_reproduced(verdict, proof)
         verdict = unresolved_causes(verdict, evidence)
         path_report = None
-        if verdict.kind == "not-config":
+        if verdict.kind == VerdictKind.NOT_CONFIG:
             # "the baseline fails too" clears only what envbisect saw: a file an env file
             # sources that it could not snapshot is named (state/sourced.py)
             notes.extend(n for n in verdict_notes(s.diff_notes) if n not in notes)
@@ -465,7 +479,7 @@ class BisectRun:
         """(the state left, the final trial): `--leave fixed` keeps current minus the culprits when
         that passes; otherwise the hosts are restored."""
         final = None
-        if found.verdict.kind in ("culprit", "interaction") and self.opts.leave == "fixed":
+        if found.verdict.kind in (VerdictKind.CULPRIT, VerdictKind.INTERACTION) and self.opts.leave == Leave.FIXED:
             culprits = culprit_deltas(found.verdict, s.units, found.refined)
             keep = [u for u in s.units if not set(s.units[u]) & culprits]
             keep, pair_notes = leave_pairs_whole(keep, set(culprits), list(found.dependencies), s.units)
@@ -476,7 +490,7 @@ class BisectRun:
             if final.outcome is Outcome.PASS:
                 s.editor.finish()
                 s.editor.unlock()
-                return "fixed", final
+                return Leave.FIXED, final
             notes.append("current minus the culprits still fails, so at least one more delta breaks it: "
                          "restored the original state; re-run with --policy thorough to find them all")
         # nothing restarted (the running stack was only probed): restoring files is all there is
@@ -507,10 +521,10 @@ class BisectRun:
         """The result, written as the run's verdict.json."""
         verdict = found.verdict
         drift_hint: tuple[str, ...] = ()
-        if verdict.kind == "not-reproduced" and not any(not t.free for t in self.trials):
+        if verdict.kind == VerdictKind.NOT_REPRODUCED and not any(not t.free for t in self.trials):
             notes.append(f"the running stack passes the probe as it runs (trial 1, no restart): nothing to find "
                          f"with probe {s.probe.name!r}; nothing was changed or restarted")
-        elif verdict.kind == "not-reproduced":
+        elif verdict.kind == VerdictKind.NOT_REPRODUCED:
             notes.append("after a full ordered co-restart the current configuration passes; the hosts were left at "
                          "it, co-restarted - which is itself the fix for a stack restarted piecemeal")
             recorded = s.diff.to_json(self.dep.masker) if s.diff else s.diff_doc or {}
@@ -561,7 +575,7 @@ class BisectRun:
         self.on_event("step", {"message": f"{g.id}: reading its first-parent commits from a local mirror"})
         try:
             with mirror(self.dep.transports[g.host], g.path or "", g.new or "") as m:
-                line = first_parent_line(m, g.old or "", g.new or "")
+                line = first_parent_line(m, g.old or "", g.new or "", split_merges=self.opts.split_merges)
         except (NotALine, RemoteError) as e:
             notes.append(f"{g.id}: not searched commit by commit: {e}")
             return None
@@ -570,16 +584,17 @@ class BisectRun:
 
         def trial_at(c: LineCommit, purpose: str, kind: TrialKind) -> Trial:
             step = dataclasses.replace(g, id=f"{g.id}@{c.sha[:12]}", new=c.sha)
-            unit = f"commit:{c.sha[:12]}"
-            commit_runner = self.runner_factory(self.playbook, self.dep.transports, runner.editor, runner.original,
-                                                [d for d in runner.deltas if d.id != g.id] + [step], runner.contents,
-                                                runner.probe, {unit: (step.id,)}, on_step=runner.on_step,
-                                                evidence_dir=runner.evidence_dir)
-            n = len(self.trials) + 1
-            self.on_event("trial-start", {"n": n, "purpose": purpose, "config": [step.id], "eta_s": None,
-                                          "units": len(units), "total_deltas": len(runner.deltas)})
-            t = self._record(commit_runner.run(n, [unit], pass_runs, purpose, kind=kind))
-            used.append(n)
+            t = recorded_refine(self.trials, self.corrections, [step.id], kind)  # --resume: replayed, not re-run
+            if t is None:
+                unit, n = f"commit:{c.sha[:12]}", len(self.trials) + 1
+                commit_runner = self.runner_factory(self.playbook, self.dep.transports, runner.editor, runner.original,
+                                                    [d for d in runner.deltas if d.id != g.id] + [step],
+                                                    runner.contents, runner.probe, {unit: (step.id,)},
+                                                    on_step=runner.on_step, evidence_dir=runner.evidence_dir)
+                self.on_event("trial-start", {"n": n, "purpose": purpose, "config": [step.id], "eta_s": None,
+                                              "units": len(units), "total_deltas": len(runner.deltas)})
+                t = self._record(commit_runner.run(n, [unit], pass_runs, purpose, kind=kind))
+            used.append(t.n)
             return t
 
         alone = [t for t in self.trials if tuple(t.config) == (g.id,) and t.outcome.failed]
@@ -611,7 +626,7 @@ class BisectRun:
         now), then current minus the culprits, judged against it with the perf decision. Two
         restarts, spent only once there is a verdict to act on (runs/plan.guard_verdict judges)."""
         g = self.guard_probe()
-        if g is None or verdict.kind not in ("culprit", "interaction"):
+        if g is None or verdict.kind not in (VerdictKind.CULPRIT, VerdictKind.INTERACTION):
             return None
         culprits = culprit_deltas(verdict, units, refined)
         configs = guard_configs(g, units, culprits)
@@ -648,7 +663,7 @@ class BisectRun:
         editor.unlock()
         if rs is not None and not rs.ok:
             self.on_event("warning", {"message": f"restored files, but the co-restart failed: {rs.message}"})
-        return "original"
+        return Leave.ORIGINAL
 
     def _pids_before_the_run(self) -> frozenset[int]:
         """The services' processes as the run found them: the old pids the first restarting trial
@@ -681,5 +696,5 @@ def _find_run_dir(store: Store, run_id: str | None, deployment: str, finished: b
     return rd
 
 
-__all__ = ["ApartTest", "BisectRun", "BisectOptions", "BisectResult", "CommitVerdict", "GuardResult", "PERF_RETRIES",
+__all__ = ["ApartTest", "BisectRun", "BisectOptions", "BisectResult", "CommitVerdict", "GuardResult", "PERF_RETRIES", "REFERENCE_PURPOSE",
            "POLICIES", "VERDICT_EXIT", "capture_environment", "judge_apart", "make_units", "restore_deployment"]

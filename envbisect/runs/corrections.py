@@ -65,11 +65,13 @@ def feed(search: Search, trials: Iterable[Trial], corrections: Corrections,
     return tuple(unused)
 
 
-def recorded_refine(trials: Sequence[Trial], corrections: Corrections, config: Sequence[str]) -> Trial | None:
-    """A refine trial of exactly these deltas in the record (not retracted; as corrected): testing an
-    auto-linked unit's members apart again would repeat an observation already made."""
+def recorded_refine(trials: Sequence[Trial], corrections: Corrections, config: Sequence[str],
+                    kind: TrialKind = TrialKind.REFINE) -> Trial | None:
+    """A refine (or `kind`) trial of exactly these deltas in the record (not retracted; as corrected):
+    testing an auto-linked unit's members apart, or a commit of a HEAD move's line, again would repeat
+    an observation already made."""
     for t in reversed(trials):
-        if t.kind is TrialKind.REFINE and tuple(t.config) == tuple(config) and not corrections.retracted(t.n):
+        if t.kind is kind and tuple(t.config) == tuple(config) and not corrections.retracted(t.n):
             return corrected_trial(t, corrections)
     return None
 

@@ -46,6 +46,7 @@ class Deployment:
         self.store = store
         self.options = options
         self.masker = SecretMasker(playbook.secret_names, playbook.secret_values)
+        self._taught: set[bytes] = set()  # env file bytes the masker has learned from
         self._transports: dict[str, Transport] | None = None
 
     @classmethod
@@ -106,7 +107,11 @@ class Deployment:
                 sourced = sorted({e.path for es in h.sourced.values() for e in es if e.path})
                 for path in [*h.env_files.values(), *sourced]:
                     f = h.files.get(path)
-                    if f is not None and f.content:
+                    # bytes learned from already teach nothing new (an env file unchanged since the last snapshot)
+                    if f is not None and f.content and f.content not in self._taught:
+                        if len(self._taught) > 4096:
+                            self._taught.clear()
+                        self._taught.add(f.content)
                         try:
                             self.masker.learn_env(parse_env(f.content.decode("utf-8", "surrogateescape"))
                                                   .values().items())

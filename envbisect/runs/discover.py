@@ -18,7 +18,8 @@ findings mean and writes the draft (docs/playbook.md format):
 What it cannot infer is written as ``# TODO (required)`` (the draft does not load until it is
 filled) or ``# TODO (optional)``; a guess that should be read says ``check:``.
 
-Size (537 lines): `init`'s draft writer: one commented TOML block per kind of finding, and the TODO for each thing it could not infer.
+The draft writer is most of the module: one commented TOML block per kind of finding, and the TODO
+for each thing it could not infer.
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ MATCHERS: tuple[dict[str, Any], ...] = (
      "default_port": 30000, "health": "/health", "metrics": "flag:--enable-metrics",
      "log_listen": r"Uvicorn running on https?://([^\s:/]+):(\d+)"},
     {"name": "sglang-router", "kind": "router",
-     "regex": r"^sglang::router(?:\s|$)|(?:^|[\s/])sglang-router(?:\s|$)|(?:^|\s)-m\s+sglang_router\.launch_router(?:\s|$)"
+     "regex": r"^sglang::router(?:\s|$)|(?:^|[\s/])sglang-router(?:\s|$)"
+              r"|(?:^|\s)-m\s+sglang_router\.launch_router(?:\s|$)"
               r"|sglang_router/launch_router\.py(?:\s|$)",
      "markers": ["sglang-router", "sglang_router", "launch_router"], "default_port": 30000, "health": "/readiness",
      "metrics": "router", "log_listen": r"Starting router on ([\w.\[\]:-]+?):(\d+)"},
@@ -261,7 +263,8 @@ def _start_stop(p: Mapping[str, Any], role: str, script: Mapping[str, Any] | Non
     if unit and unit.get("name"):
         ctl = "systemctl --user" if unit.get("user") else "systemctl"
         note = "" if unit.get("user") else "; check: a system unit needs root (or sudo) to start and stop"
-        return (Value(f"{ctl} start {unit['name']}", f"it runs as the systemd unit {unit['name']}{note}", check=not unit.get("user")),
+        return (Value(f"{ctl} start {unit['name']}", f"it runs as the systemd unit {unit['name']}{note}",
+                      check=not unit.get("user")),
                 Value(f"{ctl} stop {unit['name']}", f"the systemd unit {unit['name']}", check=not unit.get("user")))
     scripts = [s for s in p.get("scripts") or [] if s.get("path")]
     if script is None or not script.get("path"):
@@ -324,8 +327,8 @@ def interpret(doc: Mapping[str, Any], *, under: str | None = None,
         stacks.setdefault(p.get("cwd") or "?", []).append(_role(p, by_name[p["matcher"]]))
     if len(stacks) > 1:
         shown = "; ".join(f"in {cwd}: {', '.join(sorted(r, key=ROLE_ORDER.get))}" for cwd, r in sorted(stacks.items()))
-        raise UsageError(f"{doc.get('hostname', 'the host')} runs {len(procs)} SGLang processes in {len(stacks)} working "
-                         f"directories ({shown}); pick one stack with --under DIR")
+        raise UsageError(f"{doc.get('hostname', 'the host')} runs {len(procs)} SGLang processes in {len(stacks)} "
+                         f"working directories ({shown}); pick one stack with --under DIR")
     services: list[Service] = []
     for p in sorted(procs, key=lambda p: (ROLE_ORDER.get(_role(p, by_name[p["matcher"]]), 9), p["pid"])):
         m = by_name[p["matcher"]]

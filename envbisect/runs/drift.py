@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from envbisect.outcome import VerdictKind
 from envbisect.search import Verdict
 
 
@@ -45,9 +46,11 @@ def drift_hints(diff_doc: Mapping[str, Any]) -> list[str]:
             hints.append(f"{who}, which no file sets ({said}): started by hand with it, or its file was edited "
                          "back since")
         elif changed and proc == old:
-            hints.append(f"{who}, the baseline's value, while its file says {_shown(file)}: not restarted after the edit")
+            hints.append(f"{who}, the baseline's value, while its file says {_shown(file)}: "
+                         "not restarted after the edit")
         else:
-            hints.append(f"{who} while its file says {_shown(file)}: it was not restarted after an edit, or restarted alone")
+            hints.append(f"{who} while its file says {_shown(file)}: it was not restarted after an edit, "
+                         "or restarted alone")
     for s in diff_doc.get("unknown_processes", []):
         hints.append(f"{s}: start environment unknown (overwritten by the program); cannot tell whether it was stale")
     if not hints:
@@ -57,7 +60,7 @@ def drift_hints(diff_doc: Mapping[str, Any]) -> list[str]:
 
 def with_drift(verdict: Verdict, diff_doc: Mapping[str, Any], hints: list[str]) -> Verdict:
     """The not-reproduced verdict naming the drift it saw (unchanged when there was none)."""
-    if verdict.kind != "not-reproduced" or not diff_doc.get("drift"):
+    if verdict.kind != VerdictKind.NOT_REPRODUCED or not diff_doc.get("drift"):
         return verdict
     text = verdict.explanation.replace(" (check the probe, or run again while the fault shows)", "")
     named = "; ".join(h for h in hints if "start environment unknown" not in h)

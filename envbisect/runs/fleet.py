@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 from envbisect.errors import ProbeBroken, UsageError
 from envbisect.hosts.journal import HostEditor, describe_conflict
 from envbisect.hosts.restart import co_restart, health_ok
-from envbisect.outcome import Cause, Outcome
+from envbisect.outcome import Cause, Leave, Outcome, VerdictKind
 from envbisect.runs.plan import (BisectOptions, judge_apart, linked_to_refine, make_units, observation,
                                  select_deltas)
 from envbisect.runs.result import BisectResult
@@ -167,7 +167,7 @@ class FleetRun:
             raise
         self._restore_all(notes)
         proof = None
-        if verdict.kind == "not-config":  # only with proof that the baseline trial was the baseline
+        if verdict.kind == VerdictKind.NOT_CONFIG:  # only with proof that the baseline trial was the baseline
             r0 = self.replicas[0]
             mine = [t for t in self.trials if self.trial_replica.get(t.n) == first]
             proof = build_proof(seen=[d.id for d in diffs[first].deltas], deltas=chosen[first],
@@ -179,10 +179,10 @@ class FleetRun:
             if not proof.reproduced:
                 verdict = not_reproduced(verdict, proof)
         verdict = unresolved_causes(verdict, self.trials)
-        if verdict.kind == "not-config":  # what it could not see, as a single deployment's verdict says
+        if verdict.kind == VerdictKind.NOT_CONFIG:  # what it could not see, as a single deployment's verdict says
             notes.extend(n for n in verdict_notes(diffs[first].notes) if n not in notes)
         excluded = {r.name: r.excluded for r in self.replicas if r.excluded}
-        result = BisectResult(self.run_id, verdict, tuple(self.trials), "original", units, notes=tuple(notes),
+        result = BisectResult(self.run_id, verdict, tuple(self.trials), Leave.ORIGINAL, units, notes=tuple(notes),
                               symptom=self.watch.to_json() if self.watch else None,
                               refined=refined, baseline_proof=proof)
         fleet = FleetResult(result, rounds, tuple(r.name for r in self.replicas), excluded, dict(self.trial_replica),
@@ -375,7 +375,8 @@ def load_fleet(path: Path, store: Store, options=None) -> list[tuple[str, Deploy
     return out
 
 
-def _replicas_from_groups(path: Path, fleet: Mapping[str, Any], store: Store, options=None) -> list[tuple[str, Deployment]]:  # noqa: ANN001
+def _replicas_from_groups(path: Path, fleet: Mapping[str, Any], store: Store,
+                          options=None) -> list[tuple[str, Deployment]]:  # noqa: ANN001
     """`[fleet] playbook = "replica.toml"`, `replicas = ["pd_a", "pd_b"]`: one playbook describes a
     replica; each replica is an inventory group (see inventory.replica_playbook)."""
     import tomllib

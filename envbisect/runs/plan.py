@@ -12,8 +12,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from envbisect.errors import UsageError
 from envbisect.inputs.playbook import Probe
-from envbisect.outcome import Outcome
-from envbisect.search import Observation, TrialKind, TrialRequest, Verdict, restart_bound
+from envbisect.outcome import Leave, Outcome, VerdictKind
+from envbisect.search import POLICIES, Observation, TrialKind, TrialRequest, Verdict, restart_bound
 from envbisect.state.deltas import Delta, Diff, linked_units, same_change
 from envbisect.trials.runner import Trial
 
@@ -28,10 +28,32 @@ class BisectOptions:
     link: tuple[str, ...] = ()
     confidence: float = 0.95
     max_trials: int | None = None
-    leave: str = "original"  # original | fixed
+    leave: Leave = Leave.ORIGINAL  # ORIGINAL | FIXED (parse_leave)
     auto_link: bool = True  # same key, same change in several services -> one unit
-    policy: str = "confirm"  # confirm | fast | thorough (see POLICIES)
+    policy: str = "confirm"  # confirm | fast | thorough (parse_policy, search.POLICIES)
     guard: str | None = None  # a perf probe: is reverting the culprits safe for speed? (guard_verdict)
+    split_merges: bool = False  # a guilty HEAD move: a merge on its line is its second-parent commits, then itself
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.leave, Leave) and self.leave in LEAVE_CHOICES:  # the text a record or caller gives
+            object.__setattr__(self, "leave", Leave(self.leave))
+
+
+LEAVE_CHOICES = (Leave.ORIGINAL.value, Leave.FIXED.value)
+
+
+def parse_leave(text: str) -> Leave:
+    """--leave: original | fixed (the one check: bisect and watch both ask it)."""
+    if text not in LEAVE_CHOICES:
+        raise UsageError(f"Invalid value for --leave: {text!r} (one of {', '.join(LEAVE_CHOICES)})")
+    return Leave(text)
+
+
+def parse_policy(text: str) -> str:
+    """--policy: a name of search.POLICIES (the one check: bisect, watch and a resumed run's record)."""
+    if text not in POLICIES:
+        raise UsageError(f"Invalid value for --policy: {text!r} (one of {', '.join(POLICIES)})")
+    return text
 
 
 def select_deltas(diff: Diff, only: Sequence[str], exclude: Sequence[str]) -> list[Delta]:
@@ -83,7 +105,7 @@ class ApartTest:
 def linked_to_refine(verdict: Verdict, units: Mapping[str, tuple[str, ...]],
                      declared: Iterable[str]) -> list[ApartTest]:
     """The auto-linked units of a culprit/interaction verdict (never a group the user declared)."""
-    if verdict.kind not in ("culprit", "interaction"):
+    if verdict.kind not in (VerdictKind.CULPRIT, VerdictKind.INTERACTION):
         return []
     out = []
     for term in verdict.terms:
@@ -144,7 +166,7 @@ START_MARGIN_S = 0.0
 def git_culprit(verdict: Verdict, units: Mapping[str, tuple[str, ...]], refined: Mapping[str, tuple[str, ...]],
                 deltas: Sequence[Delta]) -> Delta | None:
     """The git delta a culprit verdict names alone, if it does."""
-    if verdict.kind != "culprit" or len(verdict.culprits) != 1:
+    if verdict.kind != VerdictKind.CULPRIT or len(verdict.culprits) != 1:
         return None
     ids = refined.get(verdict.culprits[0], units.get(verdict.culprits[0], ()))
     found = [d for d in deltas if d.id in ids]
@@ -254,7 +276,7 @@ def dry_run_plan(diff: Diff, playbook, opts: BisectOptions, deltas: Sequence[Del
             "first_premise": ("probe the running stack (no restart)" if why_not is None
                               else f"co-restart first: {why_not}"),
             "expected_restarts": {"single culprit": restart_bound(max(n, 1)) + extra,
-                                  "interacting pair": restart_bound(max(n, 2), "interaction") + extra,
+                                  "interacting pair": restart_bound(max(n, 2), VerdictKind.INTERACTION) + extra,
                                   "two independent culprits": restart_bound(max(n, 2), "several") + extra},
             "policy": opts.policy,
             "guard": (f"{opts.guard}: 2 more restarts once there is a culprit (current, and current "
@@ -283,6 +305,7 @@ def seen_ids(diff: Diff | None, diff_doc: Mapping[str, Any] | None) -> list[str]
     return [d["id"] for d in (diff_doc or {}).get("deltas", [])]
 
 
-__all__ = ["ApartTest", "BisectOptions", "START_MARGIN_S", "culprit_deltas", "dry_run_plan", "git_culprit",
-           "guard_configs", "guard_verdict", "judge_apart", "linked_to_refine", "make_units", "observation",
-           "remaining_restarts", "running_stack_unverified", "seen_ids", "select_deltas"]
+__all__ = ["ApartTest", "BisectOptions", "LEAVE_CHOICES", "START_MARGIN_S", "culprit_deltas", "dry_run_plan",
+           "git_culprit", "guard_configs", "guard_verdict", "judge_apart", "linked_to_refine", "make_units",
+           "observation", "parse_leave", "parse_policy", "remaining_restarts", "running_stack_unverified", "seen_ids",
+           "select_deltas"]

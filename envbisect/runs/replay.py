@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 
 from envbisect.errors import ExitStatus, StoreError, UsageError
 from envbisect.inputs.masking import SecretMasker, printable
-from envbisect.outcome import Outcome
+from envbisect.outcome import Leave, Outcome, VerdictKind
 from envbisect.runs.baseline_proof import not_reproduced, proof_from_record, unresolved_causes
 from envbisect.runs.symptom import dependency_records
 from envbisect.runs.drift import drift_hints
@@ -364,14 +364,14 @@ def replay_evidence(ev: RunEvidence, corrections: Corrections, *, base_probes: i
             verdict = dataclasses.replace(verdict, explanation=verdict.explanation
                                           + " Observed, testing auto-linked members apart: " + "; ".join(apart) + ".")
     old = ev.run.read_optional(rundir.VERDICT) or {}
-    state_left = str(old.get("state_left", "unknown"))
+    state_left = str(old.get("state_left", Leave.UNKNOWN.value))
     notes.insert(0, "recomputed from the corrected record without touching the hosts"
                  + (f" ({'; '.join(c.describe() for c in changes)})" if changes else ""))
     if unused:
         notes.append(f"not needed by the corrected search (it decided before them): trials "
                      f"{', '.join(map(str, unused))}")
     guard = None
-    if verdict.kind in ("culprit", "interaction") and old.get("guard"):
+    if verdict.kind in (VerdictKind.CULPRIT, VerdictKind.INTERACTION) and old.get("guard"):
         g = old["guard"]
         if sorted(old.get("culprit_units") or ()) == sorted(verdict.culprits) and not refined:
             guard = GuardResult(str(g.get("probe")), str(g.get("metric")), g.get("safe_to_revert"), str(g.get("text")),
@@ -380,14 +380,14 @@ def replay_evidence(ev: RunEvidence, corrections: Corrections, *, base_probes: i
             notes.append("--guard: what reverting these culprits costs in speed was not measured (it needs the hosts)")
     proof = None
     evidence = [t for t in ev.trials if not corrections.retracted(t.n)]
-    if verdict.kind == "not-config":  # gated as the live run's: the record must prove the baseline trial
+    if verdict.kind == VerdictKind.NOT_CONFIG:  # gated as the live run's: the record must prove the baseline trial
         proof = proof_from_record(ev.doc, evidence, old.get("baseline_proof"))
         if not proof.reproduced:
             verdict = not_reproduced(verdict, proof)
     verdict = unresolved_causes(verdict, evidence)
-    if verdict.kind == "not-config":
+    if verdict.kind == VerdictKind.NOT_CONFIG:
         notes.append("the layered check of the request path was not repeated (it needs the hosts)")
-    drift = tuple(drift_hints(ev.doc.get("diff") or {})) if verdict.kind == "not-reproduced" else ()
+    drift = tuple(drift_hints(ev.doc.get("diff") or {})) if verdict.kind == VerdictKind.NOT_REPRODUCED else ()
     final = next((t for t in reversed(ev.trials) if t.kind is TrialKind.FINAL), None)
     result = BisectResult(ev.run_id, verdict, ev.trials, state_left, units, None, drift, final, tuple(notes),
                           refined, guard, corrections, ev.doc.get("symptom"),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from envbisect.errors import ExitStatus
+from envbisect.outcome import Leave, VerdictKind
 from envbisect.runs.baseline_proof import BaselineProof
 from envbisect.search import Verdict
 from envbisect.state.commitline import LineCommit
@@ -15,8 +16,9 @@ from envbisect.state.corrections import Corrections
 from envbisect.trials.diagnose import PathReport
 from envbisect.trials.runner import Trial
 
-VERDICT_EXIT = {"culprit": ExitStatus.OK, "interaction": ExitStatus.OK, "not-config": ExitStatus.NOT_CONFIG,
-                "not-reproduced": ExitStatus.NOT_REPRODUCED, "inconclusive": ExitStatus.INCONCLUSIVE}
+VERDICT_EXIT = {VerdictKind.CULPRIT: ExitStatus.OK, VerdictKind.INTERACTION: ExitStatus.OK,
+                VerdictKind.NOT_CONFIG: ExitStatus.NOT_CONFIG, VerdictKind.NOT_REPRODUCED: ExitStatus.NOT_REPRODUCED,
+                VerdictKind.INCONCLUSIVE: ExitStatus.INCONCLUSIVE}
 
 
 
@@ -25,7 +27,7 @@ class BisectResult:
     run_id: str
     verdict: Verdict
     trials: tuple[Trial, ...]
-    state_left: str  # original | fixed | unknown
+    state_left: Leave
     units: Mapping[str, tuple[str, ...]]
     path_report: PathReport | None = None
     drift_hint: tuple[str, ...] = ()

@@ -24,6 +24,7 @@ from envbisect.state.structured import key_secrets
 from envbisect.state.deltas import Delta
 from envbisect.runs.deployment import Deployment
 from envbisect.errors import StoreError, UsageError
+from envbisect.outcome import VerdictKind
 from envbisect.hosts.journal import HostEditor, describe_conflict
 from envbisect.inputs.playbook import Probe
 from envbisect.hosts.restart import RestartResult, co_restart
@@ -196,6 +197,70 @@ class ActionResult:
                 "perf": self.perf}
 
 
+@dataclass(frozen=True)
+class ChangeRequest:
+    """What `revert`/`apply` is asked: the deltas (``from_verdict``: the culprits of the run's verdict),
+    the bisect run they come from (None: the newest), the probe that must pass afterwards (None: the
+    run's), a perf probe to measure the cost with, and whether a guard's measured cost is accepted."""
+
+    action: str  # revert | apply
+    ids: tuple[str, ...] = ()
+    from_verdict: bool = False
+    run_id: str | None = None
+    probe: str | None = None
+    run_verify: bool = False
+    guard: str | None = None
+    accept_cost: bool = False
+
+
+@dataclass(frozen=True)
+class PreparedChange:
+    """A ChangeRequest resolved against the run's record and the playbook."""
+
+    source: RunDeltas
+    ids: tuple[str, ...]
+    probe_name: str | None
+    probe: Probe | None
+    perf_guard: Probe | None
+
+
+def prepare_change(dep: Deployment, req: ChangeRequest,
+                   on_note: Callable[[str], None] = lambda _m: None) -> PreparedChange:
+    """The deltas, the probe and the perf guard a change runs with. `--verdict` takes the verdict's
+    culprits (a revert after a commit-level verdict goes back to just before the named commit, said
+    through ``on_note``) and is refused when the verdict names none, or when the bisection's guard
+    measured that reverting costs speed (unless the cost is accepted)."""
+    src = load_run_deltas(dep, req.run_id)
+    ids = list(req.ids)
+    if req.from_verdict:
+        kind = VerdictKind.parse(src.verdict)
+        if kind is None or not kind.names_changes:
+            raise UsageError(f"run {src.run_id} has verdict {src.verdict or 'none'}: no culprits to {req.action}")
+        ids = list(src.culprits)
+        if req.action == "revert":
+            src, commit_notes = at_named_commit(src)
+            for note in commit_notes:
+                on_note(note)
+        g = src.guard or {}
+        if g.get("safe_to_revert") is False and not req.accept_cost:
+            raise UsageError(f"run {src.run_id}'s guard {g.get('probe')} measured that {g.get('text')}; "
+                             "pass --accept-cost to revert anyway")
+    pname = req.probe or src.probe
+    pr = dep.playbook.probes.get(pname) if pname else None
+    if pname and pr is None:
+        raise UsageError(f"no probe {pname!r} in {dep.playbook.path}")
+    gp = None
+    if req.guard is not None:
+        gp = dep.playbook.probes.get(req.guard)
+        if gp is None or not gp.is_perf:
+            raise UsageError(f"--guard {req.guard}: " + (f"no probe {req.guard!r} in {dep.playbook.path}" if gp is None
+                                                         else f"probe {req.guard!r} is kind {gp.kind!r}, not perf"))
+    elif req.run_verify and not (pr is not None and pr.is_perf):
+        # --verify reports what the change costs in speed when the playbook can measure it
+        gp = next((p for p in dep.playbook.probes.values() if p.is_perf), None)
+    return PreparedChange(src, tuple(ids), pname, pr, gp)
+
+
 def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, *, probe: Probe | None,
            run_verify: bool = False, put_back_on_fail: Callable[[ActionResult], bool] | bool = True,
            on_event: Callable[[str, dict], None] | None = None, break_lock: bool = False,
@@ -212,47 +277,71 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
     ids, pair_notes = keep_pairs_whole(action, ids, source, from_verdict=from_verdict)
     run_id = time.strftime("%Y%m%dT%H%M%S") + f"-{action}-" + uuid.uuid4().hex[:4]
     rd = Runs(dep.store.runs_dir).new(run_id)
-    run_dir = rd.path
     rd.write(rundir.RUN, json.dumps({
         "format": 1, "kind": action, "run_id": run_id, "deployment": dep.playbook.name, "created_at": time.time(),
         "from_run": source.run_id, "deltas": list(ids), "probe": probe.name if probe else None}).encode())
-    editor = HostEditor(dep.playbook, dep.transports, run_dir, run_id)
+    editor = HostEditor(dep.playbook, dep.transports, rd.path, run_id)
     for note in editor.lock(break_lock=break_lock):
         ev("warning", {"message": note})
     stop = install_signal_handlers()  # SIGTERM behaves like Ctrl-C: the hosts are put back
-    guard = editor.guard
     try:
-        deltas = [by_id[i] for i in ids]
-        # Every delta that shares a file with the chosen ones: their state is read so it can be kept.
-        paths = {(d.host, d.path) for d in deltas}
-        related = [d for d in source.deltas if (d.host, d.path) in paths]
-        files, repos = touched(related)
-        try:
-            original = editor.begin(files, repos)
-            state = applied_now(original, related)
-            moved = [d.id for d in deltas if state[d.id] is None]
-            if moved:
-                raise UsageError(f"{moved[0]}: the live value is neither the baseline's nor the run's; "
-                                 "the deployment changed since that run - run diff/bisect again")
-        except BaseException:
-            editor.abandon()  # nothing was edited
-            raise
-        want = {i for i, on in state.items() if on}
-        want = want - set(ids) if action == "revert" else want | set(ids)
+        job = _begin(dep, editor, action, run_id, [by_id[i] for i in ids], source, probe, perf_guard, ev)
+        result = job.run(run_verify, tuple(pair_notes))
+        failed = not result.restart.ok or result.probe_outcome == "fail" or (
+            result.verify is not None and not result.verify.ok)
+        if action == "revert" and failed:
+            decide = put_back_on_fail(result) if callable(put_back_on_fail) else put_back_on_fail
+            if decide:
+                result = job.put_back(result)
+        editor.finish()
+        editor.unlock()
+    except BaseException as exc:
+        _undo_interrupted(dep, editor, run_id, ev, exc)
+        raise
+    finally:
+        stop()
+    rd.write(rundir.RESULT, dep.masker.redact_json(result.to_json()))
+    return result
+
+
+@dataclass(frozen=True)
+class _Change:
+    """One revert or apply under way: the hosts locked and journaled, the original state read."""
+
+    dep: Deployment
+    editor: HostEditor
+    action: str
+    run_id: str
+    ids: tuple[str, ...]
+    source: RunDeltas
+    related: tuple[Delta, ...]  # every delta in a file the chosen ones touch: their state is kept
+    original: OriginalState
+    want: frozenset[str]  # the deltas in their new state once the change is made
+    probe: Probe | None
+    perf_guard: Probe | None
+    ev: Callable[[str, dict], None]
+
+    def restart(self) -> RestartResult:
+        return co_restart(self.dep.playbook, self.dep.transports, on_step=lambda m: self.ev("step", {"message": m}),
+                          guard=self.editor.guard)
+
+    def run(self, run_verify: bool, pair_notes: tuple[str, ...]) -> ActionResult:
+        """Measure (a perf guard), make the change, co-restart, probe and verify."""
+        action, probe, perf_guard, dep = self.action, self.probe, self.perf_guard, self.dep
         before = None
         unmeasured = None
         if perf_guard is not None:
             # what the change costs or buys is measured, not assumed: the running stack first
-            ev("step", {"message": f"measuring {perf_guard.metric} before the {action} ({perf_guard.name})"})
+            self.ev("step", {"message": f"measuring {perf_guard.metric} before the {action} ({perf_guard.name})"})
             try:
                 before = perf_samples(perf_guard, dep.transports)
             except UsageError as e:
                 if perf_guard is probe:
                     raise
                 unmeasured = f"{perf_guard.name} could not measure the stack before the {action}: {e}"
-        ev("step", {"message": f"{action}: {', '.join(ids)}"})
-        editor.apply(target_state(original, related, want, source.contents))
-        rs = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}), guard=guard)
+        self.ev("step", {"message": f"{action}: {', '.join(self.ids)}"})
+        self.editor.apply(target_state(self.original, self.related, set(self.want), self.source.contents))
+        rs = self.restart()
         perf = None
         if before is not None and rs.ok and perf_guard is probe:
             outcome, reason, perf = perf_change(probe, dep.transports, before, action)
@@ -265,48 +354,68 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
             extra_notes.append(f"the {action} made {probe.name if probe else 'the stack'} pass and costs "
                                f"{perf_guard.metric}: {perf['effect_text']}; weigh that before keeping it")
         vr = verify(dep.playbook, dep.transports) if run_verify and rs.ok else None
-        result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr,
-                              notes=tuple(pair_notes) + tuple(extra_notes), perf=perf)
-        failed = not rs.ok or outcome == "fail" or (vr is not None and not vr.ok)
-        if action == "revert" and failed:
-            decide = put_back_on_fail(result) if callable(put_back_on_fail) else put_back_on_fail
-            if decide:
-                ev("step", {"message": "the revert did not make the probe pass: putting the delta(s) back"})
-                editor.apply(target_state(original, related, want | set(ids), source.contents))
-                rs2 = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}),
-                                 guard=guard)
-                after, _ = _probe(dep, probe, rs2)
-                why = f"{', '.join(ids)} did not fix it and were put back: do not blame them"
-                if perf is not None and perf.get("effect_text"):
-                    why = (f"{', '.join(ids)} were put back: the revert did not fix {probe.name if probe else 'it'}, "
-                           f"and it would have cost {perf_guard.metric}: {perf['effect_text']}"
-                           if perf.get("decision") == "worse" else
-                           f"{', '.join(ids)} were put back: do not blame them ({perf_guard.metric} during the "
-                           f"revert: {perf['effect_text']})")
-                result = ActionResult(action, run_id, tuple(ids), rs, outcome, reason, vr, True, after,
-                                      (*pair_notes, *extra_notes, why), perf)
-        editor.finish()
-        editor.unlock()
-    except BaseException as exc:
-        if editor.journal is not None and editor.journal.state == "active":
-            # Ctrl-C, SIGTERM, lost connection, someone else's change: back to the state before this
-            # command, keeping the lock until the hosts are consistent.
-            ev("interrupted", {"error": str(exc) or type(exc).__name__, "run": run_id})
-            try:
-                with shield_signals(lambda m: ev("warning", {"message": m})):
-                    for c in editor.restore():
-                        ev("warning", {"message": describe_conflict(c)})
-                    co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}), guard=guard)
-                    editor.finish()
-                editor.unlock()
-            except BaseException as e2:  # noqa: BLE001 - report; the journal and the lock stay
-                editor.stop_heartbeat()
-                ev("restore-failed", {"error": f"{e2}; the journal is kept: run `envbisect restore --run {run_id}`"})
+        return ActionResult(action, self.run_id, self.ids, rs, outcome, reason, vr,
+                            notes=pair_notes + tuple(extra_notes), perf=perf)
+
+    def put_back(self, result: ActionResult) -> ActionResult:
+        """A revert that did not make the probe pass: the deltas go back in, co-restarted and probed."""
+        ids, perf, probe = self.ids, result.perf, self.probe
+        self.ev("step", {"message": "the revert did not make the probe pass: putting the delta(s) back"})
+        self.editor.apply(target_state(self.original, self.related, set(self.want) | set(ids), self.source.contents))
+        after, _ = _probe(self.dep, probe, self.restart())
+        why = f"{', '.join(ids)} did not fix it and were put back: do not blame them"
+        if perf is not None and perf.get("effect_text"):
+            metric = self.perf_guard.metric if self.perf_guard else ""
+            why = (f"{', '.join(ids)} were put back: the revert did not fix {probe.name if probe else 'it'}, "
+                   f"and it would have cost {metric}: {perf['effect_text']}"
+                   if perf.get("decision") == "worse" else
+                   f"{', '.join(ids)} were put back: do not blame them ({metric} during the "
+                   f"revert: {perf['effect_text']})")
+        return dataclasses.replace(result, put_back=True, after_put_back=after, notes=(*result.notes, why))
+
+
+def _begin(dep: Deployment, editor: HostEditor, action: str, run_id: str, deltas: Sequence[Delta],
+           source: RunDeltas, probe: Probe | None, perf_guard: Probe | None,
+           ev: Callable[[str, dict], None]) -> _Change:
+    """Journal the files and repos the change touches (refused, with nothing edited, when a chosen
+    delta's live value is neither side of it)."""
+    ids = tuple(d.id for d in deltas)
+    paths = {(d.host, d.path) for d in deltas}
+    related = [d for d in source.deltas if (d.host, d.path) in paths]
+    files, repos = touched(related)
+    try:
+        original = editor.begin(files, repos)
+        state = applied_now(original, related)
+        moved = [d.id for d in deltas if state[d.id] is None]
+        if moved:
+            raise UsageError(f"{moved[0]}: the live value is neither the baseline's nor the run's; "
+                             "the deployment changed since that run - run diff/bisect again")
+    except BaseException:
+        editor.abandon()  # nothing was edited
         raise
-    finally:
-        stop()
-    rd.write(rundir.RESULT, dep.masker.redact_json(result.to_json()))
-    return result
+    want = {i for i, on in state.items() if on}
+    want = want - set(ids) if action == "revert" else want | set(ids)
+    return _Change(dep, editor, action, run_id, ids, source, tuple(related), original, frozenset(want), probe,
+                   perf_guard, ev)
+
+
+def _undo_interrupted(dep: Deployment, editor: HostEditor, run_id: str, ev: Callable[[str, dict], None],
+                      exc: BaseException) -> None:
+    """Ctrl-C, SIGTERM, lost connection, someone else's change: back to the state before this
+    command, keeping the lock until the hosts are consistent."""
+    if editor.journal is None or editor.journal.state != "active":
+        return
+    ev("interrupted", {"error": str(exc) or type(exc).__name__, "run": run_id})
+    try:
+        with shield_signals(lambda m: ev("warning", {"message": m})):
+            for c in editor.restore():
+                ev("warning", {"message": describe_conflict(c)})
+            co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}), guard=editor.guard)
+            editor.finish()
+        editor.unlock()
+    except BaseException as e2:  # noqa: BLE001 - report; the journal and the lock stay
+        editor.stop_heartbeat()
+        ev("restore-failed", {"error": f"{e2}; the journal is kept: run `envbisect restore --run {run_id}`"})
 
 
 def _chosen(source: RunDeltas, ids: Sequence[str], action: str) -> dict[str, Delta]:
@@ -438,4 +547,5 @@ def _probe(dep: Deployment, probe: Probe | None, rs: RestartResult) -> tuple[str
     return outcome, reason
 
 
-__all__ = ["change", "plan_change", "load_run_deltas", "applied_now", "ActionResult", "ChangePlan", "RunDeltas", "Path"]
+__all__ = ["change", "plan_change", "prepare_change", "load_run_deltas", "applied_now", "ActionResult", "ChangePlan",
+           "ChangeRequest", "PreparedChange", "RunDeltas", "Path"]

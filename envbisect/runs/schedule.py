@@ -50,11 +50,13 @@ def unit_dir() -> Path:
     return Path(base) / "systemd" / "user"
 
 
-def _abs(path: str | Path) -> Path:
+def absolute_path(path: str | Path) -> Path:
+    """The path a timer or cron job must be given: absolute, ~ expanded (it runs elsewhere)."""
     return Path(os.path.abspath(os.path.expanduser(str(path))))
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
+    """A deployment name as a file or unit name can hold it."""
     s = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
     return (s or "deployment")[:60]
 
@@ -87,7 +89,7 @@ def cron_expression(seconds: float) -> str:
                      "(15m, 30m) or of a day (1h, 2h, 6h, 12h), 1d or 1w, or a systemd timer")
 
 
-def _one_line_word(word: str) -> None:
+def one_line_word(word: str) -> None:
     """A crontab entry and a unit setting are one line each: a line break (or another control
     character) in a path would end it and start a line of its own, a job or a setting nobody wrote."""
     if re.search(r"[\x00-\x1f\x7f]", word):
@@ -95,7 +97,7 @@ def _one_line_word(word: str) -> None:
                          "or a systemd unit; rename it")
 
 
-def _systemd_word(arg: str) -> str:
+def systemd_word(arg: str) -> str:
     """One ExecStart= argument: quoted where needed; % and $ escaped (specifiers, variables)."""
     a = arg.replace("%", "%%").replace("$", "$$")
     if a and not re.search(r"[\s\"'\\;]", a):
@@ -103,7 +105,8 @@ def _systemd_word(arg: str) -> str:
     return '"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _cron_word(arg: str) -> str:
+def cron_word(arg: str) -> str:
+    """One argument of a crontab command, shell-quoted."""
     return shlex.quote(arg).replace("%", "\\%")  # an unescaped % ends a cron command
 
 
@@ -140,33 +143,33 @@ def make_schedule(*, every: str, label: str, playbook: Path, store: Path, ssh_co
         raise UsageError(f"--every {every}: at least 1m (a snapshot is one SSH round trip per host, not free)")
     if not label or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}", label):
         raise UsageError(f"--label {label!r}: letters, digits, '_', '.', '-' (at most 40)")
-    pb_path = _abs(playbook)
+    pb_path = absolute_path(playbook)
     pb = load_playbook(pb_path)  # a scheduled run of a broken playbook would fail every hour, silently
     if probe is not None and probe not in pb.probes:
         raise UsageError(f"--probe {probe}: no such probe in {pb_path} (known: {', '.join(pb.probes) or 'none'})")
-    args = ["-p", str(pb_path), "--store", str(_abs(store))]
+    args = ["-p", str(pb_path), "--store", str(absolute_path(store))]
     if ssh_config:
-        p = _abs(ssh_config)
+        p = absolute_path(ssh_config)
         if not p.is_file():
             raise UsageError(f"--ssh-config {ssh_config}: no such file")
         args += ["--ssh-config", str(p)]
     if inventory:
         if inventory == "-":
             raise UsageError("--inventory -: a scheduled snapshot has no stdin; give the inventory file")
-        p = _abs(inventory)
+        p = absolute_path(inventory)
         if not p.exists():
             raise UsageError(f"--inventory {inventory}: no such file")
         args += ["--inventory", str(p)]
     command = envbisect_command() + args + ["snapshot", "--label", label] + (["--probe", probe] if probe else [])
-    for word in [*command, str(_abs(store) / "schedule.log")]:
-        _one_line_word(word)
+    for word in [*command, str(absolute_path(store) / "schedule.log")]:
+        one_line_word(word)
     if kind is None:
         kind = "systemd" if systemd_present() else "cron"
-    unit = f"envbisect-snapshot-{_slug(pb.name)}"
+    unit = f"envbisect-snapshot-{slug(pb.name)}"
     sch = Schedule(kind, every_s, label, pb.name, command, unit)
     if kind == "systemd":
         d = unit_dir()
-        exec_start = " ".join(_systemd_word(a) for a in command)
+        exec_start = " ".join(systemd_word(a) for a in command)
         path_env = ":".join(dict.fromkeys([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]))
         head = f"# Written by `envbisect schedule` (envbisect {__version__}) for {pb_path}\n"
         sch.files[str(d / f"{unit}.service")] = (
@@ -174,7 +177,7 @@ def make_schedule(*, every: str, label: str, playbook: Path, store: Path, ssh_co
             + "[Unit]\n"
             + f"Description=envbisect snapshot of {pb.name} (a baseline for `envbisect diff --since`)\n\n"
             + "[Service]\nType=oneshot\n"
-            + f"Environment={_systemd_word('PATH=' + path_env)}\n"
+            + f"Environment={systemd_word('PATH=' + path_env)}\n"
             + f"ExecStart={exec_start}\n")
         sch.files[str(d / f"{unit}.timer")] = (
             head
@@ -186,11 +189,11 @@ def make_schedule(*, every: str, label: str, playbook: Path, store: Path, ssh_co
             + "AccuracySec=1min\n\n"
             + "[Install]\nWantedBy=timers.target\n")
     elif kind == "cron":
-        log = str(_abs(store) / "schedule.log")
+        log = str(absolute_path(store) / "schedule.log")
         sch.log = log
         sch.cron_marker = f"{MARKER} {pb.name} {pb_path}"
-        sch.cron_line = (f"{cron_expression(every_s)} " + " ".join(_cron_word(a) for a in command)
-                         + f" >> {_cron_word(log)} 2>&1")
+        sch.cron_line = (f"{cron_expression(every_s)} " + " ".join(cron_word(a) for a in command)
+                         + f" >> {cron_word(log)} 2>&1")
     else:
         raise UsageError(f"unknown scheduler {kind!r}")
     return sch

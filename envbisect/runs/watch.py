@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from envbisect.errors import LockHeld, UsageError
+from envbisect.runs.schedule import (Schedule, absolute_path, cron_expression, cron_word, envbisect_command,
+                                     one_line_word, slug, systemd_present, systemd_word, unit_dir)
 
 MAX_BODY = 1 << 20  # bytes: an Alertmanager group notification is a few KiB; more is refused (413)
 MAX_INCIDENTS = 200  # remembered incident ids (the oldest are forgotten first)
@@ -271,10 +273,6 @@ class AlertListener:
 
 # --- the store side: lock and remembered state ---------------------------------------------------
 
-def _slug(name: str) -> str:
-    return (re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "deployment")[:60]
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -308,7 +306,7 @@ class WatchLock:
     this pid namespace, is stale and taken over; any other is refused (LockHeld)."""
 
     def __init__(self, store_root: Path, deployment: str):
-        self.path = Path(store_root) / "watch" / f"{_slug(deployment)}.lock"
+        self.path = Path(store_root) / "watch" / f"{slug(deployment)}.lock"
         self.deployment = deployment
         self.held = False
 
@@ -357,7 +355,7 @@ class WatchLock:
 
 
 def state_path(store_root: Path, deployment: str) -> Path:
-    return Path(store_root) / "watch" / f"{_slug(deployment)}.json"
+    return Path(store_root) / "watch" / f"{slug(deployment)}.json"
 
 
 def load_state(store_root: Path, deployment: str, store: Any) -> WatchState:
@@ -608,33 +606,31 @@ class Watcher:
 # --- as a service -----------------------------------------------------------------------------------
 
 def make_service(*, playbook: Path, store: Path, ssh_config: str | None, inventory: str | None,
-                 watch_args: Sequence[str], every: str, kind: str | None = None) -> Any:
+                 watch_args: Sequence[str], every: str, kind: str | None = None) -> WatchService:
     """systemd: a user service running the watch in the foreground (Type=simple, Restart=on-failure);
     cron: `watch --once` every interval (the remembered state carries the streak from one run to the
     next; the lock keeps two from overlapping; no --listen). A runs.schedule.Schedule, installed by
     runs.schedule.install as `schedule`'s are."""
     from envbisect import __version__
     from envbisect.inputs.playbook import load_playbook
-    from envbisect.runs.schedule import (_abs, _cron_word, _one_line_word, _systemd_word, cron_expression,
-                                         envbisect_command, systemd_present, unit_dir)
     from envbisect.state.prune import parse_duration
 
     every_s = parse_duration(every, "--every")
-    pb_path = _abs(playbook)
+    pb_path = absolute_path(playbook)
     pb = load_playbook(pb_path)
-    args = ["-p", str(pb_path), "--store", str(_abs(store))]
+    args = ["-p", str(pb_path), "--store", str(absolute_path(store))]
     if ssh_config:
-        if not _abs(ssh_config).is_file():
+        if not absolute_path(ssh_config).is_file():
             raise UsageError(f"--ssh-config {ssh_config}: no such file")
-        args += ["--ssh-config", str(_abs(ssh_config))]
+        args += ["--ssh-config", str(absolute_path(ssh_config))]
     if inventory:
         if inventory == "-":
             raise UsageError("--inventory -: a watch service has no stdin; give the inventory file")
-        args += ["--inventory", str(_abs(inventory))]
-    for word in [*args, *watch_args, every, str(_abs(store) / "watch.log")]:
-        _one_line_word(word)  # a line break in --notify CMD would be a crontab job or unit setting of its own
+        args += ["--inventory", str(absolute_path(inventory))]
+    for word in [*args, *watch_args, every, str(absolute_path(store) / "watch.log")]:
+        one_line_word(word)  # a line break in --notify CMD would be a crontab job or unit setting of its own
     kind = kind or ("systemd" if systemd_present() else "cron")
-    unit = f"envbisect-watch-{_slug(pb.name)}"
+    unit = f"envbisect-watch-{slug(pb.name)}"
     if kind == "systemd":
         command = envbisect_command() + args + ["watch", "--every", every, *watch_args]
         path_env = ":".join(dict.fromkeys([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]))
@@ -642,8 +638,8 @@ def make_service(*, playbook: Path, store: Path, ssh_config: str | None, invento
                 "[Unit]\n"
                 f"Description=envbisect watch of {pb.name}: bisect when the probe turns red\n\n"
                 "[Service]\nType=simple\n"
-                f"Environment={_systemd_word('PATH=' + path_env)}\n"
-                f"ExecStart={' '.join(_systemd_word(a) for a in command)}\n"
+                f"Environment={systemd_word('PATH=' + path_env)}\n"
+                f"ExecStart={' '.join(systemd_word(a) for a in command)}\n"
                 "Restart=on-failure\nRestartSec=30s\n"
                 "# SIGTERM stops it as Ctrl-C does: a bisection under way puts the hosts back first\n"
                 "TimeoutStopSec=15min\n\n"
@@ -655,25 +651,19 @@ def make_service(*, playbook: Path, store: Path, ssh_config: str | None, invento
     if "--listen" in watch_args:
         raise UsageError("--listen needs a watch that keeps running: install it as a systemd service (--systemd)")
     command = envbisect_command() + args + ["watch", "--once", *watch_args]
-    log = str(_abs(store) / "watch.log")
+    log = str(absolute_path(store) / "watch.log")
     return WatchService("cron", every_s, "watch", pb.name, command, unit, log=log,
                         cron_marker=f"# envbisect watch: {pb.name} {pb_path}",
-                        cron_line=f"{cron_expression(every_s)} " + " ".join(_cron_word(a) for a in command)
-                        + f" >> {_cron_word(log)} 2>&1")
+                        cron_line=f"{cron_expression(every_s)} " + " ".join(cron_word(a) for a in command)
+                        + f" >> {cron_word(log)} 2>&1")
 
 
-def _service_base() -> type:
-    from envbisect.runs.schedule import Schedule
+class WatchService(Schedule):
+    """A watch installed as a service (make_service): enabled as a service, not a timer."""
 
-    class _WatchService(Schedule):
-        @property
-        def enable_command(self) -> str:
-            return f"systemctl --user daemon-reload && systemctl --user enable --now {self.unit}.service"
-
-    return _WatchService
-
-
-WatchService = _service_base()
+    @property
+    def enable_command(self) -> str:
+        return f"systemctl --user daemon-reload && systemctl --user enable --now {self.unit}.service"
 
 
 __all__ = ["Observation", "Alert", "WatchState", "Act", "Decision", "decide", "acted", "parse_webhook",

@@ -4,8 +4,9 @@ A configuration's samples are compared with the baseline's (both measured in the
 tests of "same distribution" are run, as Pinpoint does: Mann–Whitney U (a shift of the middle) and
 Kolmogorov–Smirnov (any difference of shape, e.g. a new slow tail); ``p`` is the smaller of the
 two. The effect is the relative change of the median, signed so that **negative is worse** (fewer
-tokens/s, or more seconds of latency). Then the candidate is moved to where the allowance ends (tokens/s divided by ``1 - regression``,
-seconds multiplied by it) and tested against the baseline, one-sided, with the same rank test:
+tokens/s, or more seconds of latency). Then the candidate is moved to where the allowance ends
+(tokens/s divided by ``1 - regression``, seconds multiplied by it) and tested against the
+baseline, one-sided, with the same rank test:
 
 * **worse**: the moved candidate is still below the baseline (``p < 0.10``), and the unmoved one
   differs from it (``min(p_MWU, p_KS) < 0.10``): measurably worse by more than the allowance;
@@ -22,6 +23,11 @@ with 5% allowed: at most 4% at 3% noise). The baseline is the reference: 8 sampl
 (``REFERENCE_SAMPLES``), since it cannot be sampled again once the stack has moved on; a
 candidate starts with 3. A bootstrap of the median ratio (seeded) gives the ``±`` shown.
 Stdlib only, deterministic.
+
+That fixed-sample rule (``decide``) judges a guard's or a revert's cost. A bisection, whose
+"worse" names a delta, is judged by ``decide_sequential`` (sequential probability ratio tests on
+the starts, below): samples within a start while they can still decide, then ``next_step`` says
+which new start helps most, of the candidate or of the reference.
 """
 from __future__ import annotations
 
@@ -321,6 +327,166 @@ def decide(baseline: Samples, candidate: Samples, *, higher_is_better: bool, reg
                   "allowance")
     reason = f"{text}: {why} (Mann–Whitney p={p_u:.3f}, KS p={p_ks:.3f}; {len(c)} vs {len(b)} samples{starts})"
     return PerfDecision(outcome, effect, ci, change, bm, cm, p_u, p_ks, len(b), len(c), reason, share)
+
+
+# --- the sequential rule of a bisection --------------------------------------------------------
+#
+# A bisection's "worse" names a delta, and a sample within a start costs seconds where a new start
+# costs minutes. So its judge runs sequential probability ratio tests (Wald) on the start-level
+# comparison, d ~ N(goodness, se^2), d the difference of the starts' mean log-metric:
+#
+# * worse: "twice the allowance down" (as far beyond the allowance as "no change" is inside it)
+#   against "no change", log-likelihood ratio 2 w (edge - d) / se^2 with w = -edge, at or above
+#   log(1 / SEQ_ALPHA_WORSE);
+# * same: "the slowdown searched for" against "no change", at or below log(SEQ_ALPHA_SAME). The
+#   slowdown searched for is the one current (the largest configuration judged worse) measured,
+#   less one standard error (it was judged worse because it looked slow: its estimate leans
+#   large), and at least twice the allowance: a bisection looks for that effect, so a configuration is
+#   cleared once it is surely not that slow (Pinpoint's "same" threshold likewise grows with the
+#   size of the regression looked for). A slowdown beyond the allowance but well below current's
+#   may be called either way; one near current's is not called same.
+#
+# The ratios grow with every sample and every start, and each test stops at its boundary. Between
+# them more samples of this start are taken while they can still cross one; when the starts' own
+# spread is what is left, a new start is asked for: of the reference (the baseline) when that
+# shrinks the uncertainty at least as much as one more of the candidate, since every later
+# comparison shares it, else of the candidate.
+SEQ_ALPHA_WORSE = 0.002  # per comparison: a run judges a few innocent configurations, against one reference
+SEQ_ALPHA_SAME = 0.005  # a configuration with the slowdown called same: the search reads it as a pass
+MAX_REFERENCE_STARTS = 4  # starts of the reference a bisection may take (the first included)
+
+
+@dataclass(frozen=True)
+class Sequential:
+    """Where a start-level comparison stands in the sequential tests."""
+
+    goodness: float  # the estimate: log ratio candidate/reference, negative = worse
+    se: float
+    llr_worse: float  # >= upper: worse
+    llr_same: float  # <= lower: same
+    upper: float
+    lower: float
+    samples_can_decide: bool  # more samples of the candidate's last start could cross a boundary
+    reference_var: float  # the parts of se^2 from the reference's starts and from the candidate's
+    candidate_var: float
+    reference_starts: int
+    candidate_starts: int
+
+    @property
+    def start_to_take(self) -> str:
+        """"reference" or "candidate": the new start that shrinks the uncertainty more (the
+        reference on a tie: every later comparison shares it)."""
+        ref_gain = self.reference_var / (self.reference_starts + 1)
+        cand_gain = self.candidate_var / (self.candidate_starts + 1)
+        if self.reference_starts < MAX_REFERENCE_STARTS and ref_gain >= cand_gain:
+            return "reference"
+        return "candidate"
+
+
+def _llr(g: float, bad: float, var: float) -> float:
+    """Log-likelihood ratio of goodness ``bad`` over 0 for an estimate ``g`` of variance ``var``."""
+    return bad * (2 * g - bad) / (2 * var) if var > 0 else 0.0
+
+
+def sequential(b: list[list[float]], c: list[list[float]], *, higher_is_better: bool, regression: float,
+               start_noise: float, max_samples: int, target: float | None = None) -> Sequential | None:
+    """The sequential tests on grouped samples (one group per start); ``target``: the goodness
+    (log ratio, negative) current measured. None without a log scale."""
+    if any(v <= 0 for g in b + c for v in g) or not b or not c:
+        return None
+    lb = [[math.log(v) for v in g] for g in b]
+    lc = [[math.log(v) for v in g] for g in c]
+    within = _within(lb + lc)
+    kb, kc = len(lb), len(lc)
+    ref_var = start_noise ** 2 / kb + sum(within ** 2 / len(g) for g in lb) / kb ** 2
+    cand_var = start_noise ** 2 / kc + sum(within ** 2 / len(g) for g in lc) / kc ** 2
+    d = sum(sum(g) / len(g) for g in lc) / kc - sum(sum(g) / len(g) for g in lb) / kb
+    goodness = d if higher_is_better else -d
+    edge = math.log(1 - regression) if higher_is_better else -math.log(1 + regression)
+    searched = min(2 * edge, target if target is not None else 0.0)
+    upper, lower = math.log(1 / SEQ_ALPHA_WORSE), math.log(SEQ_ALPHA_SAME)
+    var = ref_var + cand_var
+    m = len(lc[-1])
+    left = within ** 2 * max(0.0, 1 / m - 1 / max(m, max_samples)) / kc ** 2  # what more samples remove
+    # more samples can decide if, at the smallest se they allow and with the estimate moved by two
+    # standard errors of what they add, a boundary is crossed (samples cost seconds)
+    move = 2 * math.sqrt(left)
+    can = left > 0 and (_llr(goodness - move, 2 * edge, var - left) >= upper
+                        or _llr(goodness + move, searched, var - left) <= lower)
+    return Sequential(goodness, math.sqrt(var), _llr(goodness, 2 * edge, var), _llr(goodness, searched, var), upper,
+                      lower, can,
+                      ref_var, cand_var, kb, kc)
+
+
+def _within(groups: list[list[float]]) -> float:
+    """The samples' own spread within a start (log scale, pooled over the starts; floored)."""
+    ss = sum((v - sum(g) / len(g)) ** 2 for g in groups for v in g)
+    df = sum(len(g) - 1 for g in groups)
+    return max(0.005, math.sqrt(ss / df)) if df > 0 else 0.03
+
+
+def decide_sequential(baseline: Samples, candidate: Samples, *, higher_is_better: bool, regression: float,
+                      start_noise: float, max_samples: int, target: float | None = None, metric: str = ""
+                      ) -> tuple[PerfDecision, Sequential | None]:
+    """A bisection's decision (see above): worse, same, or unknown while the sequential test is
+    between its boundaries. Worse also needs the rank tests to see a difference at all (min of the
+    Mann–Whitney and KS p below ALPHA_WORSE), so that a few outlying samples cannot name a delta."""
+    gb, gc = _groups(baseline), _groups(candidate)
+    b, c = [v for g in gb for v in g], [v for g in gc for v in g]
+    if not b or not c:
+        raise ValueError("decide needs samples on both sides")
+    seq = sequential(gb, gc, higher_is_better=higher_is_better, regression=regression,
+                     start_noise=max(start_noise, 1e-4), max_samples=max_samples, target=target)
+    if seq is None:  # no log scale: the rank rule alone
+        return decide(baseline, candidate, higher_is_better=higher_is_better, regression=regression,
+                      metric=metric), None
+    bm, cm = median(b), median(c)
+    ci = _bootstrap_ci(b, c, higher_is_better)
+    p_u, p_ks = mann_whitney_u(b, c), kolmogorov_smirnov(b, c)
+    share = 1.0 if seq.samples_can_decide else 0.0
+    if seq.llr_worse >= seq.upper and min(p_u, p_ks) < ALPHA_WORSE:
+        outcome, why = PerfOutcome.WORSE, f"worse than the {regression:.0%} allowed"
+    elif seq.llr_same <= seq.lower:
+        outcome = PerfOutcome.SAME
+        why = "faster than the baseline" if ci[0] > 0 else f"within the {regression:.0%} allowed"
+    else:
+        outcome, why = PerfOutcome.UNKNOWN, f"not yet distinguishable from a {regression:.0%} regression"
+    change = (cm - bm) / abs(bm) if bm else 0.0
+    reason = (f"{format_effect(bm, cm, change, ci, higher_is_better, metric)}: {why} (Mann–Whitney p={p_u:.3f}, "
+              f"KS p={p_ks:.3f}; {len(c)} vs {len(b)} samples; {len(gc)} vs {len(gb)} start(s) at {start_noise:.0%} "
+              f"start noise: log-likelihood ratios {seq.llr_worse:+.1f} (worse at {seq.upper:+.1f}), "
+              f"{seq.llr_same:+.1f} (same at {seq.lower:+.1f}))")
+    return PerfDecision(outcome, _effect(bm, cm, higher_is_better), ci, change, bm, cm, p_u, p_ks, len(b), len(c),
+                        reason, share), seq
+
+
+class Step(str, Enum):
+    DONE = "done"  # decided
+    SAMPLE = "sample"  # more samples of this start
+    START_CANDIDATE = "start-candidate"  # undecided: a new start of the candidate (the search's retry)
+    START_REFERENCE = "start-reference"  # undecided: a new start of the reference first
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class NextStep:
+    step: Step
+    samples: int = 0
+
+
+def next_step(decision: PerfDecision, seq: Sequential | None, n_so_far: int, cap: int) -> NextStep:
+    """What a bisection's judge does after a decision: nothing more (decided), more samples of this
+    start (about half as many again, up to the cap) while they can still decide, else a new start."""
+    if decision.outcome is not PerfOutcome.UNKNOWN:
+        return NextStep(Step.DONE)
+    if seq is None:
+        more = next_samples(decision, n_so_far, cap)
+        return NextStep(Step.SAMPLE, more) if more else NextStep(Step.START_CANDIDATE)
+    if seq.samples_can_decide and n_so_far < cap:
+        return NextStep(Step.SAMPLE, min(cap - n_so_far, max(2, n_so_far // 2)))
+    return NextStep(Step.START_REFERENCE if seq.start_to_take == "reference" else Step.START_CANDIDATE)
 
 
 def next_samples(decision: PerfDecision, n_so_far: int, cap: int) -> int:

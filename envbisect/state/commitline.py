@@ -4,7 +4,8 @@ The mirror is fetched over the existing transport: the host packs the objects re
 current HEAD (`git pack-objects --revs --stdout`, read-only: no ref, no index, no file on the host
 changes) and the pack is indexed into a bare repository in a local temporary directory. Nothing is
 ever pushed. The line is what `git bisect --first-parent` walks: base..head following first parents,
-oldest first; a merge on it is one commit (its files against its first parent).
+oldest first; a merge on it is one commit (its files against its first parent), unless its
+second-parent commits are asked for (`bisect --split-merges`).
 """
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ class LineCommit:
     author: str  # "Name <email>"
     files: tuple[str, ...]  # changed against its first parent
     merge: bool = False
+    merged_by: str | None = None  # --split-merges: the merge on the line that brought this branch commit
 
     def to_json(self) -> dict[str, Any]:
         return {"sha": self.sha, "subject": self.subject, "author": self.author, "files": list(self.files),
-                "merge": self.merge}
+                "merge": self.merge, **({"merged_by": self.merged_by} if self.merged_by else {})}
 
     @property
     def short(self) -> str:
@@ -60,8 +62,10 @@ def mirror(transport, repo_path: str, head: str) -> Iterator[Path]:  # noqa: ANN
         yield dest
 
 
-def first_parent_line(mirror_dir: Path, base: str, head: str) -> list[LineCommit]:
-    """base..head along first parents, oldest first. NotALine unless base is where the line starts."""
+def first_parent_line(mirror_dir: Path, base: str, head: str, *, split_merges: bool = False) -> list[LineCommit]:
+    """base..head along first parents, oldest first. NotALine unless base is where the line starts.
+    `split_merges`: each merge on the line is preceded by its second-parent commits (``M^1..M^2``
+    along that branch's first parents, oldest first), each a step checked out as it was committed."""
     import git  # GitPython: imported here so the rest of envbisect does not pay for it
 
     repo = git.Repo(str(mirror_dir))
@@ -74,8 +78,16 @@ def first_parent_line(mirror_dir: Path, base: str, head: str) -> list[LineCommit
         raise NotALine(f"{head[:12]} is not a first-parent descendant of {base[:12]} (a rewind or a reset?)")
     out = []
     for c in commits:
-        parent = c.parents[0].hexsha
-        files = tuple(f for f in repo.git.diff("--name-only", parent, c.hexsha).splitlines() if f)
-        subject = (c.message.splitlines() or [""])[0] if isinstance(c.message, str) else ""
-        out.append(LineCommit(c.hexsha, subject, f"{c.author.name} <{c.author.email}>", files, len(c.parents) > 1))
+        if split_merges and len(c.parents) > 1:
+            side = list(repo.iter_commits(f"{c.parents[0].hexsha}..{c.parents[1].hexsha}", first_parent=True))
+            out.extend(_line_commit(repo, b, merged_by=c.hexsha) for b in reversed(side))
+        out.append(_line_commit(repo, c))
     return out
+
+
+def _line_commit(repo, c, merged_by: str | None = None) -> LineCommit:  # noqa: ANN001
+    """One commit of the line: its files against its first parent."""
+    files = tuple(f for f in repo.git.diff("--name-only", c.parents[0].hexsha, c.hexsha).splitlines() if f)
+    subject = (c.message.splitlines() or [""])[0] if isinstance(c.message, str) else ""
+    return LineCommit(c.hexsha, subject, f"{c.author.name} <{c.author.email}>", files, len(c.parents) > 1,
+                      merged_by)

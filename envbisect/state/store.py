@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -131,11 +132,11 @@ class Store:
     # blobs --------------------------------------------------------------------------------
     def put_blob(self, data: bytes) -> str:
         sha = hashlib.sha256(data).hexdigest()
-        path = self.blobs_dir / sha[:2] / sha
+        path = f"{os.fspath(self.root)}/blobs/{sha[:2]}/{sha}"  # a str: pathlib's joins were most of a save
         try:  # reused: made fresh again, so `envbisect prune` leaves it to what is being written
             os.utime(path)
         except FileNotFoundError:
-            write_private(path, data)
+            write_private(Path(path), data)
         except OSError:
             pass
         return sha
@@ -316,12 +317,26 @@ class LastGood:
 
 # --- JSON mapping ------------------------------------------------------------------------------
 
+_PLAIN = (type(None), str, int, float, bool, bytes, tuple)  # never a Mapping: no isinstance check against the ABC
+
+
 def _fields(obj: Any) -> dict[str, Any]:
     """A flat dataclass's fields as a dict: what dataclasses.asdict gives for these snapshot types
     (no nested dataclasses; mappings become dicts), without its deep copy of every value (file
     contents included), which cost more than the rest of a snapshot's controller side."""
-    return {f.name: (dict(v) if isinstance(v := getattr(obj, f.name), Mapping) else v)
-            for f in dataclasses.fields(obj)}
+    names = _field_names(type(obj))
+    d = dict(vars(obj))  # a dataclass's __dict__ holds its fields, set in order by __init__
+    if len(d) != len(names):  # something else besides: read the fields one by one
+        d = {name: getattr(obj, name) for name in names}
+    for k, v in d.items():
+        if type(v) not in _PLAIN and isinstance(v, Mapping):
+            d[k] = dict(v)
+    return d
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _file_to_json(f: FileState, put_blob: PutBlob) -> dict[str, Any]:

@@ -99,7 +99,8 @@ def walk(root):
         found.extend(os.path.join(dirpath, f) for f in sorted(filenames))
         # symlinks to directories are listed (as symlinks) but not entered
         found.extend(os.path.join(dirpath, d) for d in sorted(os.listdir(dirpath))
-                     if d != ".git" and os.path.islink(os.path.join(dirpath, d)) and os.path.isdir(os.path.join(dirpath, d)))
+                     if d != ".git" and os.path.islink(os.path.join(dirpath, d))
+                     and os.path.isdir(os.path.join(dirpath, d)))
     return found
 
 
@@ -235,7 +236,8 @@ def git_fallback(path):
                        env=GIT_ENV)
     if p.returncode != 0:
         return {"repo": top, "commit": commit, "absent": True}
-    return {"repo": top, "commit": commit, "content_b64": b64(p.stdout[:MAX]), "sha256": hashlib.sha256(p.stdout).hexdigest()}
+    return {"repo": top, "commit": commit, "content_b64": b64(p.stdout[:MAX]),
+            "sha256": hashlib.sha256(p.stdout).hexdigest()}
 
 
 def backup_candidates(path):
@@ -306,7 +308,8 @@ def process_state(service, pid_file):
         except UnicodeDecodeError:
             garbled += 1
             continue
-        if not sep or not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
+        if not sep or not key or not (key[0].isalpha() or key[0] == "_") \
+                or not all(c.isalnum() or c == "_" for c in key):
             garbled += 1
             continue
         env[key] = v.decode("utf-8", "replace")

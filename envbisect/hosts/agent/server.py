@@ -2,11 +2,13 @@
 scripts (collect.py, hostops.py, discover.py) on request, so a host operation costs one message
 on an open SSH channel instead of a new channel, a login shell and a Python start-up each.
 
-Protocol (one JSON object per line, both ways):
+Protocol, both ways a header (one JSON object on one line) and then the bytes it announces, raw:
   request   {"id": N, "name": "hostops.py", "sha": "...", "source": "..." (only when asked for),
-             "stdin": "...", "argv": [...]}
-  answer    {"id": N, "rc": 0, "stdout": "...", "stderr": "..."}
+             "stdin": LEN, "argv": [...]}                             then LEN bytes of stdin
+  answer    {"id": N, "rc": 0, "stdout": LEN1, "stderr": LEN2}       then LEN1 + LEN2 bytes
             {"id": N, "need_source": true}    (the controller then sends the same request with source)
+A script's stdin and stdout (a snapshot: every file, base64, in JSON) go as they are, never quoted
+into another JSON document: neither side escapes or parses them twice.
 
 Each script runs as if started with `python3 -c SCRIPT ARGV...`: a fresh module namespace, its
 own stdin/stdout/argv, SystemExit taken as its exit status, and the working directory and
@@ -21,7 +23,8 @@ import os
 import sys
 import traceback
 
-MAX_LINE = 128 << 20  # a request line (the controller's: its scripts and stdin); longer ones are refused
+MAX_HEADER = 1 << 20  # a request's header line (the controller's: a script's source at most)
+MAX_STDIN = 128 << 20  # a request's stdin; a longer one is refused (and skipped, unread into memory)
 
 
 def main():
@@ -34,19 +37,10 @@ def main():
     code_cache = {}
     reader = io.BufferedReader(proto_in, 1 << 16)
     while True:
-        line = reader.readline(MAX_LINE + 1)
-        if not line:
+        req = read_request(reader, proto_out)
+        if req is None:
             return
-        if len(line) > MAX_LINE:
-            while line and not line.endswith(b"\n"):  # skip the rest of it, unread into memory
-                line = reader.readline(1 << 20)
-            send(proto_out, {"id": None, "rc": 2, "stdout": "",
-                             "stderr": "envbisect agent: a request line over %d MiB: refused" % (MAX_LINE >> 20)})
-            continue
-        try:
-            req = json.loads(line.decode("utf-8"))
-        except ValueError:
-            send(proto_out, {"id": None, "rc": 2, "stdout": "", "stderr": "envbisect agent: a request that is not JSON"})
+        if not req:
             continue
         rid, sha = req.get("id"), req.get("sha")
         code = code_cache.get(sha)
@@ -57,13 +51,48 @@ def main():
             try:
                 code = compile(req["source"], "<envbisect %s>" % req.get("name", "agent"), "exec")
             except SyntaxError:
-                send(proto_out, {"id": rid, "rc": 1, "stdout": "", "stderr": traceback.format_exc()})
+                answer(proto_out, rid, 1, "", traceback.format_exc())
                 continue
             code_cache[sha] = code
-        send(proto_out, dict(run(code, req.get("name", "agent"), req.get("stdin") or "", req.get("argv") or []), id=rid))
+        rc, out, err = run(code, req["stdin_text"], req.get("argv") or [])
+        answer(proto_out, rid, rc, out, err)
 
 
-def run(code, name, stdin, argv):
+def read_request(reader, proto_out):
+    """The next request, its stdin read and decoded into "stdin_text"; {} for one refused (and
+    answered); None at end of input."""
+    line = reader.readline(MAX_HEADER + 1)
+    if not line:
+        return None
+    if len(line) > MAX_HEADER:
+        while line and not line.endswith(b"\n"):  # skip the rest of it, unread into memory
+            line = reader.readline(1 << 20)
+        return refuse(proto_out, None, "a request header over %d MiB" % (MAX_HEADER >> 20))
+    try:
+        req = json.loads(line.decode("utf-8"))
+        size = int(req.get("stdin") or 0)
+    except (ValueError, TypeError, AttributeError):
+        return refuse(proto_out, None, "a request that is not JSON")
+    if size < 0 or size > MAX_STDIN:
+        while size > 0:  # skipped, unread into memory
+            chunk = reader.read(min(size, 1 << 20))
+            if not chunk:
+                return None
+            size -= len(chunk)
+        return refuse(proto_out, req.get("id"), "a request's stdin over %d MiB" % (MAX_STDIN >> 20))
+    data = reader.read(size) if size else b""
+    if len(data) < size:
+        return None
+    req["stdin_text"] = data.decode("utf-8", "surrogateescape")
+    return req
+
+
+def refuse(proto_out, rid, what):
+    answer(proto_out, rid, 2, "", "envbisect agent: %s: refused" % what)
+    return {}
+
+
+def run(code, stdin, argv):
     out, err = io.StringIO(), io.StringIO()
     saved = (sys.stdin, sys.stdout, sys.stderr, sys.argv)
     cwd, env = os.getcwd(), dict(os.environ)
@@ -91,13 +120,27 @@ def run(code, name, stdin, argv):
         if dict(os.environ) != env:
             os.environ.clear()
             os.environ.update(env)
-    return {"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}
+    return rc, out.getvalue(), err.getvalue()
 
 
-def send(stream, doc):
-    data = (json.dumps(doc) + "\n").encode("utf-8")
+def encoded(text):
     try:
-        stream.write(data)
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that no byte stands for
+        return text.encode("utf-8", "backslashreplace")
+
+
+def answer(proto_out, rid, rc, out, err):
+    out, err = encoded(out), encoded(err)
+    head = {"id": rid, "rc": rc, "stdout": len(out), "stderr": len(err)}
+    send(proto_out, head, out + err)
+
+
+def send(stream, head, payload=b""):
+    data = memoryview((json.dumps(head, separators=(",", ":")) + "\n").encode("utf-8") + payload)
+    try:
+        while data:
+            data = data[stream.write(data):]
     except (BrokenPipeError, OSError):
         sys.exit(0)  # the controller is gone: nothing to answer to
 

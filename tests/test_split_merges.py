@@ -1,0 +1,122 @@
+"""`bisect --split-merges` (issue 24, part 3): a merge on a HEAD move's first-parent line is one step
+unless asked; asked, its second-parent commits (the merged branch, oldest first, along that branch's
+first parents) are steps before the merge itself. The mirror is fetched over the real sshd."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from envbisect.hosts.transport import SSHTransport
+from envbisect.inputs.playbook import Host
+from envbisect.runs.plan import BisectOptions
+from envbisect.state.commitline import first_parent_line, mirror
+
+from test_bisect_sim import scenario  # noqa: F401 - fixture
+from test_commitline_mirror import _git
+
+
+def _merged_branch(tmp_path):
+    """base, then c1 on main; a branch from base with b1, b2; merged (no fast-forward), then c2."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "VERSION").write_text("v1\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "base")
+    base = _git(repo, "rev-parse", "HEAD")
+    _git(repo, "checkout", "-qb", "feature")
+    for name in ("b1", "b2"):
+        (repo / name).write_text(name + "\n")
+        _git(repo, "add", ".")
+        _git(repo, "commit", "-qm", f"branch {name}")
+    _git(repo, "checkout", "-q", "main")
+    (repo / "c1").write_text("c1\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "main c1")
+    _git(repo, "merge", "-q", "--no-ff", "-m", "merge feature", "feature")
+    (repo / "c2").write_text("c2\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "main c2")
+    return repo, base, _git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def line_of(tmp_path, sshd):
+    repo, base, head = _merged_branch(tmp_path)
+    transport = SSHTransport(Host("node1", sshd.alias), ssh_config=str(sshd.ssh_config))
+
+    def line(**kw):
+        with mirror(transport, str(repo), head) as m:
+            return first_parent_line(m, base, head, **kw)
+
+    yield line
+    transport.close()
+
+
+def test_a_merge_is_one_step_unless_asked(line_of):
+    line = line_of()
+    assert [c.subject for c in line] == ["main c1", "merge feature", "main c2"]
+    assert line[1].merge and set(line[1].files) == {"b1", "b2"}
+
+
+def test_split_merges_puts_the_merged_commits_before_the_merge(line_of):
+    line = line_of(split_merges=True)
+    assert [c.subject for c in line] == ["main c1", "branch b1", "branch b2", "merge feature", "main c2"]
+    b1, b2, merge = line[1], line[2], line[3]
+    assert b1.files == ("b1",) and b2.files == ("b2",) and not b1.merge
+    assert b1.merged_by == b2.merged_by == merge.sha and merge.merge and merge.merged_by is None
+    assert b1.to_json()["merged_by"] == merge.sha and "merged_by" not in line[0].to_json()
+
+
+def test_the_option_is_off_by_default():
+    assert BisectOptions().split_merges is False
+
+
+def _merge_of_a_branch(s) -> dict[str, str]:
+    """On the deployed repo: c1 on main, then a merged branch whose second commit writes the VERSION
+    decode hangs on, then c2. Returns subject -> sha."""
+    src = s.sim.src_dir
+    branch_from = _git(src, "rev-parse", "HEAD")
+    (src / "c1.txt").write_text("c1\n")
+    _git(src, "add", "-A")
+    _git(src, "commit", "-qm", "main c1")
+    main = _git(src, "symbolic-ref", "--short", "HEAD")
+    _git(src, "checkout", "-qb", "feature", branch_from)
+    (src / "b1.txt").write_text("b1\n")
+    _git(src, "add", "-A")
+    _git(src, "commit", "-qm", "branch b1")
+    (src / "VERSION").write_text("v2-bad\n")
+    _git(src, "add", "-A")
+    _git(src, "commit", "-qm", "branch b2")
+    _git(src, "checkout", "-q", main)
+    _git(src, "merge", "-q", "--no-ff", "-m", "merge feature", "feature")
+    _git(src, "branch", "-qD", "feature")
+    (src / "c2.txt").write_text("c2\n")
+    _git(src, "add", "-A")
+    _git(src, "commit", "-qm", "main c2")
+    log = _git(src, "log", "--all", "--format=%H %s").splitlines()
+    return {line.split(" ", 1)[1]: line.split(" ", 1)[0] for line in log}
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("split", [False, True])
+def test_a_guilty_branch_commit_is_named_only_when_merges_are_split(scenario, sshd, split):
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
+    rules = json.loads(s.sim.rules_path.read_text())
+    rules["rules"].append({"service": "decode", "when_file": {"path": str(s.sim.src_dir / "VERSION"),
+                                                              "contains": "v2-bad"}, "fault": "hang"})
+    s.sim.set_rules(rules)
+    s.sim.co_restart()
+    s.baseline()
+    sha = _merge_of_a_branch(s)
+    r = s.bisect(probe="e2e", split_merges=split)
+    assert r.verdict.kind == "culprit" and r.commit is not None and r.commit.commit is not None, (r.verdict, r.notes)
+    c = r.commit.commit
+    if split:
+        assert (c.subject, c.sha, c.merged_by) == ("branch b2", sha["branch b2"], sha["merge feature"])
+        assert [x.subject for x in r.commit.line] == ["main c1", "branch b1", "branch b2", "merge feature", "main c2"]
+    else:
+        assert (c.subject, c.merge) == ("merge feature", True)
+        assert [x.subject for x in r.commit.line] == ["main c1", "merge feature", "main c2"]
+    assert r.state_left == "original" and _git(s.sim.src_dir, "log", "-1", "--format=%s") == "main c2"
