@@ -177,9 +177,9 @@ def judge(inc: Incident, ans: Answer) -> tuple[bool, bool]:
     return ans.terms is not None and ans.terms == inc.truth, bool(named - guilty)
 
 
-def answer(method: str, lab: Lab) -> Answer:
+def answer(method: str, lab: Lab, split_twins: bool = True) -> Answer:
     if method == "envbisect":
-        return run_envbisect(lab, "confirm")
+        return run_envbisect(lab, "confirm", split_twins=split_twins)
     if method == "toggle":
         return run_toggle(lab)
     if method == "bisect":
@@ -193,9 +193,9 @@ def answer(method: str, lab: Lab) -> Answer:
     raise ValueError(f"unknown method {method!r}")
 
 
-def run_incident(inc: Incident, method: str) -> dict:
+def run_incident(inc: Incident, method: str, split_twins: bool = True) -> dict:
     lab = IncidentLab(inc)
-    ans = answer(method, lab)
+    ans = answer(method, lab, split_twins)
     right, innocent = judge(inc, ans)
     return {"family": inc.family, "restarts": lab.restarts, "probes": lab.probes, "right": right,
             "innocent": innocent, "kind": str(ans.kind), "twin": bool(inc.linked)}
@@ -205,8 +205,8 @@ def run_incident(inc: Incident, method: str) -> dict:
 
 
 def _work(task: tuple) -> tuple:
-    n, method, lo, hi = task
-    return n, method, lo, [run_incident(incident(n, i), method) for i in range(lo, hi)]
+    n, method, lo, hi, split_twins = task
+    return n, method, lo, [run_incident(incident(n, i), method, split_twins) for i in range(lo, hi)]
 
 
 def summarize(recs: list[dict]) -> dict:
@@ -280,11 +280,14 @@ def measure_twins(ns: tuple[int, ...]) -> list[dict]:
     return rows
 
 
-def measure(quick: bool = False, workers: int = 2, log=print) -> dict:  # noqa: ANN001
+def measure(quick: bool = False, workers: int = 2, log=print, split_twins: bool = True) -> dict:  # noqa: ANN001
+    """The mix and the twins table; ``split_twins`` False: on the mix, envbisect's search is not
+    given the twins (each guilty one is split after the verdict, as BisectRun does when it does not
+    hand them over); the twins table always gives them."""
     cfg = QUICK if quick else FULL
     t0 = time.perf_counter()
     chunk = 50
-    tasks = [(n, m, lo, min(cfg["per_n"], lo + chunk)) for n in cfg["ns"] for m in METHODS
+    tasks = [(n, m, lo, min(cfg["per_n"], lo + chunk), split_twins) for n in cfg["ns"] for m in METHODS
              for lo in range(0, cfg["per_n"], chunk)]
     tasks.sort(key=lambda t: -t[0] * (1 if t[1] == "envbisect" else 0.1))
     parts: dict[tuple, list] = {}
@@ -304,7 +307,8 @@ def measure(quick: bool = False, workers: int = 2, log=print) -> dict:  # noqa: 
     twins = measure_twins(cfg["ns"])
     log(f"  incidents: {len(tasks)} chunks, {time.perf_counter() - t0:.0f} s")
     return {"config": {"ns": list(cfg["ns"]), "per_n": cfg["per_n"], "slots": dict(SLOTS), "bisect_k": BISECT_K,
-                       "intermittent_detection": INTERMITTENT_DETECTION, "quick": quick, "workers": workers},
+                       "intermittent_detection": INTERMITTENT_DETECTION, "quick": quick, "workers": workers,
+                       "mix_split_twins": split_twins},
             "cells": cells, "overall": overall, "twins": twins, "runtime_s": time.perf_counter() - t0}
 
 
@@ -346,6 +350,9 @@ def table(res: dict) -> str:
     out.append("restarts: mean co-restarts per incident (a probe of the running stack that verifiably runs its files "
                "is none); per right = all restarts / right verdicts; right by family: % right per family; "
                f"bisect-k: {BISECT_K} probe runs per step; bound = evidence_bound(n)")
+    out.append("the mix: envbisect's search " + ("splits a guilty twin itself (Search(units, twins=...))"
+               if res["config"].get("mix_split_twins", True) else
+               "is not given the twins: a guilty one is split after the verdict (BisectRun._refine_links)"))
     out.append(f"runtime {res['runtime_s']:.0f} s")
     return "\n".join(out)
 

@@ -325,32 +325,53 @@ class _RefineRunner:
 
 def takes_twins() -> bool:
     """Whether the Search splits auto-linked units itself (``Search(units, twins=...)``): then the
-    harness hands it the twins, as BisectRun does, and the split after the verdict has nothing left
-    to do (its verdict names the guilty side, not the linked unit)."""
+    harness hands it the twins as search/hints.py builds them, and no restart is spent after the
+    verdict to test their sides apart."""
     return "twins" in inspect.signature(Search.__init__).parameters
 
 
 def twins_of(units: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
-    """The auto-linked units (the same change in several services) and their deltas."""
-    return {u: m for u, m in units.items() if u.startswith("linked:") and len(m) > 1}
+    """The twins the search splits itself (search/hints.twins_of: auto-linked units of two deltas,
+    each -> its member unit ids); none when the Search does not take them."""
+    if not takes_twins():
+        return {}
+    from envbisect.search.hints import twins_of as hint_twins
+
+    return hint_twins(units)
 
 
 def _deltas_of(units: Mapping[str, tuple[str, ...]], unit_ids: Iterable[str]) -> set[str]:
-    """The deltas of a search config; a unit id the search made of one side of a twin names its delta
-    (``member:`` as BisectRun's apart tests spell it)."""
+    """The deltas of a search config; a member unit of a twin (``member:DELTA``) names its delta."""
     return {d for u in unit_ids for d in units.get(u, (u.removeprefix("member:"),))}
 
 
-def run_envbisect(lab: Lab, policy: str, auto_link: bool = True) -> Answer:
+def _split_after(lab: Lab, verdict: Verdict, units: Mapping[str, tuple[str, ...]], search: Search) -> dict:
+    """BisectRun._refine_links on the linked units the search did not split itself (each side tested
+    with the rest of its term, one restart each); ``lab.spent["refine"]`` counts those restarts."""
+    if not any(len(v) > 1 for v in units.values()):
+        return {}
+    before = lab.restarts
+    fake_run = SimpleNamespace(opts=SimpleNamespace(link=()), declared_links=(), trials=[],
+                               corrections=Corrections(), watch=None,
+                               _append_trial=lambda _t: None, on_event=lambda _k, _d: None)
+    fake_run._record = lambda t, evidence=True: (fake_run.trials.append(t), t)[1]
+    refined, _apart = BisectRun._refine_links(fake_run, verdict, units, _RefineRunner(lab, dict(units)), search, [])
+    lab.spent["refine"] += lab.restarts - before
+    return refined
+
+
+def run_envbisect(lab: Lab, policy: str, auto_link: bool = True, split_twins: bool = True) -> Answer:
     """envbisect as `envbisect bisect --policy P` runs it: the diff's deltas grouped into units by
     bisect.make_units (same key, same change in several services: one auto-linked unit), the pure
-    Search driven through next()/observe(), then bisect.BisectRun._refine_links for a guilty
-    auto-linked unit (each side tested with the rest of its term, one restart each).  A Search that
-    takes ``twins`` gets them and splits a twin itself.  ``lab.spent`` counts the restarts by the
-    trial's kind (``refine``: the split after the verdict)."""
+    Search driven through next()/observe().  A Search that takes ``twins`` splits a guilty twin
+    itself, and its verdict is folded back into these units (search/hints.fold); a linked unit it
+    did not split goes to bisect.BisectRun._refine_links (each side tested with the rest of its
+    term, one restart each); ``split_twins`` False: every linked unit is split after the verdict.
+    ``lab.spent`` counts the restarts by the trial's kind."""
     deltas = [as_delta(d) for d in lab.case.deltas]
     units, _notes = make_units(deltas, (), auto_link)
-    search = POLICIES[policy].search(list(units), **({"twins": twins_of(units)} if takes_twins() else {}))
+    twins = twins_of(units) if split_twins else {}
+    search = POLICIES[policy].search(list(units), **({"twins": twins} if twins else {}))
     while True:
         step = search.next()
         if isinstance(step, Verdict):
@@ -367,16 +388,12 @@ def run_envbisect(lab: Lab, policy: str, auto_link: bool = True) -> Answer:
             passes, failures = lab.trial(config, step.probes, step.stop_after, free=free)
             search.observe(Observation(step.config, passes, failures=failures, free=free))
         lab.spent[str(getattr(step.kind, "value", step.kind))] += lab.restarts - before
-    verdict = step
-    refined: dict[str, tuple[str, ...]] = {}
-    if any(len(v) > 1 for v in units.values()):
-        before = lab.restarts
-        fake_run = SimpleNamespace(opts=SimpleNamespace(link=()), declared_links=(), trials=[],
-                                   corrections=Corrections(), watch=None,
-                                   _append_trial=lambda _t: None, on_event=lambda _k, _d: None)
-        fake_run._record = lambda t, evidence=True: (fake_run.trials.append(t), t)[1]
-        refined, _apart = BisectRun._refine_links(fake_run, verdict, units, _RefineRunner(lab, units), search, [])
-        lab.spent["refine"] += lab.restarts - before
+    verdict, refined = step, {}
+    if twins:
+        from envbisect.search.hints import fold
+
+        verdict, refined = fold(verdict, twins)
+    refined = {**refined, **_split_after(lab, verdict, {u: m for u, m in units.items() if u not in twins}, search)}
     if not VerdictKind(verdict.kind).names_changes:
         return Answer(None, verdict.kind)
     terms = frozenset(frozenset(_deltas_of({**units, **refined}, t)) for t in verdict.terms)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -138,7 +137,9 @@ def test_a_verdict_names_the_truth_to_be_right():
 
 
 def test_the_quick_mix_measures_every_method_and_prints_its_lines():
-    res = bi.measure(quick=True, workers=1, log=lambda _m: None)
+    # the search not given the twins: with them, a partial restart on a stack that runs its files
+    # costs main's search one check per pair (dozens of restarts, seconds of CPU each at n = 32)
+    res = bi.measure(quick=True, workers=1, log=lambda _m: None, split_twins=False)
     assert {(c["n"], c["method"]) for c in res["cells"]} == {(n, m) for n in bi.QUICK["ns"] for m in bi.METHODS}
     lines: list[tuple] = []
     bi.targets(res, lambda ok, target, measured: lines.append((ok, target, measured)))
@@ -146,7 +147,7 @@ def test_the_quick_mix_measures_every_method_and_prints_its_lines():
     assert lines[0][0], lines[0]  # envbisect names no innocent change
     e = bi.cell(res, 8, "envbisect")
     assert e["right"] == 1.0 and e["families"]["not-config"]["mean_restarts"] == 1.0
-    assert "bisect-verify" in bi.table(res)
+    assert "bisect-verify" in bi.table(res) and "split after the verdict" in bi.table(res)
 
 
 def test_information_lines_are_printed_but_not_counted(capsys):
@@ -160,7 +161,8 @@ def test_information_lines_are_printed_but_not_counted(capsys):
 
 def test_envbisect_restarts_on_a_twin_are_split_by_what_they_were_for():
     # a side of the twin guilty: the probe of current is free (the stack runs its files), the
-    # baseline, the bisection and the confirmation find the linked unit, two restarts split it
+    # baseline and the bisection find the linked unit; a Search that takes twins splits it in its plan,
+    # else two restarts after the verdict do
     for case in harness.cases("linked", 8):
         lab = harness.Lab(case)
         ans = harness.run_envbisect(lab, "confirm")
@@ -174,22 +176,22 @@ def test_envbisect_restarts_on_a_twin_are_split_by_what_they_were_for():
         assert harness.run_envbisect(lab, "confirm").terms == case.truth and lab.spent["refine"] == 0
 
 
-def test_a_search_that_takes_twins_gets_them_and_its_member_ids_name_deltas(monkeypatch):
-    seen: list = []
-
-    class TwinSearch(harness.Search):
-        def __init__(self, units, *, twins=None, **kw):  # noqa: ANN001, ANN003
-            seen.append(twins)
-            super().__init__(units, **kw)
-
-    policy = harness.POLICIES["confirm"]
-    monkeypatch.setattr(harness, "Search", TwinSearch)
-    monkeypatch.setattr(harness, "POLICIES", {"confirm": SimpleNamespace(
-        search=lambda units, **kw: TwinSearch(units, prior=policy.prior, require_fix=policy.require_fix, **kw))})
-    case = harness.cases("linked", 8)[3]
-    ans = harness.run_envbisect(harness.Lab(case), "confirm")
-    assert seen == [{f"linked:{harness.LINK_KEY}": case.linked}] and ans.terms == case.truth
+def test_the_search_splits_a_guilty_twin_itself_and_the_verdict_names_the_side():
+    # the Search takes twins (search/hints.twins_of): the harness hands them over, no restart is
+    # spent after the verdict, and over every position the twin costs no more than the same deltas
+    # searched unlinked
+    assert harness.takes_twins()
+    linked, unlinked = 0, 0
+    for case in harness.cases("linked", 8):
+        lab = harness.Lab(case)
+        assert harness.run_envbisect(lab, "confirm").terms == case.truth
+        assert lab.spent["refine"] == 0 and lab.spent["confirm"] >= 2
+        apart = harness.Lab(case)
+        assert harness.run_envbisect(apart, "confirm", auto_link=False).terms == case.truth
+        linked, unlinked = linked + lab.restarts, unlinked + apart.restarts
+    assert linked <= unlinked
     units = {"linked:K": ("prefill:K", "decode:K"), "router:R": ("router:R",)}
+    assert harness.twins_of(units) == {"linked:K": ("member:prefill:K", "member:decode:K")}
     assert harness._deltas_of(units, ["member:prefill:K", "router:R"]) == {"prefill:K", "router:R"}
     assert harness._deltas_of(units, ["linked:K"]) == {"prefill:K", "decode:K"}
 
