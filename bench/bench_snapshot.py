@@ -116,7 +116,8 @@ def table(res: dict) -> str:
     for r in res["rows"]:
         ratio = f"{r['ratio_to_one']:.2f}" if r["ratio_to_one"] is not None else "-"
         out.append(f"{r['hosts']:>5} {r['round_trips_per_host']:>8} {r['wall_s']:>8.3f} {ratio:>8} "
-                   f"{r['controller_cpu_s']:>16.3f} {r['machine_cpu_s']:>13.2f} {r['machine_cpu_s'] / r['wall_s']:>10.2f}")
+                   f"{r['controller_cpu_s']:>16.3f} {r['machine_cpu_s']:>13.2f} "
+                   f"{r['machine_cpu_s'] / r['wall_s']:>10.2f}")
     out.append(f"median of {res['repeats']} snapshots; every sshd and host tree on this machine ({res['cpus']} cores); "
                "machine CPU: all processes (sshd, collectors, git, bash, anything else running)")
     return "\n".join(out)

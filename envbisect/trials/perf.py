@@ -44,8 +44,10 @@ def reference_count(probe: Probe) -> int:
 
 
 def compare(probe: Probe, transports: Mapping[str, Transport], reference: Samples,
-            runs: list[ProbeRun], prior: Sequence[Sequence[float]] = ()):  # noqa: ANN201 - (PerfDecision | None, runs, broken)
-    """Decide `runs` (samples of the started configuration, with `prior`: the samples of its
+            runs: list[ProbeRun], prior: Sequence[Sequence[float]] = ()):  # noqa: ANN201
+    """Returns (PerfDecision | None, runs, broken).
+
+    Decide `runs` (samples of the started configuration, with `prior`: the samples of its
     earlier starts in this run) against `reference` (flat: one start; or grouped by start), taking
     more samples while the decision is unknown and more samples can still help."""
     higher = probe.higher_is_better

@@ -316,11 +316,13 @@ def script_info(path, how, ctx, argv=None):
         siblings = []
     return {"path": path, "how": how, "argv": argv, "sources": sourced(path, body, sctx),
             "uses_positional": bool(re.search(r"\$\{?[1-9]", body)),
-            "detaches": bool(re.search(r"\bnohup\b|\bsetsid\b|\bdisown\b|&\s*$|--daemon|start-stop-daemon", body, re.M)),
+            "detaches": bool(re.search(r"\bnohup\b|\bsetsid\b|\bdisown\b|&\s*$|--daemon|start-stop-daemon",
+                                       body, re.M)),
             "cases": sorted(set(re.findall(r"^\s*([A-Za-z0-9_.-]+)\)", body, re.M)))[:40],
             "siblings": siblings, "markers": [mk for mk in ctx["markers"] if mk in body],
             "mentions_ports": sorted(set(int(p) for p in re.findall(r"--port[= ]+[\"']?(\d{2,5})", body)))[:20],
-            "mentions_metrics_ports": sorted(set(int(p) for p in re.findall(r"--prometheus-port[= ]+[\"']?(\d{2,5})", body)))[:20]}
+            "mentions_metrics_ports": sorted(set(
+                int(p) for p in re.findall(r"--prometheus-port[= ]+[\"']?(\d{2,5})", body)))[:20]}
 
 
 def inline_info(cmd, ctx):
@@ -488,7 +490,8 @@ def unit_of(pid):
 
 def unit_file(unit, user, home):
     dirs = ([os.path.join(home or "~", ".config/systemd/user"), "/etc/systemd/user", "/usr/lib/systemd/user"]
-            if user else ["/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"])
+            if user else ["/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system",
+                          "/lib/systemd/system"])
     found = None
     for d in dirs:
         p = os.path.join(d, unit)
@@ -573,7 +576,8 @@ def pid_files(pid, cwd, uid):
         dirs = [cwd, os.path.join(cwd, "run"), os.path.join(cwd, "pids"), os.path.join(cwd, "var", "run")] + dirs
     out = []
     for d in dirs:
-        pats = [os.path.join(glob.escape(d), "*.pid")] + ([os.path.join(glob.escape(d), "*", "*.pid")] if d in deep else [])
+        pats = [os.path.join(glob.escape(d), "*.pid")]
+        pats += [os.path.join(glob.escape(d), "*", "*.pid")] if d in deep else []
         for p in sorted(x for pat in pats for x in glob.glob(pat))[:200]:
             v = text(p, 64)
             if v is not None and v.strip() == str(pid) and p not in out:
@@ -677,7 +681,8 @@ def process(pid, m, all_matched):
     if not paths and cwd:
         for d in (cwd, os.path.join(cwd, "conf"), os.path.join(cwd, "config"), os.path.join(cwd, "etc"),
                   os.path.join(cwd, "env")):
-            for pth in sorted(glob.glob(os.path.join(glob.escape(d), "*env*")) + glob.glob(os.path.join(glob.escape(d), ".env")))[:50]:
+            found = glob.glob(os.path.join(glob.escape(d), "*env*")) + glob.glob(os.path.join(glob.escape(d), ".env"))
+            for pth in sorted(found)[:50]:
                 if is_file(pth) and pth not in paths:
                     paths.append(pth)
     out["env_files"] = []

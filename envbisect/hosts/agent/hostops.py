@@ -97,7 +97,8 @@ GIT_ENV = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
 def git(repo, *args):
     p = subprocess.run(["git", "-C", repo] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=GIT_ENV)
     if p.returncode != 0:
-        raise OpError("git %s in %s: %s" % (args[0], repo, (p.stderr.decode("utf-8", "replace").strip().splitlines() or ["failed"])[-1]))
+        last = (p.stderr.decode("utf-8", "replace").strip().splitlines() or ["failed"])[-1]
+        raise OpError("git %s in %s: %s" % (args[0], repo, last))
     return p.stdout.decode("utf-8", "replace").strip()
 
 
@@ -114,8 +115,9 @@ def read_state(op):
             raise OpError("%s is not a regular file; envbisect will not edit it" % path)
         with open(path, "rb") as f:
             data = f.read()
-        out["files"][path] = {"exists": True, "content_b64": base64.b64encode(data).decode(), "mode": stat.S_IMODE(st.st_mode),
-                              "uid": st.st_uid, "gid": st.st_gid, "mtime_ns": st.st_mtime_ns, "atime_ns": st.st_atime_ns}
+        out["files"][path] = {"exists": True, "content_b64": base64.b64encode(data).decode(),
+                              "mode": stat.S_IMODE(st.st_mode), "uid": st.st_uid, "gid": st.st_gid,
+                              "mtime_ns": st.st_mtime_ns, "atime_ns": st.st_atime_ns}
     for path, f in out["files"].items():
         st = os.lstat(path) if f["exists"] else None
         why = owner_problem(path, st) or (hard_link_problem(st) if st is not None else None)
@@ -367,14 +369,15 @@ def check(op):
     for path, want in op.get("files", {}).items():
         found = out["files"][path] = file_sha(path)
         if found not in want:
-            raise Conflict(path, want, found, "%s (expected %s, found %s)" % (op.get("why", "changed by someone else during the run"),
+            why = op.get("why", "changed by someone else during the run")
+            raise Conflict(path, want, found, "%s (expected %s, found %s)" % (why,
                            " or ".join(short(e) for e in want), short(found)))
     for repo, want in op.get("repos", {}).items():
         found = out["repos"][repo] = repo_state(repo)
         if found not in want:
             raise Conflict(repo, want, found, "HEAD %s (expected %s, found %s %s)" % (
-                op.get("why", "moved by someone else during the run"), " or ".join(e[0][:12] for e in want), found[0][:12],
-                found[1] or "detached"))
+                op.get("why", "moved by someone else during the run"), " or ".join(e[0][:12] for e in want),
+                found[0][:12], found[1] or "detached"))
     return out
 
 
