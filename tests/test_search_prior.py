@@ -7,7 +7,9 @@ import random
 
 import pytest
 
-from envbisect.search import POLICIES, Observation, Verdict, restart_bound
+from search_oracle import answer
+
+from envbisect.search import POLICIES, Verdict, restart_bound
 from envbisect.search.hints import KnobClass, knob_class, suspicion_of
 
 
@@ -18,15 +20,7 @@ def play(policy, units, bad, suspicion=None, detection=1.0, seed=0):
         step = s.next()
         if isinstance(step, Verdict):
             return step, s.trials
-        failures = passes = 0
-        for _ in range(step.probes):
-            if bad(step.config) and rng.random() < detection:
-                failures += 1
-                if failures >= step.stop_after:
-                    break
-            else:
-                passes += 1
-        s.observe(Observation(step.config, passes, failures=failures, free=step.free))
+        s.observe(answer(step, bad(step.config), rng, detection))
     raise AssertionError("no verdict")
 
 

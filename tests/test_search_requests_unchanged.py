@@ -6,7 +6,9 @@ from __future__ import annotations
 import hashlib
 import random
 
-from envbisect.search import POLICIES, Observation, Verdict
+from search_oracle import answer
+
+from envbisect.search import POLICIES, Verdict
 
 # computed on 8246623..cc23e47 (before "another failure" existed); see the module docstring
 EXPECTED = "f8ce89c8d36814ce4c04717c52d2d713fe3440628bd1a79074430af307ccb150"
@@ -34,15 +36,7 @@ def _play(policy, units, terms, detection, seed) -> list[str]:
             return out
         out.append(f"R {sorted(step.config)} {step.probes} {step.stop_after} {step.kind.value} {step.purpose}")
         bad = any(t <= set(step.config) for t in terms)
-        passes = failures = 0
-        for _ in range(step.probes):
-            if bad and rng.random() < detection:
-                failures += 1
-                if failures >= step.stop_after:
-                    break
-            else:
-                passes += 1
-        s.observe(Observation(step.config, passes, failures=failures, free=step.free))
+        s.observe(answer(step, bad, rng, detection))
     return out
 
 

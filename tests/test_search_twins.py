@@ -7,6 +7,8 @@ import random
 
 import pytest
 
+from search_oracle import answer
+
 from envbisect.search import POLICIES, Observation, Verdict
 from envbisect.search.hints import fold, member_units, twins_of
 
@@ -27,15 +29,7 @@ def play(policy, units, bad, twins=None, detection=1.0, seed=0):
             return step, s.trials, requests
         requests.append((sorted(step.config), step.probes, step.purpose))
         deltas = frozenset(d for u in step.config for d in table.get(u, (u,)))
-        failures = passes = 0
-        for _ in range(step.probes):
-            if bad(deltas) and rng.random() < detection:
-                failures += 1
-                if failures >= step.stop_after:
-                    break
-            else:
-                passes += 1
-        s.observe(Observation(step.config, passes, failures=failures, free=step.free))
+        s.observe(answer(step, bad(deltas), rng, detection))
     raise AssertionError("no verdict")
 
 
