@@ -175,3 +175,38 @@ def test_bisect_run_takes_its_collaborators_a_runner_that_answers_from_an_oracle
     assert {p.name: p.read_bytes() for p in stack.tree.conf.iterdir()} == edited != before  # hosts as found
     rc, c = cli(*base(stack), "show", result.run_id)
     assert rc == 0 and "verdict interaction" in c.out
+
+
+def test_an_interrupt_during_the_perf_reference_trial_puts_the_hosts_back(tmp_path, health):
+    """A perf probe's first trial (the baseline, measured before the search starts) edits the hosts
+    like any other trial: Ctrl-C during it restores them and releases the lock, as during any trial."""
+    from envbisect.inputs.playbook import load_playbook
+    from envbisect.runs.bisect import BisectOptions, BisectRun
+    from envbisect.runs.deployment import Deployment
+    from envbisect.state.store import Store
+    from envbisect.trials.runner import TrialRunner
+
+    perf = f'[probes.speed]\nkind = "perf"\nurl = "{health}"\n'
+    stack = CliStack(tmp_path, health, FAILS_ON_BAD + perf, name="inproc-ref")
+    applied: list[tuple[str, ...]] = []
+
+    class InterruptedRunner(TrialRunner):
+        def run(self, n, unit_ids, probes, purpose, stop_after=1, kind=None, *a, **kw):  # noqa: ANN001
+            config = self.delta_ids(unit_ids)
+            self.apply(config)  # the baseline trial's edit, journaled by the real editor
+            applied.append(config)
+            raise KeyboardInterrupt
+
+        probe_running = run
+
+    rc, c = cli(*base(stack), "snapshot", "--label", "noon")
+    assert rc == 0, c.err
+    stack.tree.edit("decode", DECODE + "export BAD=1\nexport OTHER=2\n")
+    edited = {p.name: p.read_bytes() for p in stack.tree.conf.iterdir()}
+    with Deployment(load_playbook(stack.playbook), Store(stack.store)) as dep:
+        run = BisectRun(dep, BisectOptions(probe="speed"), runner_factory=InterruptedRunner)
+        with pytest.raises(KeyboardInterrupt):
+            run.start(dep.diff(against="noon"))
+        assert applied == [()]  # the interrupt came during the reference trial, after its edit
+        assert {p.name: p.read_bytes() for p in stack.tree.conf.iterdir()} == edited  # put back
+        run.refuse_unrestored()  # the lock is free: nothing is left for `envbisect restore`

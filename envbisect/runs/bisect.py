@@ -352,9 +352,9 @@ class BisectRun:
         self.watch = SymptomWatch(list(s.units), enabled=not s.probe.is_perf)
         self.trials = [self.watch.see(t) for t in done]
         feed(search, self.trials, self.corrections, observation)
-        reference = self._perf_reference(s.probe, runner, done, notes, len(s.deltas), len(s.units))
         stop = install_signal_handlers()
-        try:
+        try:  # the perf reference is a trial like the others: an interrupt during it puts the hosts back
+            reference = self._perf_reference(s.probe, runner, done, notes, len(s.deltas), len(s.units))
             verdict = self._search(search, runner, s, reference, notes)
             found = self._conclude(verdict, search, runner, s, notes)
             state_left, final = self._leave(found, runner, s, notes)
