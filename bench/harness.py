@@ -393,7 +393,8 @@ def run_envbisect(lab: Lab, policy: str, auto_link: bool = True, split_twins: bo
         from envbisect.search.hints import fold
 
         verdict, refined = fold(verdict, twins)
-    refined = {**refined, **_split_after(lab, verdict, {u: m for u, m in units.items() if u not in twins}, search)}
+    # a twin the search folded back (its sides passed alone and together) is split after the verdict, as BisectRun does
+    refined = {**refined, **_split_after(lab, verdict, {u: m for u, m in units.items() if u not in refined}, search)}
     if not VerdictKind(verdict.kind).names_changes:
         return Answer(None, verdict.kind)
     terms = frozenset(frozenset(_deltas_of({**units, **refined}, t)) for t in verdict.terms)

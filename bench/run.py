@@ -309,9 +309,9 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="processes for the oracle benchmark (default 2)")
     ap.add_argument("--only", default="",
                     help="comma-separated subset of: snapshot,e2e,search,incidents,perf,other,fleet")
-    ap.add_argument("--mix-twins", action="store_true",
-                    help="incidents: the search is given the twins on the mix too (by default a guilty twin is split "
-                         "after the verdict there, as BisectRun does while it does not pass them; bench/README.md)")
+    ap.add_argument("--mix-twins", action=argparse.BooleanOptionalAction, default=True,
+                    help="incidents: the search is given the twins on the mix, as BisectRun does (default); "
+                         "--no-mix-twins: every guilty twin is split after the verdict instead (bench/README.md)")
     args = ap.parse_args()
     known = ("snapshot", "e2e", "search", "incidents", "perf", "other", "fleet")
     only = set(args.only.split(",")) if args.only else set(known)

@@ -131,3 +131,47 @@ def test_twins_of_keeps_declared_links_whole_and_puts_the_failing_side_first():
     assert twins_of(units, declared=["Y"]) == {TWIN: ("member:decode:X", "member:prefill:X")}
     assert member_units(twins_of(units)) == {"member:decode:X": ("decode:X",), "member:prefill:X": ("prefill:X",),
                                              "member:decode:Y": ("decode:Y",), "member:prefill:Y": ("prefill:Y",)}
+
+
+def play_partial_restart(policy, units, twins=None):
+    """(verdict, restarts) on a partial restart: the running stack fails (the free probe of current),
+    every co-restarted config passes."""
+    s = POLICIES[policy].search(units, twins=twins)
+    for _ in range(200):
+        step = s.next()
+        if isinstance(step, Verdict):
+            return step, s.trials
+        failures = step.stop_after if step.free else 0
+        s.observe(Observation(step.config, 0 if failures else step.probes, failures=failures, free=step.free))
+    raise AssertionError("no verdict")
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_a_partial_restart_with_a_twin_costs_no_more_than_the_twin_kept_whole(policy):
+    """Every co-restarted config passes, so the bisection ends on the last unit. When that unit is
+    a twin whose sides pass alone and together, current is co-restarted next (only the running
+    stack failed with it), never one trial per (side, unit) pair. Policy fast, the twin kept
+    whole, co-restarts current right after the bisection (confident at once); split, it first
+    asks the sides (alone, together: with a retest, four trials)."""
+    units = [f"u{i}" for i in range(15)]
+    for pos in (0, 7, 15):
+        with_link = units[:pos] + [TWIN] + units[pos:]
+        v, restarts = play_partial_restart(policy, with_link, twins_of({TWIN: SIDES}))
+        v0, restarts0 = play_partial_restart(policy, with_link)
+        assert v.kind == v0.kind == "not-reproduced" and not v.culprits, (pos, v)
+        assert restarts <= restarts0 + (4 if policy == "fast" else 0), (policy, pos, restarts, restarts0)
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("needs", [set(SIDES), {"decode:X"}], ids=["both-sides", "one-side"])
+def test_a_twin_that_needs_a_partner_is_searched_whole_and_its_partner_named(policy, needs):
+    """The twin (or one side of it) breaks the stack only with u2. Its sides pass alone and
+    together, so its partner is bisected with the twin as one unit: the verdict names u2 and the
+    twin (never an innocent unit paired with a side), at most three trials (the sides alone,
+    together) over the twin kept whole."""
+    twins = twins_of({TWIN: SIDES})
+    for pos in (3, 6):
+        v, restarts, _ = play(policy, with_twin(pos), lambda d: needs | {"u2"} <= d, twins)
+        v0, restarts0, _ = play(policy, with_twin(pos), lambda d: needs | {"u2"} <= d)
+        assert v.kind == v0.kind == "interaction" and set(v.culprits) == {"u2", TWIN}, (policy, pos, v)
+        assert restarts <= restarts0 + 3, (policy, pos, restarts, restarts0)

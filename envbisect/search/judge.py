@@ -186,6 +186,46 @@ class Judge:
             resolved=tuple((grown.expand(m), k, f) for m, k, f in self.resolved),
             other=_frozen({grown.expand(m): ts for m, ts in self.other.items()}))
 
+    def failed_restarted(self, term: int) -> bool:
+        """A config that holds ``term`` failed after a co-restart (not only as the stack was running)."""
+        return any(ev.restarted_fail and m & term == term for m, ev in self.configs.items())
+
+    def corestart_current(self) -> TrialRequest:
+        """Current co-restarted: whether the failure comes back after a full ordered co-restart."""
+        return TrialRequest(frozenset(self.names(self.all)), self.rules.premise_probes,
+                            "confirm after a co-restart: current failed as it was running", kind=TrialKind.CONFIRM)
+
+    def foldable(self, unit: int) -> bool:
+        """Split twin ``unit`` can be one unit again: none of its members is in a dependency."""
+        members = self.split.get(unit, 0)
+        return bool(members) and not any((members >> e) & 1 or partners & members
+                                         for e, partners in self.needs.items())
+
+    def with_fold(self, unit: int) -> "Judge":
+        """Split twin ``unit`` one unit again (never split again): its members, in the order, give
+        way to it in the place of the first; a config that held every member holds the unit, one
+        that held some of them only is dropped (the units of the search cannot say it: each of
+        them passed alone, which the unit passing alone implies)."""
+        members = self.split[unit]
+        split = {u: m for u, m in self.split.items() if u != unit}
+
+        def back(m: int) -> int | None:
+            if m & members == members:
+                return (m & ~members) | (1 << unit)
+            return m if not m & members else None
+
+        order: list[int] = []
+        for u in self.order:
+            if not (members >> u) & 1:
+                order.append(u)
+            elif unit not in order:
+                order.append(unit)
+        kept = {back(m): ev for m, ev in self.configs.items() if back(m) is not None}
+        return dataclasses.replace(
+            self, split=_frozen(split), order=tuple(order), configs=_frozen(kept),
+            resolved=tuple((back(m), k, f) for m, k, f in self.resolved if back(m) is not None),
+            other=_frozen({back(m): ts for m, ts in self.other.items() if back(m) is not None}))
+
     def expand(self, mask: int) -> int:
         """``mask`` with every split twin replaced by its members."""
         for unit, members in self.split.items():

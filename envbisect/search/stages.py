@@ -6,8 +6,8 @@ A stage is a value (frozen, so the search's state is just "which stage, over whi
 reads the evidence through `EvidenceReader` and says what to do next, never changing anything:
 
 - ``step(ev, post)``: a TrialRequest, a `Move` (another stage; `NewFrame`: a culprit accepted;
-  `Split`: a twin found, to be tested member by member; after each the caller re-judges the
-  posterior), or None when the stage has nothing to ask;
+  `Split`: a twin found, to be tested member by member; `Fold`: a split twin one unit again;
+  after each the caller re-judges the posterior), or None when the stage has nothing to ask;
 - ``after_failure(ev)``: a Move an observed failure settles, applied before the posterior is
   judged (after a failed fix check the frame must change first), or None;
 - ``settle(ev, post)``: a Move the posterior settles (a converged bisection, a unit that passed
@@ -32,6 +32,9 @@ class EvidenceReader(Protocol):
 
     def status(self, mask: int, post: Belief) -> str: ...
     def splittable(self, unit: int) -> bool: ...
+    def foldable(self, unit: int) -> bool: ...
+    def failed_restarted(self, term: int) -> bool: ...
+    def corestart_current(self) -> TrialRequest: ...
     def failed(self, mask: int) -> bool: ...
     def up(self, mask: int) -> int: ...
     def fix_mask(self, term: int) -> int: ...
@@ -55,6 +58,15 @@ class NewFrame:
 @dataclass(frozen=True)
 class Split:
     """The bisection found twin ``unit`` (order[g]): replace it by its members, then `SplitTwin`."""
+
+    unit: int
+    g: int
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Split twin ``unit`` passed alone, each member and all together: it is one unit again, at
+    order[g], and its partner is searched for as the partner of any unit that passes alone."""
 
     unit: int
     g: int
@@ -143,8 +155,13 @@ class SplitTwin(_Stage):
     """Twin ``twin`` (one change in several services) was found and split: its members are
     order[g : g + count], the one to test first first. The test that would ask whether the twin
     breaks the stack alone asks it of one member at a time instead: the first that fails alone is
-    the term (its fix, current without it, then shows whether the other side is innocent); when
-    every member passes alone, they fail only together."""
+    the term (its fix, current without it, then shows whether the other side is innocent). When
+    every member passes alone, the members together alone: failing, they fail only together;
+    passing, the twin needs a partner, and the twin is folded back into one unit first, so the
+    partner is bisected among units (a side and its partner are not terms the search can hold:
+    over the sides, the checks would test one (side, unit) pair per trial). Before that, if only
+    the running stack has failed with the twin, current is co-restarted: on a partial restart it
+    passes, and the search ends there (not reproduced) instead of searching for a partner."""
 
     twin: int
     g: int
@@ -162,13 +179,31 @@ class SplitTwin(_Stage):
             if st in ("untested", "weak"):
                 return ev.request(alone, f"confirm: does {ev.units[m]} break the stack alone, without the other "
                                          f"side of {ev.units[self.twin]}?", post, TrialKind.CONFIRM)
-        return self._together(ev)
+        moved = self._together(ev, post)
+        if moved is not None:
+            return moved
+        together = ev.up(self._term(ev))
+        if ev.status(together, post) == "pass":
+            return ev.corestart_current()
+        names = " + ".join(ev.units[m] for m in self._members(ev))
+        return ev.request(together, f"confirm: do {names} break the stack together, alone?", post, TrialKind.CONFIRM)
 
-    def _together(self, ev: EvidenceReader) -> "CheckTerm":
+    def _term(self, ev: EvidenceReader) -> int:
         term = 0
         for m in self._members(ev):
             term |= 1 << m
-        return CheckTerm(term)
+        return term
+
+    def _together(self, ev: EvidenceReader, post: Belief) -> "Move | None":
+        """Every member passed alone: they fail only together, or (passing together too) the
+        twin, one unit again, needs a partner; None while a trial is to tell (the members together
+        alone, or current after a co-restart)."""
+        if not ev.foldable(self.twin):
+            return CheckTerm(self._term(ev))
+        st = ev.status(ev.up(self._term(ev)), post)
+        if st == "pass":
+            return Fold(self.twin, self.g) if ev.failed_restarted(self._term(ev)) else None
+        return CheckTerm(self._term(ev)) if st == "fail" else None
 
     def after_failure(self, ev: EvidenceReader) -> "Move | None":
         for m in self._members(ev):
@@ -178,7 +213,7 @@ class SplitTwin(_Stage):
 
     def settle(self, ev: EvidenceReader, post: Belief) -> "Move | None":
         if all(ev.status(ev.up(1 << m), post) == "pass" for m in self._members(ev)):
-            return self._together(ev)
+            return self._together(ev, post)
         return None
 
 
@@ -226,12 +261,12 @@ class Exhausted(_Stage):
 
 
 Stage = Union[FindUnit, CheckAlone, SplitTwin, FindPartner, CheckTerm, Exhausted]
-Move = Union[Stage, NewFrame, Split]
+Move = Union[Stage, NewFrame, Split, Fold]
 
 
 def is_move(x: object) -> bool:
-    return isinstance(x, (_Stage, NewFrame, Split))
+    return isinstance(x, (_Stage, NewFrame, Split, Fold))
 
 
-__all__ = ["EvidenceReader", "NewFrame", "Split", "Stage", "Move", "is_move", "FindUnit", "CheckAlone", "SplitTwin",
-           "FindPartner", "CheckTerm", "Exhausted"]
+__all__ = ["EvidenceReader", "NewFrame", "Split", "Fold", "Stage", "Move", "is_move", "FindUnit", "CheckAlone",
+           "SplitTwin", "FindPartner", "CheckTerm", "Exhausted"]

@@ -12,7 +12,8 @@ from typing import Mapping, Sequence
 
 from envbisect.search import checks, dependency, explain
 from envbisect.search.judge import Judge, Rules
-from envbisect.search.stages import Exhausted, FindUnit, Move, NewFrame, Split, SplitTwin, Stage, is_move
+from envbisect.search.stages import (CheckAlone, Exhausted, FindUnit, Fold, Move, NewFrame, Split, SplitTwin, Stage,
+                                     is_move)
 from envbisect.search.types import Hypothesis, Observation, Prior, TrialKind, TrialRequest, Verdict
 
 
@@ -178,6 +179,9 @@ class Search:
             count = len(self._judge.twins[move.unit])
             self._judge = self._judge.with_split(move.unit)
             self._stage = SplitTwin(move.unit, move.g, count)
+        elif isinstance(move, Fold):
+            self._judge = self._judge.with_fold(move.unit)
+            self._stage = CheckAlone(move.g)  # it passed alone: settles to its partner search
         elif isinstance(move, NewFrame):
             self._judge = self._judge.with_term(move.term, move.fix)
             self._stage = FindUnit() if self._judge.order else Exhausted()
