@@ -99,3 +99,30 @@ def test_what_cannot_be_split_stays_one_whole_file_delta_with_a_note(new, why):
 def test_a_script_line_without_flags_is_a_plain_file_change():
     deltas, notes, _ = split(OLD, OLD.replace("4,5,6,7", "0,1"))
     assert [d.kind for d in deltas] == [DeltaKind.FILE] and not notes
+
+
+DEBUG_BRANCH = """#!/bin/bash
+if [ -n "${DECODE_DEBUG:-}" ]; then
+  exec python -m sglang.launch_server --attention-backend flashinfer --log-level debug
+fi
+exec python -m sglang.launch_server --attention-backend flashinfer --mem-fraction-static 0.8
+"""
+
+
+def test_a_changed_line_whose_program_words_another_line_has_too_stays_one_whole_file_delta():
+    # a debug branch above the real line runs the same program: a flag state read back from the file
+    # could come from either line, so the change is not split per flag
+    new = DEBUG_BRANCH.replace("flashinfer --mem-fraction-static 0.8", "triton --mem-fraction-static 0.85")
+    deltas, notes, _ = split(DEBUG_BRANCH, new)
+    assert [(d.id, d.kind) for d in deltas] == [(f"file:node1:{PATH}", DeltaKind.FILE)]
+    assert notes == [f"node1:{PATH}: compared as a whole file, not per flag: its command line (line 5) runs "
+                     "the same program words as line 3, so a flag's state in the file is ambiguous"]
+
+
+def test_a_flag_is_neither_old_nor_new_when_two_lines_run_its_program():
+    deltas, _, _ = split(OLD, NEW)
+    tp = next(d for d in deltas if d.flag == "--tp")
+    assert flag_holds(NEW.encode(), tp) is True and flag_holds(OLD.encode(), tp) is False
+    twice = NEW.replace("exec python", "if [ -n \"$DEBUG\" ]; then\n  exec python -m sglang.launch_server --tp 2\nfi\n"
+                                       "exec python", 1)
+    assert flag_holds(twice.encode(), tp) is None

@@ -108,3 +108,19 @@ def test_sigkill_during_a_command_line_trial_then_restore_is_byte_identical(scen
     assert json.loads(r.stdout)["restored"] is True
     assert tree_fingerprint(s.sim) == before and path.read_text() == new
     assert all_healthy(s.sim)
+
+
+def test_the_script_a_start_command_runs_is_watched_without_being_named(scenario, sshd):
+    # bin/start is not in [watch] paths; a flag added to decode's line in it is still a delta
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
+    s.baseline()
+    script = s.sim.start_script
+    text = script.read_text()
+    new = text.replace("--prefill-bootstrap http", "--attention-backend triton --prefill-bootstrap http")
+    assert new != text
+    script.write_text(new)
+    with s.deployment() as dep:
+        diff = dep.diff(against="good")
+        assert dep.round_trips() == {"node1": 1}
+    ids = {d.id for d in diff.deltas}
+    assert any(i.startswith(f"file:node1:{script}") for i in ids), (ids, diff.notes)

@@ -501,3 +501,14 @@ def test_same_change_works_out_the_value_when_the_host_could_not():
     assert same_change(delta("decode", "${KV_PAGE:-128}", None, {})) == same_change(prefill)
     assert same_change(delta("decode", "${KV_PAGE:-128}", None, {"KV_PAGE": "64"})) != same_change(prefill)
     assert same_change(delta("decode", "$(echo 128)", None, {})) != same_change(prefill)
+
+
+def test_every_key_of_a_multi_assignment_line_is_evaluated_and_none_is_drift(tree, tmp_path):
+    tree.edit("decode", NOON + "export SGLANG_FOO=1 SGLANG_BAR=2 SGLANG_BAZ=$HF_HOME\n")
+    tree.procs.append(start_from_file(tree, "decode"))
+    with open_dep(tree, tmp_path / "store") as dep:
+        snap = dep.snapshot("noon")
+        diff = dep.diff(against="noon")
+    ps = snap.hosts["node1"].processes["decode"]
+    assert ps.environ["SGLANG_BAR"] == "2" and ps.environ["SGLANG_BAZ"] == "/data/hf"
+    assert diff.deltas == () and diff.drift == ()

@@ -2,6 +2,7 @@
 on every host in one round trip and its answer becomes the typed state (envbisect.state.snapshot)."""
 from __future__ import annotations
 
+import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
@@ -24,7 +25,7 @@ def collect_request(playbook: Playbook, host: str, *, since: float | None = None
     return {
         "max_size": playbook.max_file_size,
         "env_files": [s.env_file for s in services],
-        "watch": list(playbook.watch_paths.get(host, ())),
+        "watch": list(playbook.watch_paths.get(host, ())) + start_scripts(playbook, host),
         "repos": [{"path": r.path, "log_from": (log_from or {}).get(r.path),
                    "keep": list((keep_dirty or {}).get(r.path, ()))} for r in playbook.repos_on(host)],
         "processes": [{"service": s.name, "pid_file": s.pid_file, "env_file": s.env_file} for s in services],
@@ -33,6 +34,29 @@ def collect_request(playbook: Playbook, host: str, *, since: float | None = None
         "clock_only": clock_only,
         "keep_sourced": {e: list(ps) for e, ps in (keep_sourced or {}).items()},
     }
+
+
+# Programs a package manager installs: what a start command runs from here is no deployment's script.
+_SYSTEM_DIRS = ("/bin/", "/sbin/", "/usr/bin/", "/usr/sbin/", "/usr/lib/", "/usr/libexec/")
+
+
+def start_scripts(playbook: Playbook, host: str) -> list[str]:
+    """The scripts the services' start commands run (an absolute first word outside the system's
+    program folders) that no [watch] path covers: a change in one is a change of how the service
+    starts, so it is snapshotted as a watched file of its own, in the same round trip."""
+    roots = [r.rstrip("/") for r in playbook.watch_paths.get(host, ())]
+    out: list[str] = []
+    for s in playbook.services_on(host):
+        try:
+            words = shlex.split(s.start)
+        except ValueError:
+            continue
+        first = words[0] if words else ""
+        if not first.startswith("/") or first.startswith(_SYSTEM_DIRS) or first in out:
+            continue
+        if not any(first == r or first.startswith(r + "/") for r in roots):
+            out.append(first)
+    return out
 
 
 def _env_files(playbook: Playbook, host: str) -> dict[str, str]:

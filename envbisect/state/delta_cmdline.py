@@ -120,7 +120,30 @@ def changed_command(path: str, old: bytes, new: bytes) -> CommandSides | str | N
         diff_args(old_args, new_args)
     except ArgStringError as e:
         return f"its command line (line {_line_number(old_text, o.start)}) is not a list of flags ({e})"
+    for text, spans, args in ((old_text, old_lines, old_args), (new_text, new_lines, new_args)):
+        twin = next(iter(_program_lines(path, text, spans, _program(args)) - {i}), None)
+        if twin is not None:  # a flag's state read back from the file could come from the other line
+            return (f"its command line (line {_line_number(old_text, o.start)}) runs the same program words as line "
+                    f"{_line_number(text, spans[twin][0])}, so a flag's state in the file is ambiguous")
     return CommandSides(o, n, old_args, new_args)
+
+
+def _program(args: ArgString) -> tuple[str, ...]:
+    return tuple(w.value for w in args.positional)
+
+
+def _program_lines(path: str, text: str, spans: list[tuple[int, int]], program: tuple[str, ...]) -> set[int]:
+    """The logical lines of `text` that are command lines running `program` (their words before the flags)."""
+    out = set()
+    for i, span in enumerate(spans):
+        line = command_line(path, text, i, span)
+        try:
+            have = parse_args(line.args) if line is not None else None
+        except ArgStringError:
+            continue
+        if have is not None and _program(have) == program:
+            out.add(i)
+    return out
 
 
 def _line_number(text: str, at: int) -> int:
@@ -258,24 +281,21 @@ def flag_file(key: tuple[str, str], file_deltas: Sequence[Delta], applied: Itera
 
 def flag_holds(data: bytes | None, d: Delta) -> bool | None:
     """Is the flag delta `d` in its new state in the file `data` (True), its old (False), or neither
-    (None: no command line of the file has the delta's program words)? By the flag's values, as the
-    delta was found, whatever the line's other flags are."""
+    (None: no command line of the file has the delta's program words, or several have)? By the flag's
+    values, as the delta was found, whatever the line's other flags are."""
     try:
         text = (data or b"").decode("utf-8")
         want_old, want_new = parse_args(d.args_old or ""), parse_args(d.args_new or "")
     except (UnicodeDecodeError, ArgStringError):
         return None
-    program = tuple(w.value for w in want_old.positional)
+    program = _program(want_old)
     old, new = (f.values if f else None for f in (want_old.get(d.flag or ""), want_new.get(d.flag or "")))
-    for i, span in enumerate(logical_lines(text)):
-        line = command_line(d.path, text, i, span)
-        try:
-            have = parse_args(line.args) if line is not None else None
-        except ArgStringError:
-            continue
-        if have is None or tuple(w.value for w in have.positional) != program:
-            continue
-        now = have.get(d.flag or "")
-        value = now.values if now else None
-        return True if value == new else False if value == old else None
-    return None
+    spans = logical_lines(text)
+    lines = _program_lines(d.path, text, spans, program)
+    if len(lines) != 1:  # none, or several: which one the delta came from is not known here
+        return None
+    (i,) = lines
+    line = command_line(d.path, text, i, spans[i])
+    now = parse_args(line.args).get(d.flag or "") if line is not None else None
+    value = now.values if now else None
+    return True if value == new else False if value == old else None

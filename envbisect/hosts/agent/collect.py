@@ -462,7 +462,7 @@ def eval_env_file(path, environ, pid=None):
     except OSError as e:
         out["file_eval_error"] = "cannot read %s: %s" % (path, e.strerror or e)
         return out
-    keys = sorted(set(ASSIGN_RE.findall(data.decode("utf-8", "surrogateescape"))))
+    keys = assigned_keys(data.decode("utf-8", "surrogateescape"))
     env = dict((k, v) for k, v in environ.items() if k not in keys)
     out["file_eval_keys"] = keys
     out["file_eval_sha256"] = hashlib.sha256(data).hexdigest()
@@ -516,6 +516,7 @@ MAX_SOURCED = 8  # resolved files per env file ("a handful"); later lines are re
 SOURCE_RE = re.compile(r"(?:^|[;&|({]|\b(?:then|do|else|elif)\b)[ \t]*(?:\.|source)[ \t]+(?=[^ \t])")
 ASSIGN_LINE_RE = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=")
 NEXT_ASSIGN_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
+NEXT_ASSIGN_OR_APPEND_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\+?=")
 UNSET_RE = re.compile(r"^[ \t]*unset[ \t]+([A-Za-z_][A-Za-z0-9_ \t]*)")
 WORD_END = " \t;&|)<>"
 
@@ -691,6 +692,19 @@ def resolve_path(value, env_dir, search_path):
                 return cand, False
     joined = os.path.join(env_dir, value)
     return (joined if ".." in joined.split("/") else os.path.normpath(joined)), True
+
+
+def assigned_keys(text):
+    """The names the file assigns, every assignment of a line (``export A=1 B=2`` assigns A and B)."""
+    keys = set(ASSIGN_RE.findall(text))
+    for _lineno, line in logical_lines(text):
+        a = ASSIGN_RE.match(line)
+        while a:
+            keys.add(a.group(1))
+            end = lex_word(line, a.end())[0]
+            rest = end + len(line[end:]) - len(line[end:].lstrip(" \t"))
+            a = NEXT_ASSIGN_OR_APPEND_RE.match(line, rest) if rest > end else None
+    return sorted(keys)
 
 
 def source_lines(text, known):
