@@ -210,3 +210,46 @@ def test_an_interrupt_during_the_perf_reference_trial_puts_the_hosts_back(tmp_pa
         assert applied == [()]  # the interrupt came during the reference trial, after its edit
         assert {p.name: p.read_bytes() for p in stack.tree.conf.iterdir()} == edited  # put back
         run.refuse_unrestored()  # the lock is free: nothing is left for `envbisect restore`
+
+
+def test_every_trial_a_bisection_records_is_announced_first_the_refine_trials_too(stack):
+    """A twin that fails only with a partner is named whole with it, and its sides are then tested
+    apart (`_refine_links`): those trials are announced with trial-start like every other, so the
+    progress shows each as `trial N · ...`, never a bare result line."""
+    from hosttree import PREFILL
+
+    from envbisect.inputs.playbook import load_playbook
+    from envbisect.outcome import Outcome
+    from envbisect.runs.bisect import BisectOptions, BisectRun
+    from envbisect.runs.deployment import Deployment
+    from envbisect.state.store import Store
+    from envbisect.trials.probe import ProbeRun
+    from envbisect.trials.runner import Trial, TrialRunner
+
+    class OracleRunner(TrialRunner):
+        def run(self, n, unit_ids, probes, purpose, stop_after=1, kind=None, *a, **kw):  # noqa: ANN001
+            config = self.delta_ids(unit_ids)
+            bad = {"prefill:TWIN", "decode:TWIN", "decode:BAD"} <= set(config)
+            outcome = Outcome.FAIL if bad else Outcome.PASS
+            runs = tuple(ProbeRun(self.probe.name, "oracle", outcome, "oracle", (), 0.01)
+                         for _ in range(1 if bad else probes))
+            return Trial(n, purpose, tuple(unit_ids), config, outcome, "oracle", runs, kind=kind or Trial.kind)
+
+        probe_running = run
+
+    rc, c = cli(*base(stack), "snapshot", "--label", "noon")
+    assert rc == 0, c.err
+    stack.tree.edit("decode", DECODE + "export TWIN=1\nexport BAD=1\nexport THIRD=3\n")
+    stack.tree.edit("prefill", PREFILL + "export TWIN=1\n")
+    events: list[tuple[str, dict]] = []
+    with Deployment(load_playbook(stack.playbook), Store(stack.store)) as dep:
+        run = BisectRun(dep, BisectOptions(), runner_factory=OracleRunner,
+                        on_event=lambda kind, data: events.append((kind, data)))
+        result = run.start(dep.diff(against="noon"))
+    assert result.verdict.kind == "interaction", result.verdict
+    assert set(result.culprit_deltas) == {"prefill:TWIN", "decode:TWIN", "decode:BAD"}
+    refine = [t.n for t in result.trials if t.kind.value == "refine"]
+    assert refine, [t.kind for t in result.trials]  # the sides were tested apart after the verdict
+    started = [d["n"] for k, d in events if k == "trial-start"]
+    ended = [d["trial"].n for k, d in events if k == "trial-end"]
+    assert ended and all(n in started for n in ended), (started, ended)

@@ -165,7 +165,7 @@ class Progress:
             eta = f" · ETA {fmt_s(data['eta_s'])}" if data.get("eta_s") else ""
             total = f"/~{data['expected_total']}" if data.get("expected_total") else ""
             self.env.err.print(Text.assemble(bold(f"trial {data['n']}{total}"), f" · {data['purpose']} · "
-                                    f"{config_label(data['config'], data.get('total_deltas', 0))}{eta}"))
+                                    f"{config_label(data['config'], self.total)}{eta}"))
         elif kind == "trial-end":
             t = data["trial"]
             style = {"pass": "green", "fail": "red", "start-failure": "red", "unresolved": "yellow"}[t.outcome]

@@ -546,8 +546,10 @@ class BisectRun:
                 runner.units = {**runner.units, **test.member_units}
                 trial = recorded_refine(self.trials, self.corrections, runner.delta_ids(test.config(m)))
                 if trial is None:
-                    trial = runner.run(len(self.trials) + 1, test.config(m), search.pass_runs(), test.purpose(m),
-                                       kind=TrialKind.REFINE)
+                    n = len(self.trials) + 1
+                    self.on_event("trial-start", {"n": n, "purpose": test.purpose(m), "eta_s": None,
+                                                  "config": runner.delta_ids(test.config(m))})
+                    trial = runner.run(n, test.config(m), search.pass_runs(), test.purpose(m), kind=TrialKind.REFINE)
                     if self.watch is not None:
                         trial = self.watch.see(trial)
                     self._record(trial)
