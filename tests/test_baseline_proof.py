@@ -287,3 +287,54 @@ def test_an_auto_linked_member_failing_another_way_keeps_the_group_whole():
     refined, apart, notes = {}, [], []
     judge_apart(test, [("prefill:X", passed), ("decode:X", other)], refined, apart, notes)
     assert refined == {} and "no evidence about it" in notes[0], notes
+
+
+def _refine(n, key, failed, symptom=None):
+    return Trial(n, "refine", (key,), (key,), Outcome.FAIL if failed else Outcome.PASS, "oracle",
+                 symptom=symptom or ("same" if failed else None), kind=TrialKind.REFINE)
+
+
+def test_three_linked_sides_two_needed_together_name_those_two_not_the_third():
+    """One change in prefill, decode and router, the fault needing prefill's and decode's sides: each
+    side alone passes, the link without router fails, without prefill or decode it passes. Only the two
+    needed sides are blamed; router's is innocent and never named."""
+    from envbisect.runs.plan import ApartTest, judge_apart
+
+    sides = ("prefill:T", "decode:T", "router:T")
+    test = ApartTest("linked:T", sides, ())
+    assert test.keys == sides + tuple("without:" + m for m in sides)
+    assert test.config("without:router:T") == ["member:prefill:T", "member:decode:T"]
+    fails = {"without:router:T"}
+    tested = [(k, _refine(i, k, k in fails)) for i, k in enumerate(test.keys, 5)]
+    refined, apart, notes = {}, [], []
+    judge_apart(test, tested, refined, apart, notes)
+    assert refined == {"linked:T": ("prefill:T", "decode:T")}, notes
+    assert "linked:T without router:T failed (trial 10)" in apart[0]
+
+
+def test_three_linked_sides_name_one_only_when_the_link_without_it_was_seen_to_pass():
+    from envbisect.runs.plan import ApartTest, judge_apart
+
+    sides = ("prefill:T", "decode:T", "router:T")
+    test = ApartTest("linked:T", sides, ())
+    # decode alone fails; the link without decode (prefill + router) passes: decode alone is to blame
+    fails = {"decode:T", "without:prefill:T", "without:router:T"}
+    refined, apart, notes = {}, [], []
+    judge_apart(test, [(k, _refine(i, k, k in fails)) for i, k in enumerate(test.keys)], refined, apart, notes)
+    assert refined == {"linked:T": ("decode:T",)}, notes
+    # ... but when prefill + router fail together too, naming decode alone would leave them: the group
+    fails |= {"without:decode:T"}
+    refined, apart, notes = {}, [], []
+    judge_apart(test, [(k, _refine(i, k, k in fails)) for i, k in enumerate(test.keys)], refined, apart, notes)
+    assert refined == {} and "not decided" in notes[0], notes
+
+
+def test_three_linked_sides_any_two_of_which_break_it_are_reported_whole_with_a_note():
+    from envbisect.runs.plan import ApartTest, judge_apart
+
+    sides = ("prefill:T", "decode:T", "router:T")
+    test = ApartTest("linked:T", sides, ())
+    fails = {"without:" + m for m in sides}
+    refined, apart, notes = {}, [], []
+    judge_apart(test, [(k, _refine(i, k, k in fails)) for i, k in enumerate(test.keys)], refined, apart, notes)
+    assert refined == {} and "not decided" in notes[0], notes

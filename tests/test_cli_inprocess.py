@@ -253,3 +253,40 @@ def test_every_trial_a_bisection_records_is_announced_first_the_refine_trials_to
     started = [d["n"] for k, d in events if k == "trial-start"]
     ended = [d["trial"].n for k, d in events if k == "trial-end"]
     assert ended and all(n in started for n in ended), (started, ended)
+
+
+def test_a_change_in_three_services_of_which_two_are_needed_names_those_two(stack):
+    """The same change in prefill, decode and router, auto-linked; the fault needs prefill's and
+    decode's sides together. Router's side is innocent: it is not named, and the explanation shows the
+    trial that left it out."""
+    from hosttree import PREFILL, ROUTER
+
+    from envbisect.inputs.playbook import load_playbook
+    from envbisect.outcome import Outcome
+    from envbisect.runs.bisect import BisectOptions, BisectRun
+    from envbisect.runs.deployment import Deployment
+    from envbisect.state.store import Store
+    from envbisect.trials.probe import ProbeRun
+    from envbisect.trials.runner import Trial, TrialRunner
+
+    class OracleRunner(TrialRunner):
+        def run(self, n, unit_ids, probes, purpose, stop_after=1, kind=None, *a, **kw):  # noqa: ANN001
+            config = self.delta_ids(unit_ids)
+            bad = {"prefill:TRI", "decode:TRI"} <= set(config)
+            outcome = Outcome.FAIL if bad else Outcome.PASS
+            runs = tuple(ProbeRun(self.probe.name, "oracle", outcome, "oracle", (), 0.01)
+                         for _ in range(1 if bad else probes))
+            return Trial(n, purpose, tuple(unit_ids), config, outcome, "oracle", runs, kind=kind or Trial.kind)
+
+        probe_running = run
+
+    rc, c = cli(*base(stack), "snapshot", "--label", "noon")
+    assert rc == 0, c.err
+    stack.tree.edit("decode", DECODE + "export TRI=1\nexport OTHER=2\n")
+    stack.tree.edit("prefill", PREFILL + "export TRI=1\n")
+    stack.tree.edit("router", ROUTER + "export TRI=1\n")
+    with Deployment(load_playbook(stack.playbook), Store(stack.store)) as dep:
+        result = BisectRun(dep, BisectOptions(), runner_factory=OracleRunner).start(dep.diff(against="noon"))
+    assert result.verdict.kind in ("culprit", "interaction"), result.verdict
+    assert set(result.culprit_deltas) == {"prefill:TRI", "decode:TRI"}, (result.culprit_deltas, result.notes)
+    assert "without router:TRI failed" in result.verdict.explanation

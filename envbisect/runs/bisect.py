@@ -542,7 +542,7 @@ class BisectRun:
         apart: list[str] = []  # observed sentences for the verdict's explanation
         for test in linked_to_refine(verdict, units, self.declared_links):
             tested: list[tuple[str, Trial]] | None = []
-            for m in test.members:
+            for m in test.keys:
                 runner.units = {**runner.units, **test.member_units}
                 trial = recorded_refine(self.trials, self.corrections, runner.delta_ids(test.config(m)))
                 if trial is None:

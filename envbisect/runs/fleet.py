@@ -251,7 +251,7 @@ class FleetRun:
         rounds = 0
         for test in linked_to_refine(verdict, units, self.declared_links):
             tested: list[tuple[str, Trial]] | None = []
-            todo = list(test.members)
+            todo = list(test.keys)
             while todo and tested is not None:
                 active = self._healthy(notes)
                 if not active:

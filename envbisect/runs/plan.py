@@ -93,7 +93,10 @@ def make_units(deltas: Sequence[Delta], link: Iterable[str],
 
 @dataclass(frozen=True)
 class ApartTest:
-    """An auto-linked unit found guilty, to be tested member by member (each with the rest of its term)."""
+    """An auto-linked unit found guilty, to be tested member by member (each with the rest of its term).
+    With more than two members, a member alone says nothing of a pair among them, so each member is
+    also left out of the whole link once (`keys` "without:M"): the sides needed together are those
+    whose absence makes it pass."""
     unit: str
     members: tuple[str, ...]
     rest: tuple[str, ...]
@@ -102,11 +105,22 @@ class ApartTest:
     def member_units(self) -> dict[str, tuple[str, ...]]:
         return {f"member:{m}": (m,) for m in self.members}
 
-    def config(self, member: str) -> list[str]:
-        return sorted(self.rest) + [f"member:{member}"]
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The trials to run: each member alone, then (more than two members) the link without each."""
+        return self.members + (tuple(WITHOUT + m for m in self.members) if len(self.members) > 2 else ())
 
-    def purpose(self, member: str) -> str:
-        return f"refine linked {self.unit}: does {member} break it without the other side?"
+    def config(self, key: str) -> list[str]:
+        kept = [m for m in self.members if m != key[len(WITHOUT):]] if key.startswith(WITHOUT) else [key]
+        return sorted(self.rest) + [f"member:{m}" for m in kept]
+
+    def purpose(self, key: str) -> str:
+        if key.startswith(WITHOUT):
+            return f"refine linked {self.unit}: does it still break without {key[len(WITHOUT):]}?"
+        return f"refine linked {self.unit}: does {key} break it without the other side?"
+
+
+WITHOUT = "without:"
 
 
 def linked_to_refine(verdict: Verdict, units: Mapping[str, tuple[str, ...]],
@@ -127,22 +141,28 @@ def judge_apart(test: ApartTest, tested: "Sequence[tuple[str, Trial]] | None", r
                 apart: list[str], notes: list[str]) -> None:
     """Keep the smallest set the observations support. One member fails and another passes: only
     the failing ones are guilty. Every member fails alone (a value both sides must agree on) or none
-    does (they are needed together): the group. ``tested`` None: a member's trial was unresolved."""
+    does (they are needed together): the group. ``tested`` None: a member's trial was unresolved.
+    More than two members: a narrower set is kept only when the link without it was seen to pass and
+    the set itself (alone, or as the link without the others) was seen to fail."""
     u, members = test.unit, test.members
     if not tested:
         notes.append(f"{u}: its members could not be tested apart (infrastructure); reported whole")
         return
+    alone = [(m, t) for m, t in tested if not m.startswith(WITHOUT)]
+    left_out = {m[len(WITHOUT):]: t for m, t in tested if m.startswith(WITHOUT)}
     # a member that fails another way than the symptom (Trial.symptom "other", runs/symptom.py) is
     # no evidence that it carries the symptom: it is not blamed on that failure
-    failing = [m for m, t in tested if t.outcome.failed and t.symptom != "other"]
-    other = [m for m, t in tested if t.outcome.failed and t.symptom == "other"]
+    failing = [m for m, t in alone if t.outcome.failed and t.symptom != "other"]
+    other = [m for m, t in alone if t.outcome.failed and t.symptom == "other"]
 
     def said(m: str) -> str:
         return "failed" if m in failing else "failed another way" if m in other else "passed"
 
-    how = "; ".join(f"{m} {said(m)} in trial {t.n}" for m, t in tested)
-    apart.append(f"{u} is {' + '.join(members)}: " + ", ".join(
-        f"{m} {said(m)} without the other side (trial {t.n})" for m, t in tested))
+    how = "; ".join(f"{m} {said(m)} in trial {t.n}" for m, t in alone)
+    sentences = [f"{m} {said(m)} without the other side (trial {t.n})" for m, t in alone]
+    sentences += [f"{u} without {m} {'failed' if t.outcome.failed else 'passed'} (trial {t.n})"
+                  for m, t in left_out.items()]
+    apart.append(f"{u} is {' + '.join(members)}: " + ", ".join(sentences))
     if other and not failing:
         notes.append(f"{u} was auto-linked for the search; tested apart: {how}; a member failing another way than "
                      "the symptom is no evidence about it: reported as the group")
@@ -153,14 +173,45 @@ def judge_apart(test: ApartTest, tested: "Sequence[tuple[str, Trial]] | None", r
                      f"that must match across services: {', '.join(other)} fails another way without the rest): "
                      "reported as the group")
         return
-    if failing and len(failing) < len(members):
-        refined[u] = tuple(failing)
-        notes.append(f"{u} was auto-linked for the search; tested apart: {how}; only {', '.join(failing)} is to blame")
+    blamed = _blamed_members(members, failing, alone, left_out)
+    if blamed is not None and len(blamed) < len(members):
+        refined[u] = blamed
+        notes.append(f"{u} was auto-linked for the search; tested apart: {how}; only {', '.join(blamed)} "
+                     f"{'is' if len(blamed) == 1 else 'are'} to blame")
+    elif blamed is None:
+        notes.append(f"{u} was auto-linked for the search; tested apart: {how}; which of its {len(members)} sides "
+                     "are needed is not decided by what was observed: reported as the group")
     else:
         why = ("each side breaks it alone (a value that must match across services)" if failing
                else "no side breaks it alone: they are needed together")
         notes.append(f"{u} was auto-linked for the search; tested apart: {how}; {why}: reported as the group")
 
+
+def _blamed_members(members: Sequence[str], failing: Sequence[str], alone: Sequence[tuple[str, Trial]],
+                    left_out: Mapping[str, Trial]) -> tuple[str, ...] | None:
+    """The members to blame, as observed; the whole link when every side fails alone or all are
+    needed; None when the observations do not decide (then the link is reported whole, with a note)."""
+    if len(members) <= 2:  # the trials alone are the link without the other side: they decide
+        return tuple(failing) if failing else tuple(members)
+    if failing and len(failing) == len(members):
+        return tuple(members)
+    passed_alone = {m for m, t in alone if not t.outcome.failed}
+    if failing:  # only these break it: the link without them must have been seen to pass
+        rest = [m for m in members if m not in failing]
+        seen_pass = ((len(failing) == 1 and _passed(left_out.get(failing[0])))
+                     or (len(rest) == 1 and rest[0] in passed_alone))
+        return tuple(failing) if seen_pass else None
+    needed = [m for m in members if _passed(left_out.get(m))]
+    if len(needed) == len(members):
+        return tuple(members)
+    spare = [m for m in members if m not in needed]
+    # the needed sides without the spare one must have been seen to fail: the link without it
+    seen_fail = len(spare) == 1 and left_out[spare[0]].outcome.failed and left_out[spare[0]].symptom != "other"
+    return tuple(needed) if needed and seen_fail else None
+
+
+def _passed(trial: Trial | None) -> bool:
+    return trial is not None and trial.outcome is Outcome.PASS
 
 
 # A process's start time is read from /proc as boot time (whole seconds, rounded down) plus its

@@ -354,7 +354,7 @@ def replay_evidence(ev: RunEvidence, corrections: Corrections, *, base_probes: i
             table = {**units, **test.member_units}
             tested: list[tuple[str, Trial]] | None = []
             missing = []
-            for m in test.members:
+            for m in test.keys:
                 config = delta_ids(test.config(m), table)
                 t = recorded_refine(ev.trials, corrections, config)
                 if t is None:
