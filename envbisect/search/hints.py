@@ -177,14 +177,28 @@ class Hints:
             text = text.replace(member, member[len(MEMBER):])
         folded = dataclasses.replace(folded, explanation=text)
         notes = []
-        for twin, deltas in refined.items():
+        for twin, deltas in list(refined.items()):
             blamed = [member_id(d) for d in deltas]
             seen = "; ".join(_seen(evidence, m, blamed) for m in self.twins[twin])
+            # a side that fails another way without the blamed one cannot be left alone either
+            # (reverting the blamed side would leave it failing its own way): the group
+            other = {m[len(MEMBER):]: _other_without(evidence, m, blamed) for m in self.twins[twin] if m not in blamed}
+            other = {d: ts for d, ts in other.items() if ts}
+            if other:
+                refined[twin] = deltas = tuple(m[len(MEMBER):] for m in self.twins[twin])
+                seen += "; " + "; ".join(f"{d} failed another way without the other side in trial "
+                                         f"{', '.join(map(str, ts))}" for d, ts in other.items())
             verdict_text = ("each side breaks it alone: reported as the group" if len(deltas) == len(self.twins[twin])
                             else f"only {', '.join(deltas)} is to blame")
             notes.append(f"{twin} was auto-linked for the search; tested apart inside the search ({seen}): "
                          f"{verdict_text}")
         return folded, refined, notes
+
+
+def _other_without(j: Judge, member: str, blamed: Sequence[str]) -> tuple[int, ...]:
+    """The trials of configs that held `member` but none of `blamed` and failed another way."""
+    bit, guilty = j.mask([member]), j.mask([b for b in blamed if b != member])
+    return tuple(sorted(t for m, ts in j.other.items() if m & bit and not m & guilty for t in ts))
 
 
 def _seen(j: Judge, member: str, blamed: Sequence[str]) -> str:
