@@ -24,7 +24,7 @@ Usage in tests::
     try: ...
     finally: dep.stop_all()
 
-Size (760 lines): the simulator (not part of the product's pipeline): the simulated deployment's files, scripts and playbook in one place.
+Long on purpose: the simulator (not part of the product's pipeline): the simulated deployment's files, scripts and playbook in one place.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Faults are decided once at start from this process's environment and the JSON ru
 ``ENVBISECT_SIM_RULES`` (see :func:`load_rules`).  Every request and fault decision is logged to
 stdout, which the start script sends to the service log.
 
-Size (892 lines): the simulator (not part of the product's pipeline): one self-contained worker script, run as its own process.
+Long on purpose: the simulator (not part of the product's pipeline): one self-contained worker script, run as its own process.
 """
 
 from __future__ import annotations

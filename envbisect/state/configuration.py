@@ -312,8 +312,8 @@ def _env_text(text: str, file_deltas: Sequence[Delta], applied: Iterable[str], s
 
     A key the text does not assign goes back as its exact lines where they stand in that side's file,
     when it is known (`EnvFile.with_lines_of`): appended at the end, a line that a later line reads
-    (``ROOT=/data`` above ``KV="${ROOT}/kv"``) left the reader evaluating without it, so the
-    "baseline" trial was not the baseline (red-team S05)."""
+    (``ROOT=/data`` above ``KV="${ROOT}/kv"``) would leave the reader evaluating without it, so the
+    "baseline" trial would not be the baseline."""
     applied = set(applied)
     for d in file_deltas:
         side = "new" if d.id in applied else "old"

@@ -89,8 +89,8 @@ def _flag_values(text: str | None, flag: str) -> tuple[tuple[str, ...], ...] | N
 
 def _static_value(d: "Delta") -> str | None:
     """What bash would make of the new value, worked out here when the host could not evaluate the
-    file (its service was down: red-team R01, where the culprit stopped decode and the KV twins
-    were compared by text again): EnvFile.resolved, in the start environment the delta carries.
+    file (its service was down, e.g. a culprit that stops decode, and twins would be compared by
+    text alone): EnvFile.resolved, in the start environment the delta carries.
     A command substitution stays as written, so such a value links only with the same text."""
     if d.new_word is None:
         return d.new

@@ -505,8 +505,8 @@ def eval_env_file(path, environ, pid=None):
 
 # --- files an env file sources (`. FILE`, `source FILE`) -------------------------------------
 # They are part of the configuration as much as the env file is: an edit in a sourced common.env
-# that no [watch] path covers was invisible, and a bisection over the other deltas ended in a false
-# not-config (red-team S04). Each source line is resolved here without running anything: a literal
+# that no [watch] path covers would be invisible, and a bisection over the other deltas would end in
+# a false not-config. Each source line is resolved here without running anything: a literal
 # path, or one built only from ~, $HOME and variables the env file itself set on an earlier line.
 # Anything else (a variable of the start script, $(...), a glob) is reported with why, and the
 # controller says so in a note. The file named is snapshotted and watched exactly as a [watch] path

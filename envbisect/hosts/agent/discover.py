@@ -7,7 +7,7 @@
 # nothing, sends no request to any server. Process environments are compared with env files HERE:
 # only counts (equal / different / missing keys) leave the host, never a value.
 #
-# Size (733 lines): one self-contained script sent to a host (stdlib only, old Pythons): it cannot
+# Long on purpose: one self-contained script sent to a host (stdlib only, old Pythons): it cannot
 # import the package, so what it needs lives here.
 import glob
 import json

@@ -6,7 +6,7 @@
 # Every change is compare-and-swap: an op carries the state(s) envbisect expects to find (sha256 of a
 # file, HEAD and branch of a repo) and refuses with {"conflict": {...}} when someone else changed it.
 #
-# Size (544 lines): one self-contained script sent to a host (stdlib only, old Pythons): it cannot
+# Long on purpose: one self-contained script sent to a host (stdlib only, old Pythons): it cannot
 # import the package, so what it needs lives here.
 import base64
 import contextlib
