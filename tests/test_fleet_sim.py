@@ -215,3 +215,38 @@ def test_a_fleet_judges_its_trials_against_the_symptom(fleet, sshd, tmp_path):
     assert doc["symptom"] and doc["symptom"]["kind"] == "hang", doc["symptom"]
     other = [t for t in doc["trials"] if t.get("symptom") == "other"]
     assert all(t["outcome"] == "start-failure" for t in other), trials
+
+
+def test_a_fleet_run_sent_sigterm_mid_trial_puts_every_replica_back_itself(fleet, sshd, tmp_path):
+    """SIGTERM (a timer's stop, `timeout`, systemd) ends a fleet run as Ctrl-C does: every replica is
+    put back byte for byte and unlocked by the run itself, before it exits non-zero."""
+    import os
+    import signal
+    import time
+
+    from test_fault_injection import fingerprint
+
+    (a, b), path = fleet()
+    store = tmp_path / "store"
+    assert _cli(path, store, sshd, "snapshot", "--label", "good").returncode == 0
+    for s in (a, b):
+        plant(s.sim, [INNOCENT[0], BAD, INNOCENT[1]])
+    before = {s.name: fingerprint(s.sim) for s in (a, b)}
+    p = subprocess.Popen([*ENVBISECT, "-p", str(path), "--store", str(store), "--ssh-config", str(sshd.ssh_config),
+                          "bisect", "--against", "good", "--probe", "e2e"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
+    seen, deadline = "", time.time() + 300
+    while "trial 3" not in seen:  # the second round: the replicas' files are edited
+        line = p.stderr.readline()
+        assert line and time.time() < deadline, f"the fleet run ended first: {seen[-3000:]}"
+        seen += line
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    _, rest = p.communicate(timeout=120)
+    seen += rest
+    assert p.returncode == 130, (p.returncode, seen[-3000:])  # ExitStatus.INTERRUPTED, not killed by the signal
+    assert "restoring every replica" in seen, seen[-3000:]
+    assert {s.name: fingerprint(s.sim) for s in (a, b)} == before, seen[-3000:]
+    again = _cli(path, store, sshd, "bisect", "--against", "good", "--probe", "e2e", "--json")
+    assert "restore" not in again.stderr.lower() or again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(again.stdout)["culprits"] == ["decode:SGLANG_SM120_MMA_TARGET_CTAS"], again.stderr[-2000:]

@@ -38,6 +38,7 @@ from envbisect.runs.plan import (BisectOptions, judge_apart, linked_to_refine, m
 from envbisect.runs.result import BisectResult
 from envbisect.state.configuration import check_applicable
 from envbisect.runs.symptom import SymptomWatch
+from envbisect.runs.signals import install_signal_handlers, shield_signals
 from envbisect.runs.baseline_proof import baseline_trial, build_proof, not_reproduced, restart_facts, unresolved_causes
 from envbisect.runs.deployment import Deployment
 from envbisect.search import TrialKind, Verdict
@@ -151,6 +152,7 @@ class FleetRun:
             "probe": probes[first].name, "units": {u: list(v) for u, v in units.items()},
             "search": {"hints": self.hints.to_json()},
             "diff": diffs[first].to_json(self.replicas[0].dep.masker)}).encode())
+        stop = install_signal_handlers()  # SIGTERM ends the run as Ctrl-C does: through the restore below
         try:
             for r in self.replicas:
                 r.editor = HostEditor(r.dep.playbook, r.dep.transports, self.run_dir / r.name, self.run_id,
@@ -166,9 +168,13 @@ class FleetRun:
             verdict, rounds, refined = self._loop(units, notes)
         except BaseException as exc:
             self.on_event("interrupted", {"error": str(exc) or type(exc).__name__, "run": self.run_id})
-            self._restore_all(notes=None)
+            with shield_signals(lambda m: self.on_event("warning", {"message": m})):
+                self._restore_all(notes=None)
             raise
-        self._restore_all(notes)
+        finally:
+            stop()
+        with shield_signals(lambda m: self.on_event("warning", {"message": m})):
+            self._restore_all(notes)
         proof = None
         if verdict.kind == VerdictKind.NOT_CONFIG:  # only with proof that the baseline trial was the baseline
             r0 = self.replicas[0]
