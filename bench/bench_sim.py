@@ -11,7 +11,8 @@ Each part of the run is timed by wrapping envbisect's own functions in this proc
 envbisect is changed); a wrapped call's time excludes the wrapped calls inside it:
 
   restart   co_restart minus the compare-and-swap guards inside it (stop, start, health waits)
-  probe     probe_repeatedly (the probe runs)
+  probe     probe_repeatedly (the probe runs), and failing_engines before the first trial (the
+            probe sent to each engine directly, which waits out the probe's timeout on a hanging one)
   apply     HostEditor.apply: the journaled edits plus the post-apply check (hashes, and bash's
             evaluation of every edited env file), in one round trip per host
   guard     HostEditor.guard: "the host still holds what envbisect made" before every stop/start
@@ -120,7 +121,7 @@ class Profiler:
     def installed(self):
         patches = [
             (eb_trials, "co_restart", "restart"), (eb_bisect, "co_restart", "restart"),
-            (eb_trials, "probe_repeatedly", "probe"),
+            (eb_trials, "probe_repeatedly", "probe"), (eb_bisect, "failing_engines", "probe"),
             (eb_journal.HostEditor, "apply", "apply"), (eb_journal.HostEditor, "guard", "guard"),
             (eb_trials, "capture_evidence", "evidence"),
             (eb_bisect.BisectRun, "_append_trial", "records"), (eb_bisect.BisectRun, "on_event", "records"),
