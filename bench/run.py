@@ -19,7 +19,9 @@ Benchmarks (see bench/README.md):
             1 against 2 simulated PD replicas over a real sshd (not with --quick)
 
 Exit status: 0 every target passed, 1 a target failed (or a benchmark could not run). INFO lines
-are comparisons no method that keeps envbisect's premises can win (bench/README.md): printed, not counted.
+are comparisons no method that keeps envbisect's premises can win, and the 16-host snapshot's wall
+time where the simulated hosts' own work on this machine's cores already needs more than its target
+allows (bench/README.md): printed, not counted.
 """
 from __future__ import annotations
 
@@ -234,11 +236,16 @@ def snapshot_targets(res: dict, t: Targets) -> None:
     rows = {r["hosts"]: r for r in res["rows"]}
     if 16 in rows and 1 in rows:
         r16, r1 = rows[16], rows[1]
+        # every simulated host is an sshd on this machine's cores: where their own work alone needs
+        # more than the target allows, no controller can meet it here, and the line is INFO (the
+        # controller's share is the line below, which does not depend on the hosts' cores)
+        floor_ratio = _floor(r16, res["cpus"]) / r1["wall_s"]
         t.add(r16["ratio_to_one"] <= MAX_RATIO_16, f"snapshot of 16 hosts <= {MAX_RATIO_16:g}x one host",
               f"{r16['ratio_to_one']:.2f}x ({r16['wall_s']:.3f} s vs {r1['wall_s']:.3f} s; machine CPU busy "
               f"{r16['machine_cpu_s']:.2f} CPU-s in {r16['wall_s']:.2f} s on {res['cpus']} cores, "
               f"controller {r16['controller_cpu_s']:.3f} CPU-s; the hosts' own work alone, sharing these cores, "
-              f"needs >= {_floor(r16, res['cpus']):.3f} s = {_floor(r16, res['cpus']) / r1['wall_s']:.1f}x one host)")
+              f"needs >= {_floor(r16, res['cpus']):.3f} s = {floor_ratio:.1f}x one host)",
+              info=floor_ratio > MAX_RATIO_16)
     worst = max(r["round_trips_per_host"] for r in res["rows"])
     t.add(worst <= MAX_RT_PER_HOST, f"<= {MAX_RT_PER_HOST} SSH round trips per host per snapshot",
           ", ".join(f"{r['hosts']} host(s): {r['round_trips_per_host']}" for r in res["rows"]))

@@ -93,3 +93,28 @@ def test_the_another_failure_family_runs_and_envbisect_names_no_innocent():
     results = [harness.run_case(case, "envbisect-confirm") for case in harness.cases("depends", 8, flaky_min=40)]
     assert all(case.needs for case in harness.cases("depends", 8, flaky_min=40))
     assert all(right and not innocent for _, _, right, innocent, _ in results), results
+
+
+def _snapshot_result(wall16: float, machine_cpu16: float) -> dict:
+    rows = [{"hosts": 1, "wall_s": 0.01, "ratio_to_one": 1.0, "machine_cpu_s": 0.01, "controller_cpu_s": 0.002,
+             "round_trips_per_host": 1},
+            {"hosts": 16, "wall_s": wall16, "ratio_to_one": wall16 / 0.01, "machine_cpu_s": machine_cpu16,
+             "controller_cpu_s": 0.012, "round_trips_per_host": 1}]
+    return {"rows": rows, "cpus": 2}
+
+
+def test_the_16_host_snapshot_line_is_info_only_where_the_hosts_own_work_already_exceeds_the_target():
+    import run as bench_run
+
+    # the hosts' own work needs (0.172 - 0.012) / 2 = 0.08 s = 8x one host: no controller can meet 2x here
+    t = bench_run.Targets()
+    bench_run.snapshot_targets(_snapshot_result(0.09, 0.172), t)
+    line = t.lines[0]
+    assert line["info"] and not line["pass"] and bench_run.label(line) == "INFO" and t.failed == 0
+    # the hosts' floor is 1.5x: the target is judged, and 3x fails it
+    t = bench_run.Targets()
+    bench_run.snapshot_targets(_snapshot_result(0.03, 0.042), t)
+    assert bench_run.label(t.lines[0]) == "FAIL" and t.failed == 1
+    t = bench_run.Targets()
+    bench_run.snapshot_targets(_snapshot_result(0.015, 0.042), t)
+    assert bench_run.label(t.lines[0]) == "PASS" and t.failed == 0
