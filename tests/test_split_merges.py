@@ -120,3 +120,35 @@ def test_a_guilty_branch_commit_is_named_only_when_merges_are_split(scenario, ss
         assert (c.subject, c.merge) == ("merge feature", True)
         assert [x.subject for x in r.commit.line] == ["main c1", "merge feature", "main c2"]
     assert r.state_left == "original" and _git(s.sim.src_dir, "log", "-1", "--format=%s") == "main c2"
+
+
+def test_the_cli_verdict_says_which_merge_brought_a_guilty_branch_commit():
+    import io
+
+    from envbisect.cli import render
+    from envbisect.cli.environment import Environment
+    from envbisect.runs.bisect import BisectResult
+    from envbisect.runs.result import CommitVerdict
+    from envbisect.search import Verdict
+    from envbisect.state.commitline import LineCommit
+
+    merge_sha, b2_sha = "m" * 40, "b" * 40
+    line = (LineCommit("1" * 40, "main c1", "A <a@x>", ("c1.txt",)),
+            LineCommit(b2_sha, "branch b2", "B <b@x>", ("VERSION",), merged_by=merge_sha),
+            LineCommit(merge_sha, "merge feature", "A <a@x>", ("VERSION",), merge=True))
+    for guilty, split in ((line[1], True), (line[2], False)):
+        buf = io.StringIO()
+        env = Environment(stdout=buf, stderr=io.StringIO(), width=200)
+        v = Verdict("culprit", ("git:node1:/srv/repo",), 1.0, (("git:node1:/srv/repo", 1.0),), "why")
+        commit = CommitVerdict("git:node1:/srv/repo", line if split else (line[0], line[2]), guilty, line[0].sha,
+                               guilty.sha, (4, 5))
+        render.render_verdict(env, BisectResult("r1", v, (), "original", {"git:node1:/srv/repo": ("git:x",)},
+                                                commit=commit))
+        text = buf.getvalue()
+        assert f"commit: {guilty.sha} {guilty.subject!r}" in text
+        if split:
+            assert f"brought in by the merge {merge_sha[:12]} 'merge feature'" in text, text
+            assert "first failing of 3 commits on the first-parent line, merges split" in text, text
+        else:
+            assert "brought in by" not in text and "(a merge: one step)" in text
+            assert "first failing of 2 first-parent commits" in text, text

@@ -194,7 +194,13 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
         c = commit.commit
         env.out.print(f"  commit: {c.sha} {c.subject!r}" + (" (a merge: one step)" if c.merge else ""))
         env.out.print(f"    author {c.author}; files: {', '.join(c.files) or '(none)'}")
-        env.out.print(f"    first failing of {len(commit.line)} first-parent commits "
+        if c.merged_by:  # --split-merges: a branch commit is reverted with its merge in mind
+            merge = next((x for x in commit.line if x.sha == c.merged_by), None)
+            env.out.print(f"    brought in by the merge {c.merged_by[:12]}" + (f" {merge.subject!r}" if merge else ""))
+        split = any(x.merged_by for x in commit.line)
+        steps = (f"{len(commit.line)} commits on the first-parent line, merges split" if split
+                 else f"{len(commit.line)} first-parent commits")
+        env.out.print(f"    first failing of {steps} "
                       f"(last passing {commit.passed[:12]}; trials {', '.join(map(str, commit.trials)) or '-'})")
     elif commit is not None:
         env.out.print(f"  commit: not narrowed to one ({commit.text})")
