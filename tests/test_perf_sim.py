@@ -5,11 +5,14 @@ the statistical decision of search/perf.py. The timing noise is this machine's o
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import tarfile
+import time
 
 import pytest
 
-from test_bisect_sim import Scenario, plant
+from test_bisect_sim import ENVBISECT, Scenario, plant, tree_fingerprint
 
 from envbisect.sim.deployment import PERF_RULES
 
@@ -132,3 +135,28 @@ def test_guard_says_a_functional_culprit_that_buys_speed_is_not_free_to_revert(p
     assert res["probe"]["outcome"] == "pass", res  # the symptom is gone ...
     assert res["perf"]["decision"] == "worse" and res["perf"]["effect"] < -0.05, res["perf"]  # ... at a price
     assert any("weigh that" in n for n in res["notes"]), res["notes"]
+
+
+def test_a_perf_bisection_interrupted_and_resumed_finds_the_slowdown_with_the_hosts_put_back(perf_scenario):
+    """The resumed run rebuilds its speed judge from the record (trials/perf.PerfJudge.resume: every
+    start of the baseline, each configuration's earlier starts) and goes on to the same verdict."""
+    s = perf_scenario()
+    s.baseline()
+    plant(s.sim, [OTHERS[0], FAST, SLOW, NOOP])
+    before = tree_fingerprint(s.sim)
+    p = subprocess.Popen([*ENVBISECT, "-p", str(s.sim.playbook), "--store", str(s.store), "bisect", "--against",
+                          "good", "--probe", "throughput"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen, deadline = "", time.time() + 300
+    while "trial 3" not in seen:
+        line = p.stderr.readline()
+        assert line and time.time() < deadline, f"bisect ended before trial 3: {seen}"
+        seen += line
+    p.send_signal(signal.SIGINT)
+    _, rest = p.communicate(timeout=120)
+    assert p.returncode != 0 and "--resume" in seen + rest, seen + rest
+    assert tree_fingerprint(s.sim) == before
+    r = s.cli("bisect", "--resume", "--json", timeout=600)
+    doc = json.loads(r.stdout)
+    assert doc["verdict"] == "culprit" and doc["culprits"] == ["decode:SGLANG_CUDA_GRAPH_MAX_BS"], (r.stderr, doc)
+    assert "after 2 finished trial(s)" in r.stderr, r.stderr  # the baseline and current were kept
+    assert tree_fingerprint(s.sim) == before

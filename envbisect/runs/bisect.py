@@ -321,13 +321,13 @@ class BisectRun:
                         n_deltas: int, n_units: int) -> Trial | None:
         """A perf probe judges every configuration against the baseline's samples, so the baseline
         is measured first (in this run: a speed is never taken from memory); the search's baseline
-        premise is then answered by that trial. Resumed: the reference comes from the run's record."""
+        premise is then answered by that trial. Resumed: the judge is rebuilt from the run's record."""
         if not probe.needs_reference:
             return None
         old = next((t for t in done if not t.config and t.kind is TrialKind.PREMISE_BASELINE), None)
         if old is not None:
-            if old.outcome is Outcome.PASS:
-                runner.perf.reference = [tuple(r.value for r in old.probe_runs if r.value is not None)]
+            runner.perf.resume((t.config, tuple(r.value for r in t.probe_runs if r.value is not None),
+                                t.outcome is Outcome.PASS) for t in done)
             return None  # the replay of the record has shown it to the search already
         measure = "accuracy" if probe.kind == "answers" else "perf"
         purpose = (f"premise: baseline must pass (measured first: the {measure} "

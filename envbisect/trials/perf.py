@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Outcome
@@ -146,6 +146,33 @@ class PerfJudge:
         self.reference_asks = 0  # bounded, so that a baseline that will not start cannot loop the run
         # the slowdown searched for: current's (the largest configuration judged worse), log scale
         self.target: tuple[int, float] | None = None
+
+    def resume(self, starts: Iterable[tuple[Sequence[str], Sequence[float], bool]]) -> None:
+        """The judge as a run's recorded starts left it, in their order: (config, the samples' values,
+        whether it passed). A start of the reference configuration that passed joins the reference;
+        any other start with samples joins its configuration's starts; and the slowdown searched for
+        (`target`) is decided again from them, as `_candidate_start` decided it, so a resumed run
+        judges what comes next as the uninterrupted run would."""
+        for config, values, passed in starts:
+            key, values = tuple(sorted(config)), tuple(values)
+            if not values:
+                continue
+            if key == self.reference_config:
+                if passed:
+                    self.reference_asks += self.reference is not None and self.sequential
+                    self.reference = [*(self.reference or []), values]
+                continue
+            prior = self.starts.get(key, [])
+            self.starts.setdefault(key, []).append(values)
+            if not (self.sequential and self.reference):
+                continue
+            d, seq = decide_sequential(self.reference, [*prior, values], higher_is_better=self.probe.higher_is_better,
+                                       regression=self.probe.regression, start_noise=self.probe.start_noise,
+                                       max_samples=self.probe.max_samples, target=self.target and self.target[1],
+                                       metric=self.probe.metric)
+            if not passed and d.outcome is PerfOutcome.WORSE and seq is not None and (self.target is None
+                                                                       or len(key) >= self.target[0]):
+                self.target = (len(key), seq.goodness + seq.se)
 
     def judge_start(self, transports: Mapping[str, Transport], config: Sequence[str]
                     ) -> tuple[Outcome, tuple[ProbeRun, ...], str]:

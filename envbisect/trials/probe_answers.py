@@ -11,7 +11,7 @@ import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 import httpx
@@ -115,6 +115,19 @@ class AnswersJudge:
         self.reference_config = tuple(sorted(reference_config))
         self.reference: list[tuple[float, ...]] | None = None
         self.starts: dict[tuple[str, ...], list[tuple[float, ...]]] = {}
+
+    def resume(self, starts: Iterable[tuple[Sequence[str], Sequence[float], bool]]) -> None:
+        """The judge as a run's recorded starts left it (trials/perf.PerfJudge.resume): the reference
+        configuration's first start joins the reference when it passed, its later starts always, as
+        `judge_start` keeps them; any other start with values joins its configuration's starts."""
+        for config, values, passed in starts:
+            key, values = tuple(sorted(config)), tuple(values)
+            if not values:
+                continue
+            if key != self.reference_config:
+                self.starts.setdefault(key, []).append(values)
+            elif passed or self.reference is not None:
+                self.reference = [*(self.reference or []), values]
 
     def judge_start(self, transports: Mapping[str, Transport], config: Sequence[str], runs: int = 1
                     ) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
