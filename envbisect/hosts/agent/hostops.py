@@ -525,7 +525,7 @@ def tail(op):
 
 
 # --- env_check: what bash makes of an env file (the post-apply check) --------------------------
-ASSIGN_RE = None  # compiled on first use (re is only needed by this op)
+ASSIGN_RE = NEXT_ASSIGN_RE = None  # compiled on first use (re is only needed by this op)
 EVAL_DONE = b"\0ENVBISECT_EVAL_DONE=1\0"
 EVAL_UNREADABLE = b"\0ENVBISECT_EVAL_UNREADABLE\0"
 EVAL_UNREACHABLE = b"\0ENVBISECT_EVAL_UNREACHABLE\0"  # a folder on the way keeps the user out
@@ -609,17 +609,59 @@ def eval_identity(path):
         return st.st_uid, st.st_gid, [st.st_gid]
 
 
+def assigned_keys(text):
+    """The names the file assigns, every assignment of a line: ``export A=1 B=2`` assigns A and B, as
+    the collector's assigned_keys reads it (collect.py; each agent script is sent alone)."""
+    import re
+    global ASSIGN_RE, NEXT_ASSIGN_RE
+    if ASSIGN_RE is None:
+        ASSIGN_RE = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)\+?=", re.M)
+        NEXT_ASSIGN_RE = re.compile(r"[ \t]+([A-Za-z_][A-Za-z0-9_]*)\+?=")
+    keys = set()
+    for line in text.split("\n"):
+        a = ASSIGN_RE.match(line)
+        while a:
+            keys.add(a.group(1))
+            a = NEXT_ASSIGN_RE.match(line, word_end(line, a.end()))
+    return keys
+
+
+def word_end(s, i):
+    """Where the shell word at s[i:] ends: at an unquoted blank or ;&|<>(); quotes, backslashes and
+    $(...) / ${...} / backquotes are stepped over whole."""
+    n, depth, quote = len(s), 0, None
+    while i < n:
+        c = s[i]
+        if quote == "'":  # nothing is special inside single quotes but the closing one
+            quote = None if c == "'" else quote
+        elif c == "\\":
+            i += 2
+            continue
+        elif c == "'" and quote is None:
+            quote = "'"
+        elif c == '"':
+            quote = None if quote == '"' else (quote or '"')
+        elif c == "`":
+            j = s.find("`", i + 1)
+            i = n if j < 0 else j
+        elif c == "$" and i + 1 < n and s[i + 1] in "({":
+            depth += 1
+            i += 1
+        elif c in ")}" and depth:
+            depth -= 1
+        elif quote is None and not depth and c in " \t;&|<>()":
+            return i
+        i += 1
+    return n
+
+
 def bash_eval(path, env, cwd, timeout, ident=None):
     """Source `path` with bash the way the start script does (set -a; . FILE) in `env` minus the keys
     the file assigns (scrubbed), as `ident` (uid, gid, groups) or this process; returns the resulting
     environment."""
-    import re
     import signal
-    global ASSIGN_RE
-    if ASSIGN_RE is None:
-        ASSIGN_RE = re.compile(r"^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)\+?=", re.M)
     with open(path, "rb") as f:
-        keys = set(ASSIGN_RE.findall(f.read().decode("utf-8", "surrogateescape")))
+        keys = assigned_keys(f.read().decode("utf-8", "surrogateescape"))
     keep, back = scrub(dict((k, v) for k, v in env.items() if k not in keys))
 
     def drop():
