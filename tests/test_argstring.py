@@ -94,3 +94,45 @@ def test_positional_words_that_change_are_not_split():
     with pytest.raises(ArgStringError, match="positional"):
         diff_args(parse_args("model-a --tp 2"), parse_args("model-b --tp 2"))
     assert changes("serve --tp 2", "serve --tp 4") == [("--tp", "changed", "--tp 2", "--tp 4")]
+
+
+def test_a_string_with_most_changes_made_is_written_from_the_current_one_keeping_its_order():
+    # revert --verdict of one flag: every other change kept, and the current string's own order too
+    from envbisect.inputs.argstring import target_string
+
+    old = parse_args("--tp 2 --mem-fraction-static 0.8 --attention-backend flashinfer --log-level info")
+    new = parse_args("--log-level info --tp 2 --mem-fraction-static=0.85 --attention-backend triton --enable-x")
+    every = {c.name for c in diff_args(old, new)}
+    assert every == {"--mem-fraction-static", "--attention-backend", "--enable-x"}
+    assert target_string(old, new, every - {"--attention-backend"}) == \
+        "--log-level info --tp 2 --mem-fraction-static=0.85 --attention-backend flashinfer --enable-x"
+    # few changes made: written from the baseline, as a trial near the baseline is
+    assert target_string(old, new, {"--enable-x"}) == rebuild(old, new, {"--enable-x"})
+    assert target_string(old, new, set()) == rebuild(old, new, set())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_either_way_of_writing_a_target_string_gives_the_same_flags(seed):
+    import random
+
+    from envbisect.inputs.argstring import target_string
+
+    rng = random.Random(seed)
+    names = [f"--f{i}" for i in range(6)]
+
+    def some() -> str:
+        words = []
+        for name in rng.sample(names, rng.randint(1, 6)):
+            words += [name] + ([rng.choice(["1", "2", "'a b'"])] if rng.random() < 0.7 else [])
+        return " ".join(words)
+
+    old, new = parse_args(some()), parse_args(some())
+    every = sorted(c.name for c in diff_args(old, new))
+    on = {n for n in every if rng.random() < 0.5}
+
+    def meaning(text: str) -> dict:
+        return {f.name: f.values for f in parse_args(text).flags}
+
+    want = meaning(rebuild(old, new, on))
+    assert meaning(target_string(old, new, on)) == want
+    assert meaning(rebuild(new, old, set(every) - on)) == want

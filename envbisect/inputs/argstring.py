@@ -209,6 +209,18 @@ def diff_args(old: ArgString, new: ArgString) -> list[FlagChange]:
     return out
 
 
+def target_string(old: ArgString, new: ArgString, applied: set[str] | frozenset[str]) -> str:
+    """The string with exactly the changes of the flags in `applied` made, written from whichever
+    side leaves fewer changes to make: the baseline with those made (`rebuild`), or, when more are
+    made than left out (a revert of one flag among several changes), the current string with the
+    others undone, so that it keeps the current string's order and words."""
+    every = {c.name for c in diff_args(old, new)}
+    applied = set(applied) & every
+    if len(every - applied) < len(applied):
+        return rebuild(new, old, every - applied)
+    return rebuild(old, new, applied)
+
+
 def rebuild(old: ArgString, new: ArgString, applied: set[str] | frozenset[str]) -> str:
     """The baseline string with exactly the changes of the flags named in `applied` made: a changed
     flag takes the current string's words where the baseline had it, a removed one is dropped, an

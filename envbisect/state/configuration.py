@@ -23,7 +23,7 @@ from typing import Iterable, Mapping, Sequence
 
 from envbisect.state.delta_cmdline import flag_file
 from envbisect.state.deltas import Delta, is_repo_file
-from envbisect.inputs.argstring import ArgStringError, diff_args, parse_args, rebuild
+from envbisect.inputs.argstring import ArgStringError, diff_args, parse_args, target_string
 from envbisect.inputs.envfile import EnvFile, EnvFileError, meaning_refs, parse_env, shell_quote, word_meaning
 from envbisect.errors import UsageError
 
@@ -203,7 +203,8 @@ def target_state(original: OriginalState, deltas: Sequence[Delta], applied: Iter
 def collapse_flags(deltas: Sequence[Delta], applied: Iterable[str]) -> tuple[list[Delta], set[str]]:
     """The flag deltas of each argument string (`deltas.split_flags`) as one whole-value delta of its
     key, in the state the chosen flags make: none applied, the baseline's value word; all, the
-    current one's; some, the baseline string with exactly those flag changes (`argstring.rebuild`),
+    current one's; some, the string with exactly those flag changes (`argstring.target_string`: the
+    baseline's with them made, or the current one's with the others undone when more are made),
     written as a literal. The rest of the configuration code then edits and checks the key as any
     other, and returns the applied ids with the collapsed deltas' ids in place of the flags'. A flag
     with no delta here (left out of the run) stays as the current string has it."""
@@ -226,7 +227,7 @@ def collapse_flags(deltas: Sequence[Delta], applied: Iterable[str]) -> tuple[lis
                         old=base.args_old, new=base.args_new)
         applied -= {d.id for d in members}
         if on and on != every:
-            text = rebuild(old, new, on)
+            text = target_string(old, new, on)
             whole = replace(whole, new=text, new_word=shell_quote(text), new_eval=text)
         if on:
             applied.add(whole.id)
