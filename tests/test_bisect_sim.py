@@ -407,3 +407,56 @@ def test_a_link_declared_in_the_playbook_stays_whole(scenario):
     assert set(r.culprit_deltas) == {"decode:SGLANG_SM120_MMA_TARGET_CTAS", "prefill:SGLANG_SM120_MMA_TARGET_CTAS"}
     assert not [t for t in r.trials if t.kind is TrialKind.REFINE] and "apart" not in r.verdict.explanation
     assert r.state_left == "original" and tree_fingerprint(s.sim) == before
+
+
+@pytest.mark.parametrize("nth", [1, 2, 3, 5])
+def test_sigterm_before_the_first_trial_ends_the_run_as_ctrl_c_does(scenario, nth):
+    """SIGTERM while the run reads the hosts, takes the lock and writes its journal (before any
+    trial): one line, exit 130, and no lock or journal left on the host (blind red-team, signals:
+    the process died of the signal, exit -15 and nothing said, its lock and once its journal left)."""
+    s = scenario()
+    s.baseline()
+    plant(s.sim, INNOCENT[:2] + [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")])
+    before = tree_fingerprint(s.sim)
+    p = subprocess.Popen([*ENVBISECT, "-vv", "-p", str(s.sim.playbook), "--store", str(s.store), "bisect",
+                          "--against", "good", "--probe", "e2e"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    seen, trips, deadline = "", 0, time.time() + 60
+    while trips < nth:
+        line = p.stderr.readline()
+        assert line and time.time() < deadline, f"bisect ended first: {seen[-3000:]}"
+        seen += line
+        trips += "agent hostops" in line
+    p.send_signal(signal.SIGTERM)
+    _, rest = p.communicate(timeout=120)
+    seen += rest
+    assert p.returncode == 130 and "envbisect: interrupted" in seen, (p.returncode, seen[-2000:])
+    state = Path.home() / ".envbisect"
+    left = sorted(x.name for x in state.glob(f"{s.name}*") if not x.name.endswith(".guard")) if state.is_dir() else []
+    assert left == [], left
+    assert tree_fingerprint(s.sim) == before
+
+
+def test_a_first_sigterm_during_the_final_restore_is_noted_and_the_verdict_kept(scenario):
+    """The verdict is reached and the hosts are going back: a first SIGTERM there is noted, not
+    obeyed, and the run ends with its verdict (blind red-team, signals: the restore was cut off,
+    redone, and the run exited 130 with no verdict.json, to be resumed)."""
+    s = scenario()
+    s.baseline()
+    plant(s.sim, INNOCENT[:2] + [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")])
+    before = tree_fingerprint(s.sim)
+    p = subprocess.Popen([*ENVBISECT, "-p", str(s.sim.playbook), "--store", str(s.store), "bisect", "--against",
+                          "good", "--probe", "e2e", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen, deadline = "", time.time() + 300
+    while "restoring the original files" not in seen:
+        line = p.stderr.readline()
+        assert line and time.time() < deadline, f"bisect ended first: {seen[-3000:]}"
+        seen += line
+    p.send_signal(signal.SIGTERM)
+    out, rest = p.communicate(timeout=120)
+    seen += rest
+    assert p.returncode == 0 and "putting the hosts back first" in seen, (p.returncode, seen[-2000:])
+    doc = json.loads(out)
+    assert doc["culprits"] == ["decode:SGLANG_SM120_MMA_TARGET_CTAS"] and doc["state_left"] == "original"
+    assert (s.store / "runs" / doc["run"] / "verdict.json").is_file()
+    assert tree_fingerprint(s.sim) == before

@@ -392,3 +392,30 @@ def test_64_concurrent_probes_over_several_trials_leak_nothing(scenario, sshd):
         assert all(a == after_trial[0] for a in after_trial), after_trial
     assert settled(sshd, at_start) == at_start  # closed: back to exactly what was open before
     assert tree_fingerprint(s.sim) == before
+
+
+@pytest.mark.parametrize("nth", [1, 2])
+def test_revert_sent_sigterm_while_it_takes_the_lock_lets_go_of_it(scenario, nth):
+    """SIGTERM during revert's first round trips (the lock, the journal): exit 130 with one line, and
+    no lock or journal of it left on the host (blind red-team, signals: exit -15, nothing said)."""
+    s = scenario()
+    s.baseline()
+    plant(s.sim, INNOCENT[:1] + [BAD])
+    r = s.cli("bisect", "--against", "good", "--probe", "e2e", "--json", timeout=180)
+    assert r.returncode == 0, r.stderr
+    before = tree_fingerprint(s.sim)
+    p = subprocess.Popen([*ENVBISECT, "-vv", "-p", str(s.sim.playbook), "--store", str(s.store), "revert", BAD_ID],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen, trips = "", 0
+    while trips < nth:
+        line = p.stderr.readline()
+        assert line, seen[-3000:]
+        seen += line
+        trips += "agent hostops" in line
+    p.send_signal(signal.SIGTERM)
+    _, rest = p.communicate(timeout=120)
+    assert p.returncode == ExitStatus.INTERRUPTED and "envbisect: interrupted" in seen + rest, (p.returncode, rest[-2000:])
+    state = Path.home() / ".envbisect"
+    left = sorted(x.name for x in state.glob(f"{s.name}*") if not x.name.endswith(".guard"))
+    assert left == [], left
+    assert tree_fingerprint(s.sim) == before and all_healthy(s.sim)

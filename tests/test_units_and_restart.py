@@ -71,7 +71,7 @@ def test_resume_picks_the_unfinished_bisection_not_a_later_revert(tmp_path):
     import json
     import os
 
-    from envbisect.runs.bisect import _find_run_dir
+    from envbisect.state.rundir import Runs
     from envbisect.state.store import Store
 
     store = Store(tmp_path)
@@ -81,4 +81,4 @@ def test_resume_picks_the_unfinished_bisection_not_a_later_revert(tmp_path):
         doc = {"deployment": "dep", "created_at": t, **({"kind": kind} if kind else {})}
         (d / "run.json").write_text(json.dumps(doc))
         os.utime(d, (t + 1000, t + 1000))
-    assert _find_run_dir(store, None, "dep").run_id == "r1-bisect"
+    assert Runs(store.runs_dir).bisection(None, "dep").run_id == "r1-bisect"

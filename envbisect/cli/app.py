@@ -7,6 +7,7 @@ cli/environment.py.
 """
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -92,7 +93,15 @@ def _dispatch(args: list[str], env: Environment) -> int:
 
 
 
+def _term_as_interrupt(signum, frame) -> None:  # noqa: ANN001
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> None:
+    # SIGTERM (a timer's stop, `timeout`, systemd) ends every command as Ctrl-C does, from its first
+    # line: one line and exit 130, and a command that holds hosts lets go of them first (the lock it
+    # took, the journal it began), as it does for Ctrl-C
+    signal.signal(signal.SIGTERM, _term_as_interrupt)
     sys.exit(run(sys.argv[1:]))
 
 

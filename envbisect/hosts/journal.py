@@ -124,8 +124,10 @@ class HostEditor:
         me = {**self.owner, "started_at": time.time(), "heartbeat_s": self.heartbeat_s}
         locked: list[str] = []
         notes: list[str] = []
+        asked: list[str] = []  # a host asked, whose answer an interrupt may have cut off: its lock may stand
         try:
             for h, t in self.transports.items():
+                asked.append(h)
                 op = {"op": "lock", "path": self.lock_path, "journal": self.remote_journal, "owner": me,
                       "break": break_lock, "restoring": restoring, "dry": dry, "stale_after_s": self.stale_after_s}
                 res = run_ops(t, [op])[0]
@@ -149,7 +151,7 @@ class HostEditor:
             if restoring is None:
                 self._refuse_local_journals()
         except BaseException:
-            for h in locked:
+            for h in (asked if not dry else ()):  # by this run's token: another's lock is never touched
                 self._unlock_host(h)
             raise
         if dry:

@@ -48,7 +48,6 @@ from envbisect.state.corrections import Correction, Corrections, append_correcti
 from envbisect.state.deltas import Delta, Diff
 from envbisect.state.rundir import RunDir, Runs
 from envbisect.state.sourced import verdict_notes
-from envbisect.state.store import Store
 from envbisect.state.structured import key_secrets
 from envbisect.trials.diagnose import PathReport, check_path, failing_engines
 from envbisect.trials.probe_check import broken_line, refuse_broken_probe
@@ -232,23 +231,25 @@ class BisectRun:
         RunDir(self.run_dir).write(rundir.ENVIRONMENT, self.dep.masker.redact_json(
             capture_environment(self.playbook, self.dep.transports)))
         editor = self.editor_factory(self.playbook, self.dep.transports, self.run_dir, self.run_id)
-        for note in editor.lock(break_lock=self.break_lock):
-            self.on_event("warning", {"message": note})
+        lock_notes = editor.lock(break_lock=self.break_lock)
         try:
+            for note in lock_notes:
+                self.on_event("warning", {"message": note})
             files, repos = touched(deltas)
             original = editor.begin(files, repos)  # refuses here when an owner could not be kept
             check_original_is_current(original, diff.current, deltas)
+            session = Session(deltas, dict(diff.contents), units, probe, editor, original, diff)
         except BaseException:
             editor.abandon()  # nothing was edited: the journal is closed, the lock released
             raise
-        return self._loop(Session(deltas, dict(diff.contents), units, probe, editor, original, diff), [], notes)
+        return self._loop(session, [], notes)
 
     def resume(self, run_id: str | None, retract: Sequence[int] = ()) -> BisectResult:
         """Continue a run from its record (as the operator corrected it). ``retract``: trials to drop
         from the evidence first (recorded in the run folder; the search then asks again what it
         decided on them). A finished run can be resumed only so."""
         store = self.dep.store
-        rd = _find_run_dir(store, run_id, self.playbook.name, finished=None if retract else False)
+        rd = Runs(store.runs_dir).bisection(run_id, self.playbook.name, finished=None if retract else False)
         doc = rd.doc
         self.run_id, self.run_dir = doc["run_id"], rd.path
         run_dir = rd.path
@@ -347,12 +348,17 @@ class BisectRun:
         runner = self.runner_factory(self.playbook, self.dep.transports, s.editor, s.original, s.deltas, s.contents,
                                      s.probe, s.units, on_step=lambda m: self.on_event("step", {"message": m}),
                                      evidence_dir=RunDir(self.run_dir).file(rundir.EVIDENCE))
-        search = self._new_search(s)
-        runner.units = {**runner.units, **self.hints.member_units()}  # a twin's sides, tested apart by the search
-        self.watch = SymptomWatch(list(s.units), enabled=not s.probe.is_perf)
-        self.trials = [self.watch.see(t) for t in done]
-        feed(search, self.trials, self.corrections, observation)
         stop = install_signal_handlers()
+        try:  # an interrupt before the first trial: nothing of this session to undo
+            search = self._new_search(s)
+            runner.units = {**runner.units, **self.hints.member_units()}  # a twin's sides, tested apart
+            self.watch = SymptomWatch(list(s.units), enabled=not s.probe.is_perf)
+            self.trials = [self.watch.see(t) for t in done]
+            feed(search, self.trials, self.corrections, observation)
+        except BaseException as exc:
+            stop()
+            self._restore_interrupted(s.editor, exc) if s.editor.edited else s.editor.abandon()
+            raise
         try:  # the perf reference is a trial like the others: an interrupt during it puts the hosts back
             reference = self._perf_reference(s.probe, runner, done, notes, len(s.deltas), len(s.units))
             verdict = self._search(search, runner, s, reference, notes)
@@ -485,21 +491,27 @@ class BisectRun:
                                             "final: current minus the culprits must pass", kind=TrialKind.FINAL),
                                  evidence=False)
             if final.outcome is Outcome.PASS:
-                s.editor.finish()
-                s.editor.unlock()
+                with shield_signals(self._note_signal):  # the fix stands: close the journal, let go
+                    s.editor.finish()
+                    s.editor.unlock()
                 return Leave.FIXED, final
             notes.append("current minus the culprits still fails, so at least one more delta breaks it: "
                          "restored the original state; re-run with --policy thorough to find them all")
         # nothing restarted (the running stack was only probed): restoring files is all there is
         restarted = any(not t.free for t in self.trials[self._restarted_from:])
-        return self._restore(s.editor, notes, restart=restarted), final
+        # the verdict is reached: a first signal while the hosts go back is noted, and the verdict kept
+        with shield_signals(self._note_signal):
+            return self._restore(s.editor, notes, restart=restarted), final
+
+    def _note_signal(self, message: str) -> None:
+        self.on_event("warning", {"message": message})
 
     def _restore_interrupted(self, editor: HostEditor, exc: BaseException) -> None:
         """Ctrl-C, SIGTERM, lost connection, someone else's change, bug: the hosts go back to where
         they were (what is provably envbisect's own), and the lock is kept until they are."""
         self.on_event("interrupted", {"error": str(exc) or type(exc).__name__, "run": self.run_id})
         try:
-            with shield_signals(lambda m: self.on_event("warning", {"message": m})):
+            with shield_signals(self._note_signal):
                 try:
                     self._restore(editor)
                 except LockLost:
@@ -679,20 +691,6 @@ class BisectRun:
             return None
         per = sum(t.restart_s + t.probe_s for t in resolved) / len(resolved)
         return per * self._remaining(req)
-
-
-def _find_run_dir(store: Store, run_id: str | None, deployment: str, finished: bool | None = False) -> RunDir:
-    """The run to resume: by id, or this deployment's newest bisection (``finished`` None: finished
-    or not, as `--retract` corrects the newest run whatever its state)."""
-    runs = Runs(store.runs_dir)
-    if run_id:
-        return runs.get(run_id)
-    # only bisections can be resumed
-    rd = runs.newest(kind="bisect", deployment=deployment, finished=finished)
-    if rd is None:
-        raise UsageError("no unfinished run to resume for this deployment" if finished is False
-                         else "no bisection of this deployment to correct")
-    return rd
 
 
 __all__ = ["ApartTest", "BisectRun", "BisectOptions", "BisectResult", "CommitVerdict", "GuardResult", "PERF_RETRIES",

@@ -281,10 +281,10 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
         "format": 1, "kind": action, "run_id": run_id, "deployment": dep.playbook.name, "created_at": time.time(),
         "from_run": source.run_id, "deltas": list(ids), "probe": probe.name if probe else None}).encode())
     editor = HostEditor(dep.playbook, dep.transports, rd.path, run_id)
-    for note in editor.lock(break_lock=break_lock):
-        ev("warning", {"message": note})
     stop = install_signal_handlers()  # SIGTERM behaves like Ctrl-C: the hosts are put back
     try:
+        for note in editor.lock(break_lock=break_lock):  # refused or interrupted: lets go of what it took
+            ev("warning", {"message": note})
         job = _begin(dep, editor, action, run_id, [by_id[i] for i in ids], source, probe, perf_guard, ev)
         result = job.run(run_verify, tuple(pair_notes))
         failed = not result.restart.ok or result.probe_outcome == "fail" or (
@@ -293,8 +293,9 @@ def change(dep: Deployment, action: str, ids: Sequence[str], source: RunDeltas, 
             decide = put_back_on_fail(result) if callable(put_back_on_fail) else put_back_on_fail
             if decide:
                 result = job.put_back(result)
-        editor.finish()
-        editor.unlock()
+        with shield_signals(lambda m: ev("warning", {"message": m})):  # the change stands: close it, say so
+            editor.finish()
+            editor.unlock()
     except BaseException as exc:
         _undo_interrupted(dep, editor, run_id, ev, exc)
         raise
@@ -404,6 +405,8 @@ def _undo_interrupted(dep: Deployment, editor: HostEditor, run_id: str, ev: Call
     """Ctrl-C, SIGTERM, lost connection, someone else's change: back to the state before this
     command, keeping the lock until the hosts are consistent."""
     if editor.journal is None or editor.journal.state != "active":
+        with shield_signals(lambda m: ev("warning", {"message": m})):
+            editor.unlock()  # nothing of this command on the hosts to undo: let go of the lock
         return
     ev("interrupted", {"error": str(exc) or type(exc).__name__, "run": run_id})
     try:

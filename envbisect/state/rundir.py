@@ -196,6 +196,17 @@ class Runs:
             raise UsageError(f"no run {run_id!r} in {self.root} (see `envbisect runs`)")
         return RunDir(self.root / run_id)
 
+    def bisection(self, run_id: str | None, deployment: str, finished: bool | None = False) -> RunDir:
+        """The bisection to resume: by id, or this deployment's newest (``finished`` None: finished
+        or not, as `--retract` corrects the newest run whatever its state)."""
+        if run_id:
+            return self.get(run_id)
+        rd = self.newest(kind="bisect", deployment=deployment, finished=finished)
+        if rd is None:
+            raise UsageError("no unfinished run to resume for this deployment" if finished is False
+                             else "no bisection of this deployment to correct")
+        return rd
+
     def newest(self, *, kind: str | None = None, deployment: str | None = None,
                finished: bool | None = None) -> RunDir | None:
         for rd, doc in reversed(self.all()):

@@ -1,0 +1,4 @@
+"""`python -m envbisect`: the command line, as `envbisect`."""
+from envbisect.cli.app import main
+
+main()
