@@ -27,8 +27,17 @@ def test_words_as_the_shell_splits_them_with_quoted_values_keeping_their_text():
     assert [w.text for w in words] == ["--chat-template", "'a b'", "--stop", '"x \\"y\\""', "--name=c\\ d"]
 
 
-def test_k_eq_v_and_k_space_v_and_quotes_mean_the_same():
-    assert changes("--tp 2 --page-size=16", "--tp=2 --page-size '16'") == []
+def test_k_eq_v_and_k_space_v_mean_the_same_and_a_value_quoted_anew_is_a_change():
+    assert changes("--tp 2 --page-size=16", "--tp=2 --page-size 16") == []
+    assert changes("--page-size='16'", "--page-size '16'") == []
+    # an unquoted $SGLANG_EXTRA_ARGS hands the quote characters on: '16' is not 16 to the engine
+    # (blind red-team, exact changes: a quote-only respelling was no delta, and the trials' mixed
+    # spellings made an innocent flag the culprit at confidence 1.00)
+    assert changes("--tp 2 --page-size=16", "--tp=2 --page-size '16'") == [
+        ("--page-size", "changed", "--page-size=16", "--page-size '16'")]
+    # a command line the shell reads itself (a start script's): the same
+    old, new = parse_args("--tp 2 --page-size=16"), parse_args("--tp=2 --page-size '16'")
+    assert diff_args(old, new, quotes_read=True) == []
 
 
 def test_each_flag_added_removed_or_changed_is_its_own_change():

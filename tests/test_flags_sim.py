@@ -108,3 +108,27 @@ def test_sigkill_during_a_flag_trial_then_restore_is_byte_identical(scenario, ss
     assert json.loads(r.stdout)["restored"] is True
     assert tree_fingerprint(s.sim) == before
     assert all_healthy(s.sim)
+
+
+def test_a_value_quoted_anew_is_a_change_the_engine_may_see(scenario, sshd):
+    """The sim's start script expands SGLANG_EXTRA_ARGS unquoted, so `--attention-backend "flashinfer"`
+    reaches decode with its quote characters, and decode hangs on that word. The respelling is a
+    delta of its own and is named alone; the two innocent value changes beside it are not (blind
+    red-team, exact changes: no delta for it, and INTERACTION 1.00 of the two innocent flags)."""
+    base = "--attention-backend flashinfer --mem-fraction-static 0.8 --chunked-prefill-size 4096"
+    cur = '--attention-backend "flashinfer" --mem-fraction-static 0.85 --chunked-prefill-size 8192'
+    rules = {**DEFAULT_RULES, "rules": [*DEFAULT_RULES["rules"], {
+        "service": "decode", "when_flag": {"--attention-backend": '"flashinfer"'}, "fault": "hang"}]}
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config), rules=rules,
+                 env={"decode": {"SGLANG_EXTRA_ARGS": base}})
+    s.baseline()
+    plant(s.sim, [("decode", "SGLANG_EXTRA_ARGS", cur)])
+    before = tree_fingerprint(s.sim)
+    with s.deployment() as dep:
+        diff = dep.diff(against="good")
+    flags = {d.id: d for d in diff.deltas if d.flag is not None}
+    respelled = "decode:SGLANG_EXTRA_ARGS[--attention-backend]"
+    assert flags[respelled].new == '--attention-backend "flashinfer"', sorted(flags)
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind == "culprit" and r.culprit_deltas == (respelled,), (r.verdict, r.culprit_deltas)
+    assert r.state_left == "original" and tree_fingerprint(s.sim) == before

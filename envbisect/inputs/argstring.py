@@ -14,8 +14,10 @@ The shape rule (no knowledge of the engine's own parser):
   not split (`ArgStringError`).
 
 A flag given several times (``--lora-paths a --lora-paths b``) is one flag whose occurrences keep
-their order; its change is one change of all of them. Two flags are the same when their words mean
-the same (``--k=v``, ``--k v`` and ``--k "v"`` are one); a change of spelling alone is not a change.
+their order; its change is one change of all of them. Two flags are the same when their values are
+written the same (``--k=v`` and ``--k v`` are one, as argparse reads both); a value quoted anew
+(``--k "v"``) is a change: the same to a consumer that reads the quotes (``eval``, ``shlex``), but a
+start script that expands the variable unquoted hands the quote characters on to the engine.
 
 A rebuilt string keeps the baseline's order and each word's exact text (its quotes as written), so
 whatever the consumer does with it (word splitting of ``$X``, ``eval``, ``shlex.split``) it sees the
@@ -62,6 +64,12 @@ class Flag:
     def values(self) -> tuple[tuple[str, ...], ...]:
         """What the flag means: per occurrence, its values (``--k=v`` and ``--k v`` alike)."""
         return tuple(_occurrence_values(self.name, occ) for occ in self.occurrences)
+
+    @property
+    def spelling(self) -> tuple[tuple[str, ...], ...]:
+        """Its values as written, quotes included (``--k="v"`` and ``--k "v"`` alike): a start script
+        that expands the variable unquoted hands the quote characters on to the engine."""
+        return tuple(_occurrence_texts(self.name, occ) for occ in self.occurrences)
 
     @property
     def text(self) -> str:
@@ -162,6 +170,14 @@ def _occurrence_values(name: str, occ: tuple[Word, ...]) -> tuple[str, ...]:
     return inline + tuple(w.value for w in occ[1:])
 
 
+def _occurrence_texts(name: str, occ: tuple[Word, ...]) -> tuple[str, ...]:
+    first = occ[0]
+    inline = ()
+    if len(first.value) > len(name) and first.value[len(name)] == "=":
+        inline = (first.text.split("=", 1)[1] if "=" in first.text else first.value[len(name) + 1:],)
+    return inline + tuple(w.text for w in occ[1:])
+
+
 def parse_args(text: str) -> ArgString:
     """`text` as positional words and flags (see the module's shape rule); `ArgStringError` when it
     cannot be split into words, or holds ``--`` (after which nothing is a flag)."""
@@ -193,16 +209,18 @@ def parse_args(text: str) -> ArgString:
     return ArgString(tuple(positional), tuple(Flag(n, tuple(occurrences[n])) for n in order))
 
 
-def diff_args(old: ArgString, new: ArgString) -> list[FlagChange]:
-    """Each flag added, removed or changed (by meaning), in the order the current string has them
-    (removed ones where the baseline had them). `ArgStringError` when the positional words differ."""
+def diff_args(old: ArgString, new: ArgString, *, quotes_read: bool = False) -> list[FlagChange]:
+    """Each flag added, removed or changed, in the order the current string has them (removed ones
+    where the baseline had them). `quotes_read`: the string is a command line the shell itself reads
+    (a start script's line), so a value quoted anew means the same; else a variable's value, whose
+    quote characters an unquoted expansion passes on. `ArgStringError` when the positional words differ."""
     if tuple(w.value for w in old.positional) != tuple(w.value for w in new.positional):
         raise ArgStringError("its words before the first flag (positional arguments) changed")
     out = []
     names = new.names() + [n for n in old.names() if new.get(n) is None]
     for name in names:
         o, n = old.get(name), new.get(name)
-        if o is not None and n is not None and o.values == n.values:
+        if o is not None and n is not None and o.values == n.values and (quotes_read or o.spelling == n.spelling):
             continue
         change = "added" if o is None else "removed" if n is None else "changed"
         out.append(FlagChange(name, change, o, n))

@@ -117,7 +117,7 @@ def changed_command(path: str, old: bytes, new: bytes) -> CommandSides | str | N
         old_args, new_args = parse_args(o.args), parse_args(n.args)
         if not old_args.flags and not new_args.flags:
             return None
-        diff_args(old_args, new_args)
+        diff_args(old_args, new_args, quotes_read=True)
     except ArgStringError as e:
         return f"its command line (line {_line_number(old_text, o.start)}) is not a list of flags ({e})"
     for text, spans, args in ((old_text, old_lines, old_args), (new_text, new_lines, new_args)):
@@ -170,7 +170,7 @@ def per_flag(file_deltas: Iterable[Delta], contents: Mapping[str, bytes], notes:
                          c.old.text if c.old else None, c.new.text if c.new else None, d.baseline_source,
                          d.detail, old_file=d.old, new_file=d.new, flag=c.name, args_old=sides.old.args,
                          args_new=sides.new.args)
-                   for c in diff_args(sides.old_args, sides.new_args))
+                   for c in diff_args(sides.old_args, sides.new_args, quotes_read=True))
     return out
 
 
@@ -179,7 +179,7 @@ def render_line(path: str, old: bytes, new: bytes, on: set[str]) -> bytes:
     sides = changed_command(path, old, new)
     if not isinstance(sides, CommandSides):
         raise ValueError(f"{path}: its command line cannot be split per flag any more")
-    every = {c.name for c in diff_args(sides.old_args, sides.new_args)}
+    every = {c.name for c in diff_args(sides.old_args, sides.new_args, quotes_read=True)}
     if not on & every:
         return old
     if every <= on:
@@ -248,7 +248,7 @@ def flags_on(path: str, old: bytes, new: bytes, live: bytes | None) -> set[str] 
     if have is None:
         return None
     on = set()
-    for c in diff_args(sides.old_args, sides.new_args):
+    for c in diff_args(sides.old_args, sides.new_args, quotes_read=True):
         now = have.get(c.name)
         if (now.values if now else None) == (c.new.values if c.new else None):
             on.add(c.name)
@@ -268,7 +268,7 @@ def flag_file(key: tuple[str, str], file_deltas: Sequence[Delta], applied: Itera
     sides = changed_command(key[1], old, new)
     if not isinstance(sides, CommandSides):
         raise ValueError(f"{key[0]}:{key[1]}: its command line cannot be split per flag")
-    every = {c.name for c in diff_args(sides.old_args, sides.new_args)}
+    every = {c.name for c in diff_args(sides.old_args, sides.new_args, quotes_read=True)}
     keep = every - {d.flag or "" for d in file_deltas}
     if live is not None:
         now = flags_on(key[1], old, new, live)
