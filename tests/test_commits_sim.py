@@ -80,3 +80,41 @@ def test_the_guilty_commit_among_five_is_named_over_ssh(scenario, sshd, guilty):
     assert res["probe"]["outcome"] == "pass", res
     assert _git(s.sim.src_dir, "rev-parse", "HEAD") == shas[guilty - 2]
     assert "just before commit" in p.stderr and shas[guilty - 1][:12] in p.stderr
+
+
+def test_a_watched_config_inside_the_repo_changed_by_a_pull_is_searched_with_the_pull(scenario, sshd):
+    """[watch] names the deployed repo's configs/ folder, and two commits of a pull change its
+    feature_flags.yaml (the second commit's key is guilty). The file's change is the pull's: one
+    git delta searched commit by commit, no file delta beside it (blind red-team, exact changes: the
+    change was counted twice, a trial wrote the file and then refused its own checkout, and the
+    verdict was INCONCLUSIVE without a baseline trial)."""
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
+    configs = s.sim.src_dir / "configs"
+    text = s.sim.playbook.read_text()
+    extra = str(s.sim.root / "conf" / "extra")
+    assert f'paths = ["{extra}"]' in text
+    s.sim.playbook.write_text(text.replace(f'paths = ["{extra}"]', f'paths = ["{extra}", "{configs}"]'))
+    rules = json.loads(s.sim.rules_path.read_text())
+    rules["rules"].append(s.sim.flag_rule("enable_overlap_schedule"))
+    s.sim.set_rules(rules)
+    s.sim.co_restart()
+    s.baseline()
+    s.sim.set_flag("enable_mixed_chunk", "true")
+    _git(s.sim.src_dir, "commit", "-qam", "mixed chunk on")
+    s.sim.set_flag("enable_overlap_schedule", "true")
+    _git(s.sim.src_dir, "commit", "-qam", "overlap on")
+    (s.sim.src_dir / "notes.txt").write_text("n\n")
+    _git(s.sim.src_dir, "add", "-A")
+    _git(s.sim.src_dir, "commit", "-qm", "notes")
+    plant(s.sim, INNOCENT[:1])
+    before = _bytes(s.sim)
+    with s.deployment() as dep:
+        diff = dep.diff(against="good")
+    ids = sorted(d.id for d in diff.deltas)
+    assert not [i for i in ids if "feature_flags" in i], ids
+    assert any(i.startswith("git:") for i in ids) and any("changed by the HEAD move" in n for n in diff.notes), \
+        (ids, diff.notes)
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind == "culprit" and r.culprit_deltas[0].startswith("git:"), (r.verdict, r.culprit_deltas)
+    assert r.commit is not None and r.commit.commit is not None and r.commit.commit.subject == "overlap on"
+    assert r.state_left == "original" and _bytes(s.sim) == before

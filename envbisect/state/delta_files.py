@@ -190,6 +190,23 @@ def repo_deltas(h: HostSides) -> Found:
     return Found(tuple(deltas), tuple(notes))
 
 
+def _moved_by_head(path: str, h: HostSides) -> str | None:
+    """The deployed repo whose HEAD move changed the watched file `path`, when that move explains the
+    whole change: the file is among the files the move changed and had no uncommitted change on
+    either side. Its change is then the git delta's (one change, searched commit by commit); as a
+    file delta too, a trial would write it and then refuse its own checkout."""
+    for rpath, repo in h.cur.repos.items():
+        top = (repo.top or repo.path).rstrip("/") + "/"
+        if not path.startswith(top) or repo.moved_files is None:
+            continue
+        base = h.base.repos.get(rpath) if h.base is not None else None
+        moved = (base.head if base is not None and base.head else repo.head_at_since) not in (None, repo.head)
+        dirty_then = base is not None and path in base.dirty_paths()
+        if moved and path[len(top):] in repo.moved_files and path not in repo.dirty_paths() and not dirty_then:
+            return rpath
+    return None
+
+
 def watched_deltas(h: HostSides) -> Found:
     """Each file under a watched path that changed, was added, or is gone since the baseline (a
     structured file per key)."""
@@ -202,6 +219,11 @@ def watched_deltas(h: HostSides) -> Found:
     if base is not None:
         gone = {p for ms in base.watched.values() for p in ms} - set(members) - env_paths
     for path in members:
+        moved_by = _moved_by_head(path, h)
+        if moved_by is not None:
+            notes.append(f"{h.name}:{path}: changed by the HEAD move of {moved_by} (committed, clean on both "
+                         f"sides): searched with that move, commit by commit, not as a file of its own")
+            continue
         f = cur.files[path]
         if f.error:
             notes.append(f"{h.name}:{path}: cannot read ({f.error})")
@@ -210,7 +232,7 @@ def watched_deltas(h: HostSides) -> Found:
         deltas.extend(per_flag(found, h.contents, notes))  # a start script's or unit's command line per flag
     for path in sorted(gone):
         bf = base.files.get(path) if base else None
-        if bf is None:
+        if bf is None or _moved_by_head(path, h) is not None:
             continue
         if bf.content is not None:
             h.contents[bf.sha256 or sha256_hex(bf.content)] = bf.content

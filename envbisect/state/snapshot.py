@@ -47,6 +47,8 @@ class RepoState:
     top: str | None = None
     # `git status --porcelain=v1 -z`, parsed: {"xy": " M", "path": ..., "orig": rename source or None}
     dirty_entries: tuple[Mapping[str, Any], ...] = ()
+    # the files the HEAD move since the baseline changed, relative to the top (None: not known)
+    moved_files: tuple[str, ...] | None = None
 
     def dirty_paths(self) -> dict[str, str]:
         """Absolute path -> path relative to the top of the working tree, of each dirty file
@@ -231,6 +233,7 @@ def host_state_from_raw(host: str, raw: Mapping[str, Any], env_files: Mapping[st
             commits_since=tuple(log.get("commits", ())), commits_rewound=tuple(log.get("rewound", ())),
             head_at_since=r.get("head_at_since"), top=r.get("top"),
             dirty_entries=tuple(r.get("dirty_entries") or ()),
+            moved_files=tuple(log["files"]) if log.get("files") is not None else None,
         )
     procs = {
         s: ProcessState(service=s, status=p.get("status", "unknown"), pid=p.get("pid"), started_at=p.get("started_at"),

@@ -388,6 +388,7 @@ def snapshot_from_json(doc: dict[str, Any], get_blob: GetBlob) -> Snapshot:
             r = dict(r)
             for k in ("dirty_files", "commits_since", "commits_rewound", "dirty_entries"):
                 r[k] = tuple(r.get(k) or ())
+            r["moved_files"] = tuple(r["moved_files"]) if r.get("moved_files") is not None else None
             repos[p] = RepoState(**r)
         hosts[name] = HostState(
             name=hd["name"], hostname=hd["hostname"], clock_epoch=hd["clock_epoch"], tz=hd.get("tz"),

@@ -134,6 +134,9 @@ def repo_state(path, log_from, keep=()):
         out["log_since"] = {"from": log_from, "commits": log.splitlines() if rc == 0 else []}
         rc, back, _ = git(path, "log", "--format=%H %s", "--max-count=50", head + ".." + log_from)
         out["log_since"]["rewound"] = back.splitlines() if rc == 0 else []
+        # the files the move changed (relative to the top): a watched file among them is the move's
+        rc, moved, _ = git(path, "diff", "--name-only", "-z", "--no-renames", log_from, head)
+        out["log_since"]["files"] = [f for f in moved.split("\0") if f][:MAX_MOVED] if rc == 0 else None
     if SINCE is not None:
         # HEAD at TIME from the reflog: the newest entry at or before TIME.
         rc, reflog, _ = git(path, "reflog", "show", "--format=%H %ct %gd", "--date=unix", "HEAD")
@@ -161,6 +164,7 @@ def repo_state(path, log_from, keep=()):
 # for a diff, its bytes at the baseline HEAD are read from git (result["fallback"]["repo_base"]),
 # so the baseline trial can put the baseline's bytes back.
 MAX_DIRTY = 50
+MAX_MOVED = 5000  # files a HEAD move changed, named (beyond: none is taken for the move's)
 
 
 def dirty_entries(repo):
