@@ -43,3 +43,14 @@ def test_observation_outside_the_open_range_is_refused():
         s.observe(4, True)
     with pytest.raises(ValueError):
         CommitLineSearch(0)
+
+
+@pytest.mark.local  # GitPython runs `git version` on import
+def test_what_git_says_is_its_stderr_line_not_the_wrappers_closing_quote():
+    import git
+
+    from envbisect.state.commitline import git_says
+
+    e = git.GitCommandError(["git", "rev-list", "a..b"], 128, stderr=b"fatal: Invalid revision range a..b\n")
+    assert git_says(e) == "fatal: Invalid revision range a..b"  # was "'" (blind red-team, exact changes)
+    assert git_says(RuntimeError("no git here\\nmore")) == "no git here\\nmore"

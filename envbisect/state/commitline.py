@@ -39,6 +39,15 @@ class LineCommit:
         return f"{self.sha[:12]} {self.subject!r} by {self.author}"
 
 
+def git_says(e: Exception) -> str:
+    """What git said, in one line: the last non-empty line of its stderr (GitPython wraps it as
+    ``stderr: '...'``, so its own last line is the closing quote), else the error's own first line."""
+    raw = str(getattr(e, "stderr", "") or "").replace("stderr:", "")
+    lines = [ln.strip().strip("'").strip() for ln in raw.splitlines()]
+    lines = [ln for ln in lines if ln]
+    return lines[-1] if lines else (str(e).strip().splitlines() or ["git failed"])[0]
+
+
 class NotALine(Exception):
     """The HEAD move is not a forward move along first parents (a rewind, a reset elsewhere)."""
 
@@ -72,7 +81,7 @@ def first_parent_line(mirror_dir: Path, base: str, head: str, *, split_merges: b
     try:
         commits = list(repo.iter_commits(f"{base}..{head}", first_parent=True))
     except git.GitCommandError as e:
-        raise NotALine(f"{base[:12]}..{head[:12]}: {str(e).strip().splitlines()[-1]}") from e
+        raise NotALine(f"{base[:12]}..{head[:12]}: {git_says(e)}") from e
     commits.reverse()
     if not commits or not commits[0].parents or commits[0].parents[0].hexsha != base:
         raise NotALine(f"{head[:12]} is not a first-parent descendant of {base[:12]} (a rewind or a reset?)")
