@@ -243,3 +243,19 @@ def test_a_hotfix_to_a_structured_repo_file_is_per_key_and_still_a_repo_file():
     git_d = Delta("git:node1:/srv/src", "git", "node1", None, "/srv/src", None, "changed", "a" * 40, "b" * 40, "s")
     with pytest.raises(UsageError, match="--exclude git:node1:/srv/src"):
         check_applicable([git_d, *keys])
+
+
+@pytest.mark.parametrize("old, new, key", [
+    # a key added at the end of a mapping that a blank line and a comment follow (blind red-team,
+    # exact changes: the whole file was one delta, "more than key values changed")
+    (b"a:\n  x: 1\n\n# c\nb: 2\n", b"a:\n  x: 1\n  y: 2\n\n# c\nb: 2\n", "a.y"),
+    # and the same key removed again
+    (b"a:\n  x: 1\n  y: 2\n\n# c\nb: 2\n", b"a:\n  x: 1\n\n# c\nb: 2\n", "a.y"),
+    # at the top level, with a comment between
+    (b"x: 1\n\n# c\n", b"x: 1\ny: 2\n\n# c\n", "y"),
+])
+def test_yaml_a_key_added_or_removed_before_a_comment_is_compared_per_key(old, new, key):
+    changes = key_changes("yaml", old, new)
+    assert [c.key for c in _by_key(changes).values()] == [key]
+    assert render("yaml", old, new, changes, []) == old
+    assert render("yaml", old, new, changes, [key]) == new

@@ -358,6 +358,10 @@ def _set(target: Any, source: Any, path: Path, copy_comment: bool = False) -> No
     last = path[-1]
     present = (last in src_parent) if isinstance(src_parent, dict) else last < len(src_parent)
     if not present:
+        if copy_comment and isinstance(parent, dict) and last in parent:
+            keys = list(parent)
+            if keys.index(last):  # what trailed the removed key (a blank line, a comment) trails the one before
+                _copy_key_comment(parent, src_parent, keys[keys.index(last) - 1])
         del parent[last]
         return
     value = src_parent[last]
@@ -369,6 +373,8 @@ def _set(target: Any, source: Any, path: Path, copy_comment: bool = False) -> No
             parent.insert(pos, last, value)
         else:
             parent[last] = value
+        if copy_comment and before:  # what trailed the key before it now trails the added one
+            _copy_key_comment(parent, src_parent, before[-1])
     else:
         parent[last] = value
     if copy_comment:
@@ -379,6 +385,18 @@ def _set(target: Any, source: Any, path: Path, copy_comment: bool = False) -> No
                 ca_dst.items[last] = ca_src.items[last]
             else:
                 ca_dst.items.pop(last, None)
+
+
+def _copy_key_comment(target: Any, source: Any, key: Any) -> None:
+    """The comment that follows `key` in `source` (ruamel.yaml keeps a blank line or comment after a
+    key as that key's), onto `key` in `target`; none there: none here."""
+    ca_src, ca_dst = getattr(source, "ca", None), getattr(target, "ca", None)
+    if ca_src is None or ca_dst is None or key not in source:
+        return
+    if key in ca_src.items:
+        ca_dst.items[key] = ca_src.items[key]
+    else:
+        ca_dst.items.pop(key, None)
 
 
 def render(fmt: str, old: bytes, new: bytes, changes: Sequence[KeyChange], applied: Iterable[str]) -> bytes:
