@@ -409,7 +409,7 @@ def test_a_link_declared_in_the_playbook_stays_whole(scenario):
     assert r.state_left == "original" and tree_fingerprint(s.sim) == before
 
 
-@pytest.mark.parametrize("nth", [1, 2, 3, 5])
+@pytest.mark.parametrize("nth", [1, 2, 3])  # the lock, and the journal's first writes
 def test_sigterm_before_the_first_trial_ends_the_run_as_ctrl_c_does(scenario, nth):
     """SIGTERM while the run reads the hosts, takes the lock and writes its journal (before any
     trial): one line, exit 130, and no lock or journal left on the host (blind red-team, signals:

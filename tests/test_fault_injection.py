@@ -284,6 +284,46 @@ def test_operator_edits_a_file_mid_run(scenario):
     assert json.loads((run_dir / "journal.json").read_text())["state"] == "closed"
 
 
+def test_operator_chmods_a_file_mid_run(scenario):
+    """The operator makes decode.serve-env 0600 while trial 3 restarts the stack: the run stops as
+    for an edit, the file's bytes go back to the original and their mode stays, and the conflict is
+    recorded (blind red-team, signals: the restore put the mode back to 0644 and said nothing)."""
+    s = scenario()
+    s.baseline()
+    plant(s.sim, INNOCENT[:3] + [BAD])
+    before = tree_fingerprint(s.sim)
+    decode = s.sim.env_file("decode")
+    original = decode.read_bytes()
+    assert decode.stat().st_mode & 0o777 != 0o600
+    seen = {"n": 0, "done": False}
+
+    def on_event(kind, data):
+        if kind == "trial-start":
+            seen["n"] = data["n"]
+        if kind == "step" and data["message"] == "starting decode" and seen["n"] == 3 and not seen["done"]:
+            seen["done"] = True
+            os.chmod(decode, 0o600)
+
+    with s.deployment() as dep:
+        run = BisectRun(dep, BisectOptions(probe="e2e"), on_event=on_event)
+        try:
+            run.start(dep.diff(against="good"))
+            stopped = None
+        except HostConflict as e:
+            stopped = e
+    assert seen["done"]
+    assert decode.read_bytes() == original and decode.stat().st_mode & 0o777 == 0o600
+    after = tree_fingerprint(s.sim)
+    assert {k: v for k, v in after.items() if k != str(decode)} == {k: v for k, v in before.items() if k != str(decode)}
+    assert all_healthy(s.sim)
+    run_dir = s.store / "runs" / run.run_id
+    conflicts = json.loads((run_dir / "conflicts.json").read_text())
+    assert [c["path"] for c in conflicts][-1:] == [str(decode)], conflicts
+    events = (run_dir / "events.jsonl").read_text()
+    assert "mode" in events and "0600" in events, events[-2000:]
+    assert stopped is None or stopped.exit_status == ExitStatus.CONFLICT
+
+
 @pytest.mark.parametrize("command, sig", [("revert", signal.SIGTERM), ("revert", signal.SIGINT),
                                           ("apply", signal.SIGTERM), ("apply", signal.SIGINT)])
 def test_revert_interrupted_puts_the_hosts_back_before_releasing_the_lock(scenario, command, sig):
@@ -394,7 +434,7 @@ def test_64_concurrent_probes_over_several_trials_leak_nothing(scenario, sshd):
     assert tree_fingerprint(s.sim) == before
 
 
-@pytest.mark.parametrize("nth", [1, 2])
+@pytest.mark.parametrize("nth", [1])  # the lock's round trip (each case bisects first: ~30 s)
 def test_revert_sent_sigterm_while_it_takes_the_lock_lets_go_of_it(scenario, nth):
     """SIGTERM during revert's first round trips (the lock, the journal): exit 130 with one line, and
     no lock or journal of it left on the host (blind red-team, signals: exit -15, nothing said)."""

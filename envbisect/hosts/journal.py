@@ -54,6 +54,8 @@ __all__ = [
 
 def describe_conflict(c: Mapping[str, Any]) -> str:
     """One line for a resource someone else changed during the run."""
+    if c.get("kept_meta"):
+        return f"{c['host']}:{c['path']} {c['why']}"
     keep = f"; its original is in {c['original_copy']}" if c.get("original_copy") else ""
     return f"{c['host']}:{c['path']} {c['why']}: left as found{keep}"
 
@@ -355,7 +357,7 @@ class HostEditor:
             else:
                 op = {"op": "write", "path": p, "content_b64": b64(data)}
                 if orig is not None and orig.exists:
-                    op.update(mode=orig.mode, uid=orig.uid, gid=orig.gid)
+                    op.update(mode=orig.mode, uid=orig.uid, gid=orig.gid, meta=[orig.mode, orig.uid, orig.gid])
                     if exact_metadata and data == orig.content:
                         op.update(mtime_ns=orig.mtime_ns, atime_ns=orig.atime_ns)
             op["expect"] = list(self.expected(key))
@@ -436,7 +438,8 @@ class HostEditor:
             h, p = key
             if f.exists and f.content is not None:
                 op: dict[str, Any] = {"op": "write", "path": p, "content_b64": b64(f.content), "mode": f.mode,
-                                      "uid": f.uid, "gid": f.gid, "mtime_ns": f.mtime_ns, "atime_ns": f.atime_ns}
+                                      "uid": f.uid, "gid": f.gid, "mtime_ns": f.mtime_ns, "atime_ns": f.atime_ns,
+                                      "meta": [f.mode, f.uid, f.gid], "keep_meta": True}
             else:
                 op = {"op": "write", "path": p, "delete": True}
             op.update(expect=list(self.expected(key) | {self._original_sha(key)}), skip_conflict=True)
@@ -470,6 +473,12 @@ class HostEditor:
                 if c and c["path"] not in seen:
                     seen.add(c["path"])
                     new.append({"host": h, **c})
+            for r in results:  # the bytes are back; the mode or owner someone set during the run stays
+                if r.get("kept_meta") and r["path"] not in seen:
+                    sha = self._original_sha((h, r["path"]))
+                    new.append({"host": h, "path": r["path"], "expected": [sha], "found": sha, "kept_meta": True,
+                                "why": f"had its mode or owner changed during the run ({r['kept_meta']}): its bytes "
+                                       "were put back and that change was kept"})
             for key, f in o.files.items():
                 if key[0] != h:
                     continue

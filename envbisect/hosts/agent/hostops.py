@@ -145,9 +145,33 @@ def expect_file(op, path):
     return found
 
 
+def meta_changed(op, path, st):
+    """{"mode" | "uid" | "gid": (expected, found)} where the live file's mode or owner is not what
+    envbisect left it (op["meta"]: the journaled original's, which every write of envbisect's keeps):
+    someone else changed it during the run."""
+    want = op.get("meta")
+    if not want or st is None:
+        return {}
+    found = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+    return dict((k, (w, f)) for k, w, f in zip(("mode", "uid", "gid"), want, found) if w is not None and w != f)
+
+
+def meta_text(changed):
+    return ", ".join("%s %s -> %s" % ((k, "%04o" % w, "%04o" % f) if k == "mode" else (k, w, f))
+                     for k, (w, f) in sorted(changed.items()))
+
+
 def write_file(op):
     path = op["path"]
     expect_file(op, path)
+    try:
+        live = os.stat(path)
+    except FileNotFoundError:
+        live = None
+    changed = meta_changed(op, path, live)
+    if changed and not op.get("keep_meta"):  # a trial's write: stop, as for a changed content
+        raise Conflict(path, op.get("expect", []), file_sha(path), "had its %s changed by someone else during the "
+                       "run (%s); not rewritten" % ("/".join(sorted(changed)), meta_text(changed)))
     if op.get("delete"):
         try:
             os.unlink(path)
@@ -167,6 +191,8 @@ def write_file(op):
     mode = op.get("mode", mode)
     uid = op.get("uid", uid)
     gid = op.get("gid", gid)
+    if changed:  # the restore: envbisect's bytes go back, the mode or owner someone set stays
+        mode, uid, gid = [changed[k][1] if k in changed else v for k, v in (("mode", mode), ("uid", uid), ("gid", gid))]
     fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(path) + ".envbisect-")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -192,7 +218,10 @@ def write_file(op):
         except OSError:
             pass
         raise
-    return {"path": path, "bytes": len(data)}
+    out = {"path": path, "bytes": len(data)}
+    if changed:
+        out["kept_meta"] = meta_text(changed)
+    return out
 
 
 def dirty_paths(repo):
