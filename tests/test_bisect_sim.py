@@ -215,12 +215,13 @@ def test_cli_bisect_json_and_dry_run(scenario):
     assert tree_fingerprint(s.sim) == before
 
 
-def bisect_until(s: Scenario, marker: str) -> tuple[subprocess.Popen, str]:
+def bisect_until(s: Scenario, marker: str, probe: str = "e2e", *extra: str,
+                 wait_s: float = 60) -> tuple[subprocess.Popen, str]:
     """Start `envbisect bisect` in a child process and read its progress until `marker` shows."""
     p = subprocess.Popen([*ENVBISECT, "-p", str(s.sim.playbook), "--store", str(s.store), "bisect", "--against",
-                          "good", "--probe", "e2e"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          "good", "--probe", probe, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = ""
-    deadline = time.time() + 60
+    deadline = time.time() + wait_s
     while marker not in seen:
         line = p.stderr.readline()
         assert line and time.time() < deadline, f"bisect ended before {marker!r}: {seen}"
@@ -445,13 +446,7 @@ def test_a_first_sigterm_during_the_final_restore_is_noted_and_the_verdict_kept(
     s.baseline()
     plant(s.sim, INNOCENT[:2] + [("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")])
     before = tree_fingerprint(s.sim)
-    p = subprocess.Popen([*ENVBISECT, "-p", str(s.sim.playbook), "--store", str(s.store), "bisect", "--against",
-                          "good", "--probe", "e2e", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen, deadline = "", time.time() + 300
-    while "restoring the original files" not in seen:
-        line = p.stderr.readline()
-        assert line and time.time() < deadline, f"bisect ended first: {seen[-3000:]}"
-        seen += line
+    p, seen = bisect_until(s, "restoring the original files", "e2e", "--json", wait_s=300)
     p.send_signal(signal.SIGTERM)
     out, rest = p.communicate(timeout=120)
     seen += rest

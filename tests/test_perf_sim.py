@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import tarfile
-import time
 
 import pytest
 
-from test_bisect_sim import ENVBISECT, Scenario, plant, tree_fingerprint
+from test_bisect_sim import Scenario, bisect_until, plant, tree_fingerprint
 
 from envbisect.sim.deployment import PERF_RULES
 
@@ -144,13 +142,7 @@ def test_a_perf_bisection_interrupted_and_resumed_finds_the_slowdown_with_the_ho
     s.baseline()
     plant(s.sim, [OTHERS[0], FAST, SLOW, NOOP])
     before = tree_fingerprint(s.sim)
-    p = subprocess.Popen([*ENVBISECT, "-p", str(s.sim.playbook), "--store", str(s.store), "bisect", "--against",
-                          "good", "--probe", "throughput"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen, deadline = "", time.time() + 300
-    while "trial 3" not in seen:
-        line = p.stderr.readline()
-        assert line and time.time() < deadline, f"bisect ended before trial 3: {seen}"
-        seen += line
+    p, seen = bisect_until(s, "trial 3", "throughput", wait_s=300)
     p.send_signal(signal.SIGINT)
     _, rest = p.communicate(timeout=120)
     assert p.returncode != 0 and "--resume" in seen + rest, seen + rest
