@@ -56,13 +56,21 @@ def covered_by(path: str, host: HostState) -> bool:
 
 
 
-def _repo_delta(host: str, path: str, repo: RepoState, base: RepoState | None, base_id: str | None) -> Delta | None:
+def _baseline_head(repo: RepoState, base: RepoState | None, base_id: str | None) -> tuple[str, str] | None:
+    """(the repo's HEAD at the baseline, where that was read): the baseline snapshot's, else the
+    reflog's at the time asked for; None when neither is known."""
     if base is not None and base.head:
-        old, source = base.head, f"snapshot:{base_id}"
-    elif repo.head_at_since:
-        old, source = repo.head_at_since, "reflog"
-    else:
+        return base.head, f"snapshot:{base_id}"
+    if repo.head_at_since:
+        return repo.head_at_since, "reflog"
+    return None
+
+
+def _repo_delta(host: str, path: str, repo: RepoState, base: RepoState | None, base_id: str | None) -> Delta | None:
+    then = _baseline_head(repo, base, base_id)
+    if then is None:
         return None
+    old, source = then
     if old == repo.head:
         return None  # HEAD did not move; uncommitted changes are file deltas of their own (_dirty_deltas)
     detail: list[str] = []
@@ -200,7 +208,8 @@ def _moved_by_head(path: str, h: HostSides) -> str | None:
         if not path.startswith(top) or repo.moved_files is None:
             continue
         base = h.base.repos.get(rpath) if h.base is not None else None
-        moved = (base.head if base is not None and base.head else repo.head_at_since) not in (None, repo.head)
+        then = _baseline_head(repo, base, h.base_id)
+        moved = then is not None and then[0] != repo.head
         dirty_then = base is not None and path in base.dirty_paths()
         if moved and path[len(top):] in repo.moved_files and path not in repo.dirty_paths() and not dirty_then:
             return rpath

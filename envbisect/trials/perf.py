@@ -65,6 +65,15 @@ def compare(probe: Probe, transports: Mapping[str, Transport], reference: Sample
             return None, runs, broken
 
 
+def _decide(probe: Probe, reference: Sequence[Sequence[float]], starts: Samples, target: float | None
+            ) -> tuple[PerfDecision, Sequential | None]:
+    """A bisection's decision on a configuration's starts against the reference (decide_sequential
+    with the probe's settings)."""
+    return decide_sequential(reference, starts, higher_is_better=probe.higher_is_better, regression=probe.regression,
+                             start_noise=probe.start_noise, max_samples=probe.max_samples, target=target,
+                             metric=probe.metric)
+
+
 def compare_sequential(probe: Probe, transports: Mapping[str, Transport], reference: Sequence[Sequence[float]],
                        runs: list[ProbeRun], prior: Sequence[Sequence[float]] = (), target: float | None = None
                        ) -> tuple[PerfDecision | None, Sequential | None, Step, list[ProbeRun], str | None]:
@@ -73,9 +82,7 @@ def compare_sequential(probe: Probe, transports: Mapping[str, Transport], refere
     runs = list(runs)
     while True:
         values = tuple(r.value for r in runs if r.value is not None)
-        d, seq = decide_sequential(reference, [*map(tuple, prior), values], higher_is_better=probe.higher_is_better,
-                                   regression=probe.regression, start_noise=probe.start_noise,
-                                   max_samples=probe.max_samples, target=target, metric=probe.metric)
+        d, seq = _decide(probe, reference, [*map(tuple, prior), values], target)
         step = next_step(d, seq, len(values), probe.max_samples)
         if step.step is not Step.SAMPLE:
             return d, seq, step.step, runs, None
@@ -166,13 +173,9 @@ class PerfJudge:
             self.starts.setdefault(key, []).append(values)
             if not (self.sequential and self.reference):
                 continue
-            d, seq = decide_sequential(self.reference, [*prior, values], higher_is_better=self.probe.higher_is_better,
-                                       regression=self.probe.regression, start_noise=self.probe.start_noise,
-                                       max_samples=self.probe.max_samples, target=self.target and self.target[1],
-                                       metric=self.probe.metric)
-            if not passed and d.outcome is PerfOutcome.WORSE and seq is not None and (self.target is None
-                                                                       or len(key) >= self.target[0]):
-                self.target = (len(key), seq.goodness + seq.se)
+            d, seq = _decide(self.probe, self.reference, [*prior, values], self.target and self.target[1])
+            if not passed:
+                self._note_worse(key, d, seq)
 
     def judge_start(self, transports: Mapping[str, Transport], config: Sequence[str]
                     ) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
@@ -205,10 +208,14 @@ class PerfJudge:
             return Outcome.FAIL, tuple(runs), broken or "no sample"
         self.wants_reference = step is Step.START_REFERENCE and self.reference_asks < MAX_REFERENCE_STARTS - 1
         self.reference_asks += self.wants_reference
-        if d.outcome is PerfOutcome.WORSE and seq is not None and (self.target is None or len(key) >= self.target[0]):
-            self.target = (len(key), seq.goodness + seq.se)
+        self._note_worse(key, d, seq)
         outcome, runs_out, reason, _values = _outcome(d, runs, values)
         return outcome, runs_out, reason
+
+    def _note_worse(self, key: tuple[str, ...], d: PerfDecision, seq: Sequential | None) -> None:
+        """A configuration judged worse: the largest such sets the slowdown searched for."""
+        if d.outcome is PerfOutcome.WORSE and seq is not None and (self.target is None or len(key) >= self.target[0]):
+            self.target = (len(key), seq.goodness + seq.se)
 
     def _reference_start(self, transports: Mapping[str, Transport]) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
         """Another start of the baseline: its samples join the reference."""

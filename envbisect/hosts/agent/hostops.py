@@ -145,7 +145,7 @@ def expect_file(op, path):
     return found
 
 
-def meta_changed(op, path, st):
+def meta_changed(op, st):
     """{"mode" | "uid" | "gid": (expected, found)} where the live file's mode or owner is not what
     envbisect left it (op["meta"]: the journaled original's, which every write of envbisect's keeps):
     someone else changed it during the run."""
@@ -168,7 +168,7 @@ def write_file(op):
         live = os.stat(path)
     except FileNotFoundError:
         live = None
-    changed = meta_changed(op, path, live)
+    changed = meta_changed(op, live)
     if changed and not op.get("keep_meta"):  # a trial's write: stop, as for a changed content
         raise Conflict(path, op.get("expect", []), file_sha(path), "had its %s changed by someone else during the "
                        "run (%s); not rewritten" % ("/".join(sorted(changed)), meta_text(changed)))
@@ -180,13 +180,12 @@ def write_file(op):
         return {"path": path, "deleted": True}
     data = base64.b64decode(op["content_b64"])
     d = os.path.dirname(path) or "."
-    try:
-        st = os.stat(path)
-        if st.st_nlink > 1:  # linked since the journal was read (begin refuses a linked file)
+    if live is not None:
+        if live.st_nlink > 1:  # linked since the journal was read (begin refuses a linked file)
             raise Conflict(path, op.get("expect", []), file_sha(path), "hard-linked during the run (%s); not rewritten"
-                           % hard_link_problem(st))
-        mode, uid, gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
-    except FileNotFoundError:
+                           % hard_link_problem(live))
+        mode, uid, gid = stat.S_IMODE(live.st_mode), live.st_uid, live.st_gid
+    else:
         mode, uid, gid = 0o644, None, None
     mode = op.get("mode", mode)
     uid = op.get("uid", uid)
