@@ -6,6 +6,7 @@ faults are driven by the environment they were started with (see envbisect/sim/)
 """
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -46,6 +47,13 @@ class Demo:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
+def deployment_name(root: Path) -> str:
+    """The demo deployment's name, one per root: the lock and journal on the host are named by
+    the deployment, and two demos at once on one machine are two deployments."""
+    digest = hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:10]
+    return f"envbisect-demo-{digest}"
+
+
 def prepare(root: Path | None = None, perf: bool = False) -> Demo:
     """Build and start the simulated deployment (known-good state). `perf`: decode's per-token
     time follows the speed knobs (sim PERF_RULES)."""
@@ -58,7 +66,7 @@ def prepare(root: Path | None = None, perf: bool = False) -> Demo:
         raise UsageError("the demo needs the real router: pip install 'sglang-router==0.3.2' (or scripts/demo.sh)")
     root = Path(root) if root else Path(tempfile.mkdtemp(prefix="envbisect-demo-"))
     sim = build(root / "deployment", ssh="local", rules=PERF_RULES if perf else None)
-    text = sim.playbook.read_text().replace('name = "sim-pd"', 'name = "envbisect-demo"')
+    text = sim.playbook.read_text().replace('name = "sim-pd"', f'name = "{deployment_name(root)}"')
     sim.playbook.write_text(text)
     sim.start_all()
     return Demo(root, sim, sim.playbook, root / "store")
