@@ -261,6 +261,15 @@ def backup_candidates(path):
 
 
 def boot_time():
+    """The boot instant on this host's clock, never later than the truth: /proc/stat's btime is whole
+    seconds (floored: up to 1 s early), so it is the wall clock now less /proc/uptime (1/100 s,
+    floored), read in that order, less the rounding."""
+    now = time.time()
+    try:
+        with open("/proc/uptime") as f:
+            return now - float(f.read().split()[0]) - 0.01
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         with open("/proc/stat") as f:
             for line in f:
