@@ -62,7 +62,7 @@ class Sim:
         self.sim = build(root / "dep", rules=rules(extra_rules))
         name = "sim-" + uuid.uuid4().hex[:8]
         text = self.sim.playbook.read_text().replace('name = "sim-pd"', f'name = "{name}"')
-        self.sim.playbook.write_text(text.replace("timeout_s = 5\n", "timeout_s = 3\n"))
+        self.sim.playbook.write_text(text)
         self.store = root / "store"
         decode = self.sim.env_file("decode")
         decode.write_text(decode.read_text() + extra_decode)
