@@ -54,3 +54,48 @@ def test_what_git_says_is_its_stderr_line_not_the_wrappers_closing_quote():
     e = git.GitCommandError(["git", "rev-list", "a..b"], 128, stderr=b"fatal: Invalid revision range a..b\n")
     assert git_says(e) == "fatal: Invalid revision range a..b"  # was "'" (blind red-team, exact changes)
     assert git_says(RuntimeError("no git here\\nmore")) == "no git here\\nmore"
+
+
+def run_with_other(k: int, first_bad: int, other: dict[int, int]) -> tuple[CommitFound, list[int]]:
+    """`other[i]` = how many times commit i fails differently from the symptom before it shows
+    what it really does (a load stall once: 1; a commit that never starts: a large number)."""
+    s = CommitLineSearch(k)
+    seen = []
+    while True:
+        nxt = s.next()
+        if isinstance(nxt, CommitFound):
+            return nxt, seen
+        seen.append(nxt.index)
+        if other.get(nxt.index, 0) > 0:
+            other[nxt.index] -= 1
+            s.observe(nxt.index, True, other=True)
+        else:
+            s.observe(nxt.index, nxt.index >= first_bad)
+
+
+@pytest.mark.parametrize("k", range(2, 9))
+def test_a_commit_failing_differently_once_is_skipped_and_never_named(k):
+    for first_bad in range(1, k + 1):
+        for stalled in range(1, k):
+            found, seen = run_with_other(k, first_bad, {stalled: 1})
+            assert found.found and found.index == first_bad and found.passed == first_bad - 1, (first_bad, stalled)
+            assert len(seen) <= math.ceil(math.log2(k)) + 2, seen
+
+
+@pytest.mark.parametrize("k", range(2, 9))
+def test_a_commit_that_always_fails_differently_leaves_a_range_that_holds_the_culprit(k):
+    for first_bad in range(1, k + 1):
+        for broken in range(1, k):
+            found, _ = run_with_other(k, first_bad, {broken: 99})
+            if found.found:
+                assert found.index == first_bad and found.passed == first_bad - 1
+            else:
+                assert found.passed < first_bad <= found.index and found.passed < broken < found.index
+
+
+def test_other_failure_is_not_evidence_the_old_way_named_an_innocent():
+    s = CommitLineSearch(5)
+    assert s.next() == CommitStep(2)
+    s.observe(2, True, other=True)  # the culprit is commit 5; commit 2 stalled once under load
+    assert s.next() != CommitFound(2, 1, True)
+    assert isinstance(s.next(), CommitStep) and s.next().index != 2

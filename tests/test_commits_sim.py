@@ -82,6 +82,31 @@ def test_the_guilty_commit_among_five_is_named_over_ssh(scenario, sshd, guilty):
     assert "just before commit" in p.stderr and shas[guilty - 1][:12] in p.stderr
 
 
+def test_a_commit_that_fails_differently_is_skipped_not_named(scenario, sshd):
+    """The symptom is decode not starting (commit 5's VERSION). At commit 2 only, prefill hangs
+    instead: another failure, as a stall of a loaded machine is. The line search skips commit 2, as
+    `git bisect skip` does, and names commit 5; counted as the symptom it named commit 2 (CI, a
+    load stall at an innocent commit)."""
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
+    _with_version_rule(s)
+    rules = json.loads(s.sim.rules_path.read_text())
+    rules["rules"].append({"service": "prefill", "fault": "hang",
+                           "when_file": [{"path": str(s.sim.src_dir / "notes2.txt"), "contains": None},
+                                         {"path": str(s.sim.src_dir / "notes3.txt"), "exists": False}]})
+    s.sim.set_rules(rules)
+    s.baseline()
+    shas = _pull_of_five(s, 5)
+    before = _bytes(s.sim)
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind == "culprit" and r.commit is not None, (r.verdict, r.notes)
+    assert r.commit.commit is not None and r.commit.commit.sha == shas[4], r.commit.to_json()
+    assert r.commit.passed == shas[3]
+    at_two = [t for t in r.trials if t.config == (f"git:node1:{s.sim.src_dir}@{shas[1][:12]}",)]
+    assert at_two and all(t.symptom == "other" for t in at_two), [(t.n, t.symptom, t.reason) for t in r.trials]
+    assert any("failed differently from the symptom" in n and shas[1][:12] in n for n in r.notes), r.notes
+    assert r.state_left == "original" and _bytes(s.sim) == before
+
+
 def test_a_watched_config_inside_the_repo_changed_by_a_pull_is_searched_with_the_pull(scenario, sshd):
     """[watch] names the deployed repo's configs/ folder, and two commits of a pull change its
     feature_flags.yaml (the second commit's key is guilty). The file's change is the pull's: one

@@ -39,7 +39,7 @@ from envbisect.runs.restore import restore_deployment
 from envbisect.runs.signals import install_signal_handlers, shield_signals
 from envbisect.runs.symptom import SymptomWatch, dependency_records, leave_pairs_whole
 from envbisect.search import POLICIES, Search, TrialKind, TrialRequest, Verdict
-from envbisect.search.commits import CommitFound, CommitLineSearch
+from envbisect.search.commits import walk_line
 from envbisect.search.hints import Hints, twins_of
 from envbisect.state import rundir
 from envbisect.state.commitline import LineCommit, NotALine, first_parent_line, mirror
@@ -575,11 +575,9 @@ class BisectRun:
     def _refine_commits(self, verdict: Verdict, units: Mapping[str, tuple[str, ...]],
                         refined: Mapping[str, tuple[str, ...]], runner: TrialRunner, search,  # noqa: ANN001
                         notes: list[str]) -> CommitVerdict | None:
-        """A HEAD move named alone is searched along its first-parent commits (search/commits.py).
-        Each step is the culprit-alone configuration with the repo at commit c: every other delta at
-        its baseline, one co-restart and the probe. Its premises: the baseline commit passes (the
-        search's baseline trial) and the current HEAD fails alone (observed by the search or, if
-        the search did not try it alone, one confirmation trial here)."""
+        """A HEAD move named alone, searched along its first-parent commits (search/commits.py). A
+        step is the culprit alone with the repo at commit c: the other deltas at their baseline, one
+        co-restart and the probe; the current HEAD alone is confirmed failing first if not yet seen."""
         g = git_culprit(verdict, units, refined, runner.deltas)
         if g is None:
             return None
@@ -592,10 +590,12 @@ class BisectRun:
             return None
         pass_runs = search.pass_runs()
         used: list[int] = []
+        asked: dict[tuple[str, TrialKind], int] = {}
 
         def trial_at(c: LineCommit, purpose: str, kind: TrialKind) -> Trial:
             step = dataclasses.replace(g, id=f"{g.id}@{c.sha[:12]}", new=c.sha)
-            t = recorded_refine(self.trials, self.corrections, [step.id], kind)  # --resume: replayed, not re-run
+            nth = asked[(step.id, kind)] = asked.get((step.id, kind), -1) + 1
+            t = recorded_refine(self.trials, self.corrections, [step.id], kind, nth)  # --resume: replayed, not re-run
             if t is None:
                 unit, n = f"commit:{c.sha[:12]}", len(self.trials) + 1
                 commit_runner = self.runner_factory(self.playbook, self.dep.transports, runner.editor, runner.original,
@@ -604,27 +604,29 @@ class BisectRun:
                                                     on_step=runner.on_step, evidence_dir=runner.evidence_dir)
                 self.on_event("trial-start", {"n": n, "purpose": purpose, "config": [step.id], "eta_s": None,
                                               "units": len(units), "total_deltas": len(runner.deltas)})
-                t = self._record(commit_runner.run(n, [unit], pass_runs, purpose, kind=kind))
+                t = commit_runner.run(n, [unit], pass_runs, purpose, kind=kind)
+                t = self._record(self.watch.see(t) if self.watch is not None else t)
             used.append(t.n)
             return t
 
-        alone = [t for t in self.trials if tuple(t.config) == (g.id,) and t.outcome.failed]
+        alone = [t for t in self.trials if tuple(t.config) == (g.id,) and t.outcome.failed and t.symptom != "other"]
         if not alone and len(line) > 1:
             t = trial_at(line[-1], f"{g.id} alone at {line[-1].sha[:12]} (the current HEAD) must fail: the commit "
                                    "line's premise", TrialKind.CONFIRM)
-            if not t.outcome.failed:
-                notes.append(f"{g.id}: alone at the current HEAD it did not fail (trial {t.n}: {t.reason}); "
-                             "not searched commit by commit")
+            if not t.outcome.failed or t.symptom == "other":
+                notes.append(f"{g.id}: alone at the current HEAD it did not fail with the symptom (trial {t.n}: "
+                             f"{t.reason}); not searched commit by commit")
                 return None
-        search_line = CommitLineSearch(len(line))
-        while True:
-            nxt = search_line.next()
-            if isinstance(nxt, CommitFound):
-                break
-            c = line[nxt.index - 1]
-            t = trial_at(c, f"commit line of {g.id}: does it fail at commit {nxt.index} of {len(line)} "
+
+        def at(index: int) -> tuple[bool | None, bool]:
+            c = line[index - 1]
+            t = trial_at(c, f"commit line of {g.id}: does it fail at commit {index} of {len(line)} "
                             f"({c.sha[:12]} {c.subject!r})?", TrialKind.REFINE)
-            search_line.observe(nxt.index, None if t.outcome is Outcome.UNRESOLVED else t.outcome.failed)
+            if t.symptom == "other":
+                notes.append(f"{g.id}: commit {c.sha[:12]} failed differently from the symptom (trial {t.n}: "
+                             f"{t.reason}); skipped, as `git bisect skip` does")
+            return (None if t.outcome is Outcome.UNRESOLVED else t.outcome.failed), t.symptom == "other"
+        nxt = walk_line(len(line), at)
         passed = g.old or "" if nxt.passed == 0 else line[nxt.passed - 1].sha
         found = line[nxt.index - 1]
         return CommitVerdict(g.id, tuple(line), found if nxt.found else None, passed, found.sha, tuple(used))

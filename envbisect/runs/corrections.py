@@ -66,14 +66,17 @@ def feed(search: Search, trials: Iterable[Trial], corrections: Corrections,
 
 
 def recorded_refine(trials: Sequence[Trial], corrections: Corrections, config: Sequence[str],
-                    kind: TrialKind = TrialKind.REFINE) -> Trial | None:
+                    kind: TrialKind = TrialKind.REFINE, nth: int | None = None) -> Trial | None:
     """A refine (or `kind`) trial of exactly these deltas in the record (not retracted; as corrected):
     testing an auto-linked unit's members apart, or a commit of a HEAD move's line, again would repeat
-    an observation already made."""
-    for t in reversed(trials):
-        if t.kind is kind and tuple(t.config) == tuple(config) and not corrections.retracted(t.n):
-            return corrected_trial(t, corrections)
-    return None
+    an observation already made. The latest, or with `nth` the nth oldest (a commit tried again after
+    it failed differently: its second trial is another observation)."""
+    same = [t for t in trials if t.kind is kind and tuple(t.config) == tuple(config) and not corrections.retracted(t.n)]
+    if not same:
+        return None
+    if nth is None:
+        return corrected_trial(same[-1], corrections)
+    return corrected_trial(same[nth], corrections) if nth < len(same) else None
 
 
 def perf_reference(run_doc: Mapping[str, Any], trials: Sequence[Trial]) -> int | None:

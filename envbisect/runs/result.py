@@ -107,7 +107,8 @@ class CommitVerdict:
     def text(self) -> str:
         if self.commit is None:
             return (f"{self.delta}: the line of {len(self.line)} commits was narrowed to {self.passed[:12]}.."
-                    f"{self.failed[:12]} (a trial was unresolved); no single commit is named")
+                    f"{self.failed[:12]} (a trial was unresolved, or a commit between failed differently from the "
+                    "symptom); no single commit is named")
         return (f"{self.delta}: commit {self.commit.short} is the first of {len(self.line)} commits (first-parent) "
                 f"that fails (trials {', '.join(map(str, self.trials)) or 'none needed'})")
 
