@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -41,9 +40,9 @@ def alertmanager_binary() -> str | None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from envbisect.sim.ports import free_port as handed_out
+
+    return handed_out()
 
 
 @dataclass

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterable
 
+from envbisect.sim import ports
+
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")
 START_TIMEOUT = 10.0
@@ -50,9 +52,9 @@ def current_user() -> str:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port outside the ephemeral range, handed out once (envbisect/sim/ports.py says why)."""
+    assert host == "127.0.0.1", host
+    return ports.free_port()
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:

@@ -79,9 +79,9 @@ while True:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from envbisect.sim.ports import free_port as handed_out
+
+    return handed_out()
 
 
 @pytest.fixture

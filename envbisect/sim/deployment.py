@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from envbisect.sim.installed import write_installed_sglang
+from envbisect.sim.ports import free_ports
 
 SERVICES = ("prefill", "decode", "router")
 RESTART_ORDER = ("prefill", "decode", "router")
@@ -155,22 +156,6 @@ _DEFAULT_ENV_LINES: dict[str, list[tuple[str | None, str, str]]] = {
         ("RUST_BACKTRACE", "1", ""),
     ],
 }
-
-
-def _free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    try:
-        while len(ports) < n:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-            socks.append(s)
-            if port not in ports:
-                ports.append(port)
-    finally:
-        for s in socks:
-            s.close()
-    return ports
 
 
 def _fmt_value(value: str) -> str:
@@ -763,7 +748,7 @@ def build(root: Path, *, ssh: str = "local", env: dict[str, dict[str, str]] | No
         (root / d).mkdir(parents=True, exist_ok=True)
 
     names = ["prefill", "prefill_bootstrap", "decode", "router", "router_metrics"] + (["proxy"] if has_proxy else [])
-    ports = dict(zip(names, _free_ports(len(names))))
+    ports = dict(zip(names, free_ports(len(names))))
 
     for svc in SERVICES:
         (root / "conf" / f"{svc}.serve-env").write_text(render_env(svc, env.get(svc)))
