@@ -60,7 +60,7 @@ def fill_required(text: str) -> str:
 
 @pytest.fixture
 def sim(tmp_path, sshd):
-    s = build(tmp_path / "dep", ssh=sshd.alias)
+    s = build(tmp_path / "dep", ssh=sshd.alias, router_cli=True)  # started as users start it: `sglang-router launch`
     s.age_files()
     s.start_all()
     yield s

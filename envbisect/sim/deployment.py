@@ -434,9 +434,10 @@ class SimDeployment:
 # build
 # --------------------------------------------------------------------------------------------
 
-def _start_script(root: Path, ports: dict[str, int], python: str, router_bin: str,
+def _start_script(root: Path, ports: dict[str, int], python: str, router_cmd: list[str],
                   load_seconds: float, proxy_hang_after: int | None, has_proxy: bool) -> str:
     P, B, D, R, M = (ports[k] for k in ("prefill", "prefill_bootstrap", "decode", "router", "router_metrics"))
+    router_cmd = " ".join(_q(w) for w in router_cmd)
     worker = SIM_DIR / "worker.py"
     proxy = SIM_DIR / "proxy.py"
     proxy_case = ""
@@ -453,7 +454,7 @@ def _start_script(root: Path, ports: dict[str, int], python: str, router_bin: st
 # Idempotent: a service whose pid file names a live process is left alone.
 ROOT={_q(root)}
 PY={_q(python)}
-ROUTER_BIN={_q(router_bin)}
+ROUTER_CMD=({router_cmd})  # the real router: the package's CLI, or its Rust core through router_launch.py
 
 svc="${{1:-}}"
 shift 2>/dev/null || true
@@ -515,7 +516,7 @@ fi
       if [ -n "${{SGLANG_EXTRA_ARGS:-}}" ]; then set -f; set -- "$@" $SGLANG_EXTRA_ARGS; set +f; fi
       if [ "${{#passed[@]}}" -gt 0 ]; then set -- "$@" "${{passed[@]}}"; fi ;;
     router)
-      set -- "$ROUTER_BIN" launch --pd-disaggregation \\
+      set -- "${{ROUTER_CMD[@]}}" launch --pd-disaggregation \\
         --prefill http://127.0.0.1:{P} {B} --decode http://127.0.0.1:{D} \\
         --host 127.0.0.1 --port {R} --prometheus-host 127.0.0.1 --prometheus-port {M} \\
         --worker-startup-check-interval 1 \\
@@ -724,7 +725,8 @@ def _git(src: Path, *args: str) -> None:
 
 def build(root: Path, *, ssh: str = "local", env: dict[str, dict[str, str]] | None = None,
           rules: dict | None = None, with_repo: bool = True, with_proxy_hang_after: int | None = None,
-          load_seconds: float = 0.3, with_proxy: bool | None = None, backups: bool = True) -> SimDeployment:
+          load_seconds: float = 0.3, with_proxy: bool | None = None, backups: bool = True,
+          router_cli: bool | None = None) -> SimDeployment:
     """Write a simulated PD deployment under *root* and return its handle (nothing is started).
 
     env: per-service overrides/additions to the default serve-env files ({"decode": {"X": "1"}};
@@ -735,6 +737,9 @@ def build(root: Path, *, ssh: str = "local", env: dict[str, dict[str, str]] | No
          connections hang after that many requests; with_proxy=True adds a proxy that never hangs.
     backups: write backups/<date>/SERVICE.serve-env copies of the DEFAULT env files (before
          *env* overrides) and name them in [baseline].
+    router_cli: start the router with the package's `sglang-router` command (default: SIM_ROUTER_CLI=1
+         in the environment) rather than its Rust core through sim/router_launch.py, which skips
+         the CLI's 0.6 s import of its Python debugging balancer.
     """
     root = Path(root).resolve()
     env = env or {}
@@ -744,6 +749,9 @@ def build(root: Path, *, ssh: str = "local", env: dict[str, dict[str, str]] | No
     has_proxy = with_proxy if with_proxy is not None else with_proxy_hang_after is not None
     python = sys.executable
     router_bin = _router_bin()
+    if router_cli is None:
+        router_cli = os.environ.get("SIM_ROUTER_CLI", "") not in ("", "0")
+    router_cmd = [router_bin] if router_cli else [python, str(SIM_DIR / "router_launch.py")]
     for d in ("conf", "conf/extra", "bin", "log", "run", "model"):
         (root / d).mkdir(parents=True, exist_ok=True)
 
@@ -787,7 +795,7 @@ def build(root: Path, *, ssh: str = "local", env: dict[str, dict[str, str]] | No
 
     start = root / "bin" / "start"
     stop = root / "bin" / "stop"
-    start.write_text(_start_script(root, ports, python, router_bin, load_seconds,
+    start.write_text(_start_script(root, ports, python, router_cmd, load_seconds,
                                    with_proxy_hang_after, has_proxy))
     stop.write_text(_stop_script(root, ports, has_proxy))
     start.chmod(0o755)
