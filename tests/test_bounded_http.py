@@ -8,12 +8,14 @@ import datetime
 import ipaddress
 import resource
 import socket
+import ssl
 import subprocess
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
+import httpx
 import pytest
 
 from envbisect.errors import RemoteError
@@ -222,3 +224,21 @@ url = "https://127.0.0.1:1/"
 
     with pytest.raises(PlaybookError, match="services.s.insecure: must be bool"):
         load_playbook(pb)
+
+
+def test_clients_share_one_tls_context_per_mode(monkeypatch):
+    """Building a TLS context loads the CA bundle (~35 ms of CPU); a run builds a client for every
+    health check and probe request, so the context is built once per process and mode."""
+    from envbisect.hosts import bounded_http
+
+    bounded_http.tls_context.cache_clear()
+    built = []
+    real = httpx.create_ssl_context
+    monkeypatch.setattr(httpx, "create_ssl_context", lambda *a, **k: built.append(k.get("verify")) or real(*a, **k))
+    for _ in range(3):
+        bounded_http.client().close()
+        bounded_http.client(insecure=True).close()
+    assert sorted(built) == [False, True], built
+    verified, unverified = bounded_http.tls_context(False), bounded_http.tls_context(True)
+    assert verified.verify_mode == ssl.CERT_REQUIRED and verified.check_hostname
+    assert unverified.verify_mode == ssl.CERT_NONE and not unverified.check_hostname

@@ -12,6 +12,8 @@ verified (and sent as SNI) is the URL's host, not the address of the SSH forward
 """
 from __future__ import annotations
 
+import functools
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -76,9 +78,17 @@ class _Backend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
+@functools.cache
+def tls_context(insecure: bool) -> ssl.SSLContext:
+    """One TLS context per process and mode, shared by every client: building one loads the CA
+    bundle (about 35 ms of CPU), and a run builds a client for every health check and probe request.
+    Built on first use, so SSL_CERT_FILE / SSL_CERT_DIR set before then are honoured as httpx does."""
+    return httpx.create_ssl_context(verify=not insecure)
+
+
 def client(*, insecure: bool = False, limits: httpx.Limits | None = None) -> httpx.Client:
     """An httpx client whose requests `request` can bound; TLS verified unless `insecure`."""
-    c = httpx.Client(verify=not insecure, limits=limits or httpx.Limits())
+    c = httpx.Client(verify=tls_context(insecure), limits=limits or httpx.Limits())
     for t in [c._transport, *c._mounts.values()]:  # noqa: SLF001 - the pools are httpx's, the backend ours
         pool = getattr(t, "_pool", None)
         if pool is not None:
