@@ -276,7 +276,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark each test with its groups, and run the groups longest first: a sim test takes tens of
     seconds, a unit test milliseconds, so with several xdist workers the short tests fill the end
     of the run instead of one worker finishing a row of sim tests alone. Within a group the order
-    is the collection's (a stable sort: the same on every worker, as xdist requires)."""
+    puts the tests marked `slow` first (one of them started last would finish alone), then the
+    collection's order (a stable sort: the same on every worker, as xdist requires)."""
     rank: dict[str, int] = {}
     for item in items:
         groups = groups_of(item)
@@ -284,7 +285,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker(group) is None:
                 item.add_marker(group)
         rank[item.nodeid] = min(_RUN_ORDER.index(g) for g in groups)
-    items.sort(key=lambda it: rank[it.nodeid])
+    items.sort(key=lambda it: (rank[it.nodeid], it.get_closest_marker("slow") is None))
 
 
 _running_unit: list[str] = []  # the unit test running now, and what it started

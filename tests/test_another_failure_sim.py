@@ -21,7 +21,7 @@ from envbisect.report.record import load_run
 from envbisect.sim.deployment import DEFAULT_RULES
 from test_bisect_sim import INNOCENT, plant, scenario, tree_fingerprint  # noqa: F401 - fixture
 
-pytestmark = pytest.mark.sim
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
 CULPRIT = ("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")
 
 

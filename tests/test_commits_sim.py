@@ -13,7 +13,7 @@ import pytest
 from envbisect.search import TrialKind
 from test_bisect_sim import INNOCENT, plant, scenario, tree_fingerprint  # noqa: F401 - fixture
 
-pytestmark = pytest.mark.sim
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 
 def _git(repo, *args: str) -> str:

@@ -12,7 +12,7 @@ from test_bisect_sim import ENVBISECT, INNOCENT, Scenario, plant, tree_fingerpri
 
 from envbisect.sim.deployment import DEFAULT_RULES
 
-pytestmark = pytest.mark.sim
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 BAD = ("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")  # decode hangs (sim DEFAULT_RULES)
 

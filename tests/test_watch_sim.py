@@ -83,6 +83,7 @@ def check_bundle(doc: dict) -> None:
 
 
 @pytest.mark.sim
+@pytest.mark.slow
 def test_sim_watch_turns_red_bisects_on_its_own_and_notifies_once(sshd, tmp_path):
     s = Scenario(tmp_path / "s", ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
     w = None
@@ -122,6 +123,7 @@ def test_sim_watch_turns_red_bisects_on_its_own_and_notifies_once(sshd, tmp_path
 
 
 @pytest.mark.sim
+@pytest.mark.slow
 def test_sim_watch_acts_on_a_real_alertmanager_webhook_once_and_leaves_it_fixed(sshd, tmp_path, alertmanager_for,
                                                                                 free_port):
     s = Scenario(tmp_path / "s", ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
@@ -188,6 +190,7 @@ def test_the_guide_shows_the_alertmanager_config_and_the_unit_as_tested():
 
 
 @pytest.mark.sim
+@pytest.mark.slow
 def test_sim_watch_waits_for_an_unrestored_journal_then_acts(sshd, tmp_path):
     s = Scenario(tmp_path / "s", ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
     try:
