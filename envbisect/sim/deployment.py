@@ -725,7 +725,7 @@ def _git(src: Path, *args: str) -> None:
 
 def build(root: Path, *, ssh: str = "local", env: dict[str, dict[str, str]] | None = None,
           rules: dict | None = None, with_repo: bool = True, with_proxy_hang_after: int | None = None,
-          load_seconds: float = 0.3, with_proxy: bool | None = None, backups: bool = True,
+          load_seconds: float = 0.1, with_proxy: bool | None = None, backups: bool = True,
           router_cli: bool | None = None) -> SimDeployment:
     """Write a simulated PD deployment under *root* and return its handle (nothing is started).
 
