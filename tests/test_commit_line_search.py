@@ -99,3 +99,23 @@ def test_other_failure_is_not_evidence_the_old_way_named_an_innocent():
     s.observe(2, True, other=True)  # the culprit is commit 5; commit 2 stalled once under load
     assert s.next() != CommitFound(2, 1, True)
     assert isinstance(s.next(), CommitStep) and s.next().index != 2
+
+
+@pytest.mark.local  # git
+def test_a_baseline_commit_the_head_does_not_reach_is_said_plainly(tmp_path):
+    """A reset, rebase or force-push leaves the baseline commit out of the mirror (it holds what HEAD
+    reaches); the note said git's raw 'fatal: Invalid revision range' (blind red-team)."""
+    import subprocess
+
+    from envbisect.state.commitline import NotALine, first_parent_line
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@x", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "a"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    gone = "1234567890" * 4
+    with pytest.raises(NotALine, match=r"^123456789012 \(the baseline commit\) is not an ancestor of the current HEAD "
+                                       + head[:12] + r" \(a reset, a rebase or a force-push\?\)"):
+        first_parent_line(repo, gone, head)

@@ -152,3 +152,49 @@ def test_the_cli_verdict_says_which_merge_brought_a_guilty_branch_commit():
         else:
             assert "brought in by" not in text and "(a merge: one step)" in text
             assert "first failing of 2 first-parent commits" in text, text
+
+
+@pytest.mark.sim
+def test_a_guilty_main_commit_before_a_split_merge_is_named_not_the_merge(scenario, sshd):
+    """The guilty commit is on main between the branch point and the merge. Checked out as committed,
+    the branch commits lack it and pass, so a search over the flattened line read "passes again" and
+    named the innocent merge (blind red-team); revert --verdict then dropped the guilty commit while
+    saying the earlier commits were kept. The first-parent line is searched first; a merge's branch
+    only when the merge itself is the first failing commit."""
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
+    rules = json.loads(s.sim.rules_path.read_text())
+    rules["rules"].append({"service": "decode", "when_file": {"path": str(s.sim.src_dir / "VERSION"),
+                                                              "contains": "v2-bad"}, "fault": "crash"})
+    s.sim.set_rules(rules)
+    s.sim.co_restart()
+    s.baseline()
+    src = s.sim.src_dir
+    main = _git(src, "symbolic-ref", "--short", "HEAD")
+    for name in ("m1",):
+        (src / f"{name}.txt").write_text(name + "\n")
+        _git(src, "add", "-A")
+        _git(src, "commit", "-qm", f"main {name}")
+    _git(src, "checkout", "-qb", "feature")
+    for name in ("f1", "f2", "f3"):
+        (src / f"{name}.txt").write_text(name + "\n")
+        _git(src, "add", "-A")
+        _git(src, "commit", "-qm", f"feature {name}")
+    _git(src, "checkout", "-q", main)
+    (src / "VERSION").write_text("v2-bad\n")
+    _git(src, "add", "-A")
+    _git(src, "commit", "-qm", "main 2 (guilty)")
+    guilty = _git(src, "rev-parse", "HEAD")
+    _git(src, "merge", "-q", "--no-ff", "-m", "merge feature", "feature")
+    _git(src, "branch", "-qD", "feature")
+    (src / "m3.txt").write_text("m3\n")
+    _git(src, "add", "-A")
+    _git(src, "commit", "-qm", "main m3")
+    r = s.bisect(probe="e2e", split_merges=True)
+    assert r.verdict.kind == "culprit" and r.commit is not None and r.commit.commit is not None, (r.verdict, r.notes)
+    c = r.commit.commit
+    assert (c.sha, c.subject, c.merged_by) == (guilty, "main 2 (guilty)", None), r.commit.to_json()
+    assert r.state_left == "original" and _git(src, "log", "-1", "--format=%s") == "main m3"
+    p = s.cli("revert", "--verdict", "--json")
+    assert p.returncode == 0, (p.stdout[-1500:], p.stderr[-1500:])
+    assert json.loads(p.stdout)["probe"]["outcome"] == "pass"
+    assert _git(src, "log", "-1", "--format=%s") == "main m1"

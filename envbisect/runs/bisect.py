@@ -25,6 +25,7 @@ from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal
 from envbisect.hosts.restart import co_restart
 from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Cause, Leave, Outcome, VerdictKind
+from envbisect.runs.commit_line import read_lines, search_line
 from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_proof, not_reproduced, restart_facts,
                                           unresolved_causes)
 from envbisect.runs.corrections import check_correctable, feed, recorded_refine
@@ -39,10 +40,9 @@ from envbisect.runs.restore import restore_deployment
 from envbisect.runs.signals import install_signal_handlers, shield_signals
 from envbisect.runs.symptom import SymptomWatch, dependency_records, leave_pairs_whole
 from envbisect.search import POLICIES, Search, TrialKind, TrialRequest, Verdict
-from envbisect.search.commits import walk_line
 from envbisect.search.hints import Hints, twins_of
 from envbisect.state import rundir
-from envbisect.state.commitline import LineCommit, NotALine, first_parent_line, mirror
+from envbisect.state.commitline import LineCommit, NotALine
 from envbisect.state.configuration import check_applicable, touched
 from envbisect.state.corrections import Correction, Corrections, append_corrections, read_corrections
 from envbisect.state.deltas import Delta, Diff
@@ -583,13 +583,11 @@ class BisectRun:
             return None
         self.on_event("step", {"message": f"{g.id}: reading its first-parent commits from a local mirror"})
         try:
-            with mirror(self.dep.transports[g.host], g.path or "", g.new or "") as m:
-                line = first_parent_line(m, g.old or "", g.new or "", split_merges=self.opts.split_merges)
+            lines = read_lines(self.dep.transports[g.host], g, self.opts.split_merges)
         except (NotALine, RemoteError) as e:
             notes.append(f"{g.id}: not searched commit by commit: {e}")
             return None
         pass_runs = search.pass_runs()
-        used: list[int] = []
         asked: dict[tuple[str, TrialKind], int] = {}
 
         def trial_at(c: LineCommit, purpose: str, kind: TrialKind) -> Trial:
@@ -606,30 +604,9 @@ class BisectRun:
                                               "units": len(units), "total_deltas": len(runner.deltas)})
                 t = commit_runner.run(n, [unit], pass_runs, purpose, kind=kind)
                 t = self._record(self.watch.see(t) if self.watch is not None else t)
-            used.append(t.n)
             return t
 
-        alone = [t for t in self.trials if tuple(t.config) == (g.id,) and t.outcome.failed and t.symptom != "other"]
-        if not alone and len(line) > 1:
-            t = trial_at(line[-1], f"{g.id} alone at {line[-1].sha[:12]} (the current HEAD) must fail: the commit "
-                                   "line's premise", TrialKind.CONFIRM)
-            if not t.outcome.failed or t.symptom == "other":
-                notes.append(f"{g.id}: alone at the current HEAD it did not fail with the symptom (trial {t.n}: "
-                             f"{t.reason}); not searched commit by commit")
-                return None
-
-        def at(index: int) -> tuple[bool | None, bool]:
-            c = line[index - 1]
-            t = trial_at(c, f"commit line of {g.id}: does it fail at commit {index} of {len(line)} "
-                            f"({c.sha[:12]} {c.subject!r})?", TrialKind.REFINE)
-            if t.symptom == "other":
-                notes.append(f"{g.id}: commit {c.sha[:12]} failed differently from the symptom (trial {t.n}: "
-                             f"{t.reason}); skipped, as `git bisect skip` does")
-            return (None if t.outcome is Outcome.UNRESOLVED else t.outcome.failed), t.symptom == "other"
-        nxt = walk_line(len(line), at)
-        passed = g.old or "" if nxt.passed == 0 else line[nxt.passed - 1].sha
-        found = line[nxt.index - 1]
-        return CommitVerdict(g.id, tuple(line), found if nxt.found else None, passed, found.sha, tuple(used))
+        return search_line(g, lines, self.trials, trial_at, notes)
 
     def _guard_revert(self, verdict: Verdict, units: Mapping[str, tuple[str, ...]],
                       refined: Mapping[str, tuple[str, ...]], runner: TrialRunner,

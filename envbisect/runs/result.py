@@ -97,11 +97,14 @@ class CommitVerdict:
     passed: str  # the last commit seen passing (the baseline commit at first)
     failed: str  # the first commit seen failing
     trials: tuple[int, ...]
+    # where `revert --verdict` takes the repo: the named commit's first parent, or for a commit of a
+    # merged branch the merge's first parent (no first-parent commit dropped); "" = `passed`
+    revert_to: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"delta": self.delta, "commit": self.commit.to_json() if self.commit else None,
                 "last_passing": self.passed, "first_failing": self.failed, "trials": list(self.trials),
-                "line": [c.to_json() for c in self.line]}
+                "revert_to": self.revert_to or self.passed, "line": [c.to_json() for c in self.line]}
 
     @property
     def text(self) -> str:

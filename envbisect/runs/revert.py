@@ -58,11 +58,17 @@ def at_named_commit(source: RunDeltas) -> tuple[RunDeltas, list[str]]:
     named = doc.get("commit") if isinstance(doc.get("commit"), dict) else None
     if not named or not doc.get("last_passing") or doc.get("delta") not in source.culprits:
         return source, []
-    parent = str(doc["last_passing"])
+    parent = str(doc.get("revert_to") or doc["last_passing"])
     deltas = tuple(dataclasses.replace(d, old=parent) if d.id == doc["delta"] and d.kind == "git" else d
                    for d in source.deltas)
-    note = (f"{doc['delta']}: back to {parent[:12]}, just before commit {str(named.get('sha'))[:12]} "
-            f"{named.get('subject')!r}; the earlier commits of the HEAD move are kept")
+    merge = str(named.get("merged_by") or "")
+    if merge:  # a commit of a merged branch: the merge goes, the first-parent commits before it stay
+        note = (f"{doc['delta']}: back to {parent[:12]}, just before the merge {merge[:12]} that brought in commit "
+                f"{str(named.get('sha'))[:12]} {named.get('subject')!r}; the first-parent commits before the "
+                "merge are kept")
+    else:
+        note = (f"{doc['delta']}: back to {parent[:12]}, just before commit {str(named.get('sha'))[:12]} "
+                f"{named.get('subject')!r}; the earlier commits of the HEAD move are kept")
     return dataclasses.replace(source, deltas=deltas), [note]
 
 

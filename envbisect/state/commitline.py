@@ -81,6 +81,9 @@ def first_parent_line(mirror_dir: Path, base: str, head: str, *, split_merges: b
     try:
         commits = list(repo.iter_commits(f"{base}..{head}", first_parent=True))
     except git.GitCommandError as e:
+        if "Invalid revision range" in git_says(e):  # the mirror holds what HEAD reaches: base is not in it
+            raise NotALine(f"{base[:12]} (the baseline commit) is not an ancestor of the current HEAD {head[:12]} "
+                           "(a reset, a rebase or a force-push?): there is no line of commits between them") from e
         raise NotALine(f"{base[:12]}..{head[:12]}: {git_says(e)}") from e
     commits.reverse()
     if not commits or not commits[0].parents or commits[0].parents[0].hexsha != base:

@@ -1,0 +1,100 @@
+"""A guilty HEAD move searched commit by commit, after the verdict named it alone.
+
+The first-parent line is searched first (search/commits.py): each step is the culprit alone with
+the repo at one commit of it. With `--split-merges`, a merge's branch is searched only when that
+merge is the first failing commit of the first-parent line, and only between the merge's first
+parent (seen passing) and the merge (seen failing): the branch's commits are checked out as they
+were committed, without the first-parent commits made since the branch left, so mixed into the
+first-parent line they could pass again after a failing one and clear the guilty commit.
+
+A branch commit is named only when a branch commit before it was seen passing as committed; the
+merge stays named when every branch commit passes (the failure comes from the merge bringing the
+two together) or when the branch's first commit already fails (its branch point was not tried).
+`revert --verdict` goes back to the named commit's first parent, or, for a branch commit, to just
+before the merge that brought it in, so that no first-parent commit is dropped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from envbisect.hosts.transport_base import Transport
+from envbisect.outcome import Outcome
+from envbisect.runs.result import CommitVerdict
+from envbisect.search import TrialKind
+from envbisect.search.commits import CommitFound, walk_line
+from envbisect.state.commitline import LineCommit, first_parent_line, mirror
+from envbisect.state.deltas import Delta
+from envbisect.trials.runner import Trial
+
+StepTrial = Callable[[LineCommit, str, TrialKind], Trial]  # one trial of the culprit alone at a commit
+
+
+@dataclass(frozen=True)
+class Lines:
+    first_parent: tuple[LineCommit, ...]  # oldest first, merges as one step
+    split: tuple[LineCommit, ...]  # with --split-merges, each merge preceded by its branch; else first_parent
+
+
+def read_lines(transport: Transport, g: Delta, split_merges: bool) -> Lines:
+    """The HEAD move's commits, read from a local mirror fetched over `transport` (NotALine,
+    RemoteError when they cannot be)."""
+    with mirror(transport, g.path or "", g.new or "") as m:
+        line = tuple(first_parent_line(m, g.old or "", g.new or ""))
+        split = tuple(first_parent_line(m, g.old or "", g.new or "", split_merges=True)) if split_merges else line
+    return Lines(line, split)
+
+
+def search_line(g: Delta, lines: Lines, trials: Sequence[Trial], trial_at: StepTrial,
+                notes: list[str]) -> CommitVerdict | None:
+    """The commit of the HEAD move `g` that is first to fail, observed (or the range it was narrowed to)."""
+    used: list[int] = []
+
+    def run(c: LineCommit, purpose: str, kind: TrialKind) -> Trial:
+        t = trial_at(c, purpose, kind)
+        used.append(t.n)
+        return t
+
+    line = lines.first_parent
+    alone = [t for t in trials if tuple(t.config) == (g.id,) and t.outcome.failed and t.symptom != "other"]
+    if not alone and len(line) > 1:
+        t = run(line[-1], f"{g.id} alone at {line[-1].sha[:12]} (the current HEAD) must fail: the commit line's "
+                          "premise", TrialKind.CONFIRM)
+        if not t.outcome.failed or t.symptom == "other":
+            notes.append(f"{g.id}: alone at the current HEAD it did not fail with the symptom (trial {t.n}: "
+                         f"{t.reason}); not searched commit by commit")
+            return None
+
+    def walk(steps: Sequence[LineCommit], what: str) -> CommitFound:
+        def at(index: int) -> tuple[bool | None, bool]:
+            c = steps[index - 1]
+            t = run(c, f"commit line of {g.id}: does it fail at {what} {index} of {len(steps)} "
+                       f"({c.sha[:12]} {c.subject!r})?", TrialKind.REFINE)
+            if t.symptom == "other":
+                notes.append(f"{g.id}: commit {c.sha[:12]} failed differently from the symptom (trial {t.n}: "
+                             f"{t.reason}); skipped, as `git bisect skip` does")
+            return (None if t.outcome is Outcome.UNRESOLVED else t.outcome.failed), t.symptom == "other"
+        return walk_line(len(steps), at)
+
+    nxt = walk(line, "commit")
+    passed = g.old or "" if nxt.passed == 0 else line[nxt.passed - 1].sha
+    found = line[nxt.index - 1]
+    if not nxt.found:
+        return CommitVerdict(g.id, lines.split, None, passed, found.sha, tuple(used), passed)
+    branch = tuple(c for c in lines.split if c.merged_by == found.sha) if found.merge else ()
+    if not branch:
+        return CommitVerdict(g.id, lines.split, found, passed, found.sha, tuple(used), passed)
+    # the merge fails and its first parent passes: which commit of its branch, checked out as committed?
+    sub = walk((*branch, found), "branch commit (as committed)")
+    if sub.found and 0 < sub.passed and sub.index <= len(branch):
+        named = branch[sub.index - 1]
+        return CommitVerdict(g.id, lines.split, named, branch[sub.passed - 1].sha, named.sha, tuple(used), passed)
+    why = ("every commit of its branch passes as committed: the merge brings the failure together"
+           if sub.found and sub.index > len(branch) else
+           "its branch's first commit already fails as committed (its branch point was not tried)"
+           if sub.found else "its branch was not narrowed to one commit")
+    notes.append(f"{g.id}: the merge {found.sha[:12]} {found.subject!r} stays named: {why}")
+    return CommitVerdict(g.id, lines.split, found, passed, found.sha, tuple(used), passed)
+
+
+__all__ = ["Lines", "read_lines", "search_line"]
