@@ -226,6 +226,11 @@ def _sshd_config_text(workdir: Path, port: int, host_key: Path, authorized_keys:
         ("LoginGraceTime", "30"),
         ("Subsystem", "sftp internal-sftp"),
         ("LogLevel", "VERBOSE"),
+        # bash sources ~/.bashrc before a command sshd runs when SHLVL says it is the top shell; a
+        # developer's ~/.bashrc (pyenv init: ~15 processes, ~150 ms of CPU) then costs every command
+        # envbisect sends, which a production host's service account does not. SHLVL=1 makes the
+        # session's bash level 2, so the command runs in the environment sshd gives it, and nothing else.
+        ("SetEnv", "SHLVL=1"),
         *extra,
     ]
     return "".join(f"{k} {v}\n" for k, v in lines)

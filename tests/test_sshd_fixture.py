@@ -206,3 +206,16 @@ def test_ssh_env_home_config(ssh_env: dict[str, str], sshd: SshServer):
     assert cfg["user"] == sshd.user
     assert cfg["identityfile"] == [str(sshd.client_key)]
     assert "SSH_AUTH_SOCK" not in ssh_env
+
+
+def test_a_command_runs_without_the_developers_bashrc(sshd: SshServer):
+    """The session's bash is not the top shell (SetEnv SHLVL=1), so it does not source ~/.bashrc
+    before the command: whatever this machine's ~/.bashrc sets (pyenv's PATH, here) is absent, and
+    a command costs what it costs on a host whose service account has no interactive setup."""
+    _require_ssh_client()
+    proc = subprocess.run(sshd.ssh_cmd("echo", "$SHLVL:$PATH"), capture_output=True, text=True, timeout=30,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    level, path = proc.stdout.strip().split(":", 1)
+    assert level == "2", proc.stdout
+    assert ".pyenv" not in path, path
