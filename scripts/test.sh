@@ -58,10 +58,11 @@ rc=0
 # Every test runs, the fault-injection suite (marker "slow") included, in parallel: the end-to-end
 # cases mostly wait (restarts, health checks, simulated hangs timing out), so more workers than
 # cores pays; ENVBISECT_TEST_WORKERS overrides (0: no xdist, serial). tests/conftest.py puts the
-# long (sim) tests first; worksteal lets an idle worker take tests queued on a busy one, where the
-# default (load) leaves a worker alone with the sim tests of its first batch.
-workers="${ENVBISECT_TEST_WORKERS:-4}"
-xdist=(-n "$workers" --dist worksteal)
+# longest tests first (tests/durations.json), and the tests are handed out one at a time
+# (--maxschedchunk 1), so a worker that finishes takes the next longest and none of the long tests
+# starts last.
+workers="${ENVBISECT_TEST_WORKERS:-5}"
+xdist=(-n "$workers" --dist load --maxschedchunk 1)
 [ "$workers" = "0" ] && xdist=()
 .venv/bin/python -m pytest -q -p no:cacheprovider "${xdist[@]}" "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then

@@ -269,23 +269,36 @@ def groups_of(item: pytest.Item) -> frozenset[str]:
     return frozenset(found or {"unit"})
 
 
-_RUN_ORDER = ("sim", "sshd", "local", "unit")  # the longest first (see pytest_collection_modifyitems)
+# seconds a test of each group takes when tests/durations.json does not list it
+_GROUP_SECONDS = {"sim": 40.0, "sshd": 3.0, "local": 0.5, "unit": 0.01}
+
+
+def _durations() -> dict[str, float]:
+    """tests/durations.json (scripts/durations.py writes it from a whole run's JUnit XML)."""
+    import json as _json
+
+    try:
+        return {str(k): float(v) for k, v in _json.loads((_SshdPath(__file__).parent / "durations.json")
+                                                        .read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its groups, and run the groups longest first: a sim test takes tens of
-    seconds, a unit test milliseconds, so with several xdist workers the short tests fill the end
-    of the run instead of one worker finishing a row of sim tests alone. Within a group the order
-    puts the tests marked `slow` first (one of them started last would finish alone), then the
-    collection's order (a stable sort: the same on every worker, as xdist requires)."""
-    rank: dict[str, int] = {}
+    """Mark each test with its groups, and run the longest tests first (as recorded in
+    tests/durations.json, else by group: a sim test takes tens of seconds, a unit test
+    milliseconds). scripts/test.sh hands tests to the xdist workers one at a time in this order, so
+    no long test starts last and finishes alone while the other workers idle. The sort is stable
+    and the same on every worker, as xdist requires."""
+    seconds = _durations()
+    estimate: dict[str, float] = {}
     for item in items:
         groups = groups_of(item)
         for group in sorted(groups):
             if item.get_closest_marker(group) is None:
                 item.add_marker(group)
-        rank[item.nodeid] = min(_RUN_ORDER.index(g) for g in groups)
-    items.sort(key=lambda it: (rank[it.nodeid], it.get_closest_marker("slow") is None))
+        estimate[item.nodeid] = seconds.get(item.nodeid, max(_GROUP_SECONDS[g] for g in groups))
+    items.sort(key=lambda it: -estimate[it.nodeid])
 
 
 _running_unit: list[str] = []  # the unit test running now, and what it started

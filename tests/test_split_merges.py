@@ -99,16 +99,23 @@ def _merge_of_a_branch(s) -> dict[str, str]:
     return {line.split(" ", 1)[1]: line.split(" ", 1)[0] for line in log}
 
 
-@pytest.mark.sim
-@pytest.mark.parametrize("split", [False, True])
-def test_a_guilty_branch_commit_is_named_only_when_merges_are_split(scenario, sshd, split):
+def _good_with_a_version_fault(scenario, sshd, fault: str):
+    """A scenario over the sshd whose decode has `fault` while the repo's VERSION says v2-bad; its
+    known-good snapshot taken."""
     s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
     rules = json.loads(s.sim.rules_path.read_text())
     rules["rules"].append({"service": "decode", "when_file": {"path": str(s.sim.src_dir / "VERSION"),
-                                                              "contains": "v2-bad"}, "fault": "hang"})
+                                                              "contains": "v2-bad"}, "fault": fault})
     s.sim.set_rules(rules)
     s.sim.co_restart()
     s.baseline()
+    return s
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("split", [False, True])
+def test_a_guilty_branch_commit_is_named_only_when_merges_are_split(scenario, sshd, split):
+    s = _good_with_a_version_fault(scenario, sshd, "hang")
     sha = _merge_of_a_branch(s)
     r = s.bisect(probe="e2e", split_merges=split)
     assert r.verdict.kind == "culprit" and r.commit is not None and r.commit.commit is not None, (r.verdict, r.notes)
@@ -161,13 +168,7 @@ def test_a_guilty_main_commit_before_a_split_merge_is_named_not_the_merge(scenar
     named the innocent merge (blind red-team); revert --verdict then dropped the guilty commit while
     saying the earlier commits were kept. The first-parent line is searched first; a merge's branch
     only when the merge itself is the first failing commit."""
-    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
-    rules = json.loads(s.sim.rules_path.read_text())
-    rules["rules"].append({"service": "decode", "when_file": {"path": str(s.sim.src_dir / "VERSION"),
-                                                              "contains": "v2-bad"}, "fault": "crash"})
-    s.sim.set_rules(rules)
-    s.sim.co_restart()
-    s.baseline()
+    s = _good_with_a_version_fault(scenario, sshd, "crash")
     src = s.sim.src_dir
     main = _git(src, "symbolic-ref", "--short", "HEAD")
     for name in ("m1",):
