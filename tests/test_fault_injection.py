@@ -225,9 +225,10 @@ def test_stop_or_start_command_that_hangs_is_bounded(scenario, which, service):
     s = scenario()
     flag = s.sim.root / f"hang-{which}"
     root = s.sim.root
+    hung = f"sleep {987652 if which == 'stop' else 987653}"  # each case its own: they may run at once
     edit_playbook(s, "poll_interval_s = 0.2", "poll_interval_s = 0.2\ncommand_timeout_s = 2")
     edit_playbook(s, f'{which} = "{root}/bin/{which} {service}"',
-                  f'{which} = "if [ -e {flag} ]; then rm -f {flag}; exec sleep 987652; fi; {root}/bin/{which} {service}"')
+                  f'{which} = "if [ -e {flag} ]; then rm -f {flag}; exec {hung}; fi; {root}/bin/{which} {service}"')
     s.baseline()
     plant(s.sim, INNOCENT[:2] + [BAD])
     before = tree_fingerprint(s.sim)
@@ -240,7 +241,7 @@ def test_stop_or_start_command_that_hangs_is_bounded(scenario, which, service):
         r = BisectRun(dep, BisectOptions(probe="e2e"), on_event=on_event).start(dep.diff(against="good"))
     assert r.trials[1].outcome == "unresolved" and "timed out after 2" in r.trials[1].reason, r.trials[1]
     assert r.verdict.kind == "culprit" and r.culprit_deltas == (BAD_ID,)
-    assert no_process("sleep 987652")
+    assert no_process(hung)
     assert tree_fingerprint(s.sim) == before and all_healthy(s.sim)
 
 
