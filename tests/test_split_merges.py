@@ -199,3 +199,42 @@ def test_a_guilty_main_commit_before_a_split_merge_is_named_not_the_merge(scenar
     assert p.returncode == 0, (p.stdout[-1500:], p.stderr[-1500:])
     assert json.loads(p.stdout)["probe"]["outcome"] == "pass"
     assert _git(src, "log", "-1", "--format=%s") == "main m1"
+
+
+@pytest.mark.sim
+def test_a_branch_commit_whose_change_the_branch_undid_is_not_named(scenario, sshd):
+    """Blind red-team: on the branch, f2 writes the bad VERSION and f3 undoes it; the merge fails
+    through another pair of files (main's m2 with the branch's f1). As committed f2 fails and f1
+    passes, so the branch search named f2 'brought in by the merge', though the merge does not
+    bring its change (VERSION is not in the merge's diff against its first parent). The merge stays
+    named, with a note."""
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
+    src = s.sim.src_dir
+    rules = json.loads(s.sim.rules_path.read_text())
+    rules["rules"] += [
+        {"service": "decode", "when_file": {"path": str(src / "VERSION"), "contains": "v2-bad"}, "fault": "crash"},
+        {"service": "decode", "when_file": [{"path": str(src / "m2.txt"), "contains": None},
+                                            {"path": str(src / "f1.txt"), "contains": None}], "fault": "crash"}]
+    s.sim.set_rules(rules)
+    s.sim.co_restart()
+    s.baseline()
+    main = _git(src, "symbolic-ref", "--short", "HEAD")
+    version = (src / "VERSION").read_text()
+    _git(src, "checkout", "-qb", "feature")
+    for subject, path, body in (("feature 1", "f1.txt", "f1\n"), ("feature 2 (bad)", "VERSION", "v2-bad\n"),
+                                ("feature 3 (undoes 2)", "VERSION", version)):
+        (src / path).write_text(body)
+        _git(src, "add", "-A")
+        _git(src, "commit", "-qm", subject)
+    _git(src, "checkout", "-q", main)
+    (src / "m2.txt").write_text("m2\n")
+    _git(src, "add", "-A")
+    _git(src, "commit", "-qm", "main 2")
+    _git(src, "merge", "-q", "--no-ff", "-m", "merge feature", "feature")
+    _git(src, "branch", "-qD", "feature")
+    r = s.bisect(probe="e2e", split_merges=True)
+    assert r.verdict.kind == "culprit" and r.commit is not None and r.commit.commit is not None, (r.verdict, r.notes)
+    c = r.commit.commit
+    assert (c.subject, c.merge) == ("merge feature", True), r.commit.to_json()
+    assert any("not in the merge" in n for n in r.notes), r.notes
+    assert r.state_left == "original"

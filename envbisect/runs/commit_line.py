@@ -7,8 +7,9 @@ parent (seen passing) and the merge (seen failing): the branch's commits are che
 were committed, without the first-parent commits made since the branch left, so mixed into the
 first-parent line they could pass again after a failing one and clear the guilty commit.
 
-A branch commit is named only when a branch commit before it was seen passing as committed; the
-merge stays named when every branch commit passes (the failure comes from the merge bringing the
+A branch commit is named only when a branch commit before it was seen passing as committed and
+the merge brings a file it changes (the branch may undo a change before the merge); the merge stays
+named when every branch commit passes (the failure comes from the merge bringing the
 two together) or when the branch's first commit already fails (its branch point was not tried).
 `revert --verdict` goes back to the named commit's first parent, or, for a branch commit, to just
 before the merge that brought it in, so that no first-parent commit is dropped.
@@ -86,13 +87,18 @@ def search_line(g: Delta, lines: Lines, trials: Sequence[Trial], trial_at: StepT
         return CommitVerdict(g.id, lines.split, found, passed, found.sha, tuple(used), passed)
     # the merge fails and its first parent passes: which commit of its branch, checked out as committed?
     sub = walk((*branch, found), "branch commit (as committed)")
-    if sub.found and 0 < sub.passed and sub.index <= len(branch):
-        named = branch[sub.index - 1]
+    named = branch[sub.index - 1] if sub.found and 0 < sub.passed and sub.index <= len(branch) else None
+    if named is not None and set(named.files) & set(found.files):
         return CommitVerdict(g.id, lines.split, named, branch[sub.passed - 1].sha, named.sha, tuple(used), passed)
-    why = ("every commit of its branch passes as committed: the merge brings the failure together"
-           if sub.found and sub.index > len(branch) else
-           "its branch's first commit already fails as committed (its branch point was not tried)"
-           if sub.found else "its branch was not narrowed to one commit")
+    if named is not None:
+        why = (f"{named.sha[:12]} {named.subject!r} fails as committed, but what it changes is not in the merge "
+               "(its branch undid it before the merge)")
+    elif sub.found and sub.index > len(branch):
+        why = "every commit of its branch passes as committed: the merge brings the failure together"
+    elif sub.found:
+        why = "its branch's first commit already fails as committed (its branch point was not tried)"
+    else:
+        why = "its branch was not narrowed to one commit"
     notes.append(f"{g.id}: the merge {found.sha[:12]} {found.subject!r} stays named: {why}")
     return CommitVerdict(g.id, lines.split, found, passed, found.sha, tuple(used), passed)
 
