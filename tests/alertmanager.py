@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from envbisect.sim.ports import free_port
+
 BINARY = "prometheus-alertmanager"
 
 ALERTMANAGER_YML = """\
@@ -37,12 +39,6 @@ receivers:
 
 def alertmanager_binary() -> str | None:
     return shutil.which(BINARY) or (f"/usr/bin/{BINARY}" if os.access(f"/usr/bin/{BINARY}", os.X_OK) else None)
-
-
-def free_port() -> int:
-    from envbisect.sim.ports import free_port as handed_out
-
-    return handed_out()
 
 
 @dataclass

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterable
 
-from envbisect.sim import ports
+from envbisect.sim.ports import free_port
 
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")
@@ -49,12 +49,6 @@ def sshd_available() -> bool:
 
 def current_user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port outside the ephemeral range, handed out once (envbisect/sim/ports.py says why)."""
-    assert host == "127.0.0.1", host
-    return ports.free_port()
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:

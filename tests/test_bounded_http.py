@@ -22,6 +22,7 @@ from envbisect.errors import RemoteError
 from envbisect.hosts.restart import fetch, health_ok
 from envbisect.hosts.transport import LocalTransport
 from envbisect.inputs.playbook import Probe
+from envbisect.sim.ports import free_port
 from envbisect.trials.probe import FAIL, PASS, run_probe
 
 SERVER = r'''
@@ -78,12 +79,6 @@ while True:
     c, _ = srv.accept()
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 '''
-
-
-def free_port() -> int:
-    from envbisect.sim.ports import free_port as handed_out
-
-    return handed_out()
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from envbisect.hosts.restart import co_restart
 from envbisect.hosts.transport import SSHTransport
 from envbisect.inputs.playbook import Host, load_playbook
 from envbisect.outcome import Cause, Outcome
+from envbisect.sim.ports import free_port
 from envbisect.sim.deployment import IGNORE_SIGTERM_RULE
 
 from test_bisect_sim import INNOCENT, plant, scenario, tree_fingerprint  # noqa: F401 - fixture
@@ -37,12 +38,6 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 '''
-
-
-def free_port() -> int:
-    from envbisect.sim.ports import free_port as handed_out
-
-    return handed_out()
 
 
 def one_service(tmp_path: Path, sshd, *, start: str, stop: str, stubborn: bool) -> tuple:

@@ -25,9 +25,9 @@ from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal
 from envbisect.hosts.restart import co_restart
 from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Cause, Leave, Outcome, VerdictKind
-from envbisect.runs.commit_line import read_lines, search_line
 from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_proof, not_reproduced, restart_facts,
                                           unresolved_causes)
+from envbisect.runs.commit_line import read_lines, search_line
 from envbisect.runs.corrections import check_correctable, feed, recorded_refine
 from envbisect.runs.deployment import Deployment, capture_environment
 from envbisect.runs.drift import drift_hints, with_drift
