@@ -95,6 +95,37 @@ def test_sigkill_at_a_mutation_point_then_restore_is_byte_identical(scenario, po
     assert json.loads(r.stdout)["restored"] is False  # nothing left to undo
 
 
+def environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(kv.split("=", 1) for kv in raw.decode("utf-8", "replace").split("\0") if "=" in kv)
+
+
+def test_sigkill_during_a_parallel_start_then_restore_runs_the_original_everywhere(scenario, sshd):
+    """issue 38: prefill and decode start at once; the controller dies while one engine of the
+    group is starting and the other's start is about to be sent. `restore` puts every byte back and
+    leaves every service running the original configuration (its planted values in its environ)."""
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
+    edit_playbook(s, 'order = ["prefill", "decode", "router"]', 'order = [["prefill", "decode"], "router"]')
+    s.baseline()
+    planted = INNOCENT[:2] + [BAD]
+    plant(s.sim, planted)
+    before = fingerprint(s.sim)
+    # trial 1 starts prefill + decode (start:1, start:2) and the router (start:3); trial 2's group
+    # sends start:4 and start:5 side by side: the kill comes between them
+    r = s.cli("bisect", "--against", "good", "--probe", "e2e", env={**os.environ, "ENVBISECT_TEST_CRASH_AT": "start:5"},
+              timeout=120)
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr[-2000:])
+    r = s.cli("restore", "--run", newest_run(s), "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["restored"] is True and json.loads(r.stdout)["co_restart_ok"] is True
+    assert fingerprint(s.sim) == before
+    assert all_healthy(s.sim)
+    pids = s.sim.running_pids()
+    assert set(pids) >= set(SERVICES)
+    for service, key, value in planted:
+        assert environ(pids[service]).get(key) == value, (service, key)
+
+
 # --- SSH and sshd ------------------------------------------------------------------------------------
 
 def restart_sshd_later(server, delay: float) -> threading.Timer:

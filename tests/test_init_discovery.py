@@ -101,6 +101,9 @@ def test_init_drafts_the_simulated_deployment_over_sshd_and_changes_nothing(tmp_
     assert pb.name == name and next(iter(pb.hosts.values())).ssh == sshd.alias
     assert {s: pb.services[s].env_file for s in pb.services} == {s: str(sim.env_file(s)) for s in sim.services}
     assert pb.restart.order == ("prefill", "decode", "router")
+    # the engines start at once, the router after both (issue 38)
+    assert pb.restart.start_groups == (("prefill", "decode"), ("router",))
+    assert "prefill and decode start at once" in text
     assert any(rp.path == str(sim.src_dir) for rp in pb.repos)
     assert pb.backups == (str(sim.root / "backups") + "/*/{name}",)
     assert pb.probes["e2e"].url == sim.chat_url and pb.probes["e2e"].vantage == next(iter(pb.hosts))
@@ -333,3 +336,17 @@ def test_init_errors_are_one_line(tmp_path, sshd, stacks):
     # --out - prints the draft (nothing is written)
     r = run(*base, "--under", str(stacks[1]["root"]), "--out", "-")
     assert r.returncode == 0 and r.stdout.startswith("# envbisect playbook draft") and "[services.server]" in r.stdout
+
+
+def test_init_proposes_the_engines_as_one_start_group_only_when_both_roles_run():
+    from envbisect.runs.discover import Service as Found, start_order
+
+    def svcs(*roles: str) -> list[Found]:
+        return [Found(f"{r}{i}" if roles.count(r) > 1 else r, r, 100 + i, "m", None) for i, r in enumerate(roles)]
+
+    assert start_order(svcs("prefill", "decode", "router")) == [["prefill", "decode"], "router"]
+    assert start_order(svcs("prefill", "prefill", "decode", "router")) == [["prefill0", "prefill1", "decode"],
+                                                                         "router"]
+    # no pair: nothing to start side by side that the draft can justify
+    assert start_order(svcs("decode", "router")) == ["decode", "router"]
+    assert start_order(svcs("server")) == ["server"]

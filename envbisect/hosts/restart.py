@@ -15,7 +15,9 @@ configuration under the new one's name.
 """
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping, Optional
 from urllib.parse import urlsplit
@@ -79,6 +81,10 @@ class _Died(Exception):
     pass
 
 
+class _Cancelled(Exception):
+    pass
+
+
 def split_url(url: str) -> tuple[str, int, str]:
     u = urlsplit(url)
     port = u.port or (443 if u.scheme == "https" else 80)
@@ -124,10 +130,14 @@ Guard = Callable[[Optional[str]], None]
 
 
 def stop_all(playbook: Playbook, transports: Mapping[str, Transport], timeout: float | None = None,
-             guard: Guard | None = None) -> None:
+             guard: Guard | None = None, names: Collection[str] | None = None) -> None:
+    """Stop the services (`names`, default all) in the reverse of the start order: the last group
+    first, and within a group the reverse of the order it lists them in."""
     if guard:
         guard(None)  # compare-and-swap: every host still holds what envbisect made
     for name in reversed(playbook.restart.order):
+        if names is not None and name not in names:
+            continue
         s = playbook.services[name]
         faults.before("stop")
         res = transports[s.host].run(s.stop, timeout=timeout or playbook.restart.command_timeout_s)
@@ -146,7 +156,10 @@ def log_tail(transport: Transport, service: Service, nbytes: int = 4096) -> str:
 
 
 def start_one(playbook: Playbook, transports: Mapping[str, Transport], s: Service, *,
-              timeout: float | None = None, poll: float | None = None, guard: Guard | None = None) -> RestartResult:
+              timeout: float | None = None, poll: float | None = None, guard: Guard | None = None,
+              cancel: threading.Event | None = None) -> RestartResult:
+    """Run `s`'s start command and wait for its health. `cancel` set (a sibling of its start group
+    failed) ends the wait at once, as a failure naming no cause of its own."""
     t = transports[s.host]
     timeout = playbook.restart.health_timeout_s if timeout is None else timeout
     poll = playbook.restart.poll_interval_s if poll is None else poll
@@ -162,6 +175,8 @@ def start_one(playbook: Playbook, transports: Mapping[str, Transport], s: Servic
     last = ["no answer"]
     with t.forward(host, port) as (fh, fp):
         def healthy() -> bool:
+            if cancel is not None and cancel.is_set():
+                raise _Cancelled()
             # each check within its own deadline, never past the health timeout's end
             left = max(0.2, timeout - (time.monotonic() - t0))
             ok, why = _get(fh, fp, path, s.health, min(5.0, max(1.0, poll * 5), left), s.insecure)
@@ -176,8 +191,11 @@ def start_one(playbook: Playbook, transports: Mapping[str, Transport], s: Servic
             return False
 
         try:
-            Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(poll),
-                     retry=retry_if_result(lambda ok: not ok))(healthy)
+            Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(poll), retry=retry_if_result(lambda ok: not ok),
+                     sleep=cancel.wait if cancel is not None else time.sleep)(healthy)
+        except _Cancelled:
+            return RestartResult(False, None, s.name, f"{s.name}: its health wait was stopped",
+                                 {s.name: time.monotonic() - t0})
         except _Died:
             return RestartResult(False, "start-failure", s.name, f"{s.name} died while starting",
                                  {s.name: time.monotonic() - t0}, log_tail=log_tail(t, s))
@@ -219,13 +237,14 @@ def _identify(playbook: Playbook, transports: Mapping[str, Transport],
     return now, procs
 
 
-def _wait_gone(playbook: Playbook, transports: Mapping[str, Transport], before: _Before) -> dict[str, float]:
+def _wait_gone(playbook: Playbook, transports: Mapping[str, Transport], before: _Before,
+               order: tuple[str, ...]) -> dict[str, float]:
     """Wait (on each host, up to restart.stop_wait_s) until every process named before the stop is
     gone; {service: pid} of those still running."""
     wait = playbook.restart.stop_wait_s
     left: dict[str, float] = {}
-    for host in dict.fromkeys(playbook.services[n].host for n in playbook.restart.order):
-        mine = {n: before.procs[n] for n in playbook.restart.order
+    for host in dict.fromkeys(playbook.services[n].host for n in order):
+        mine = {n: before.procs[n] for n in order
                 if playbook.services[n].host == host and before.procs.get(n)}
         if not mine:
             continue
@@ -284,13 +303,15 @@ def _replace(fact: ServiceRestart, **kw: Any) -> ServiceRestart:
 def co_restart(playbook: Playbook, transports: Mapping[str, Transport], *,
                on_step: Callable[[str], None] | None = None, guard: Guard | None = None,
                expect_env: Mapping[str, Mapping[str, str | None]] | None = None,
-               keep_survivors: Collection[int] = ()) -> RestartResult:
-    """Stop every service (reverse order), wait for their processes to be gone, then start each in
-    order, wait for its health and prove it is a new process (module docstring).
+               keep_survivors: Collection[int] = (), only: Collection[str] | None = None) -> RestartResult:
+    """Stop every service (reverse order, group by group), wait for their processes to be gone, then
+    start each start group at once, wait until all its services are healthy and prove each is a new
+    process (module docstring) before the next group starts. `only`: restart just these services
+    (a trial's restart plan, runs/restart_plan.py); the others are left running untouched.
     `expect_env` (service -> key -> value, None: unset): what the trial's environment gives each
     service, compared with the new process's /proc/PID/environ where it can be read.
-    `guard(host or None)` runs before the stops and before each start (compare-and-swap: it raises
-    HostConflict when someone else changed a host; that is not a restart failure, it stops the run).
+    `guard(host or None)` runs before the stops and before each group's starts (compare-and-swap: it
+    raises HostConflict when someone else changed a host; that is not a restart failure, it stops the run).
     `keep_survivors`: pids of the processes that ran before envbisect changed anything. When every
     process that outlives its stop is one of them, the other services are started anyway and it is
     left running. Only for putting the original back: the files are then what that old process
@@ -298,58 +319,114 @@ def co_restart(playbook: Playbook, transports: Mapping[str, Transport], *,
     process of another configuration). The result is still a failure, naming the survivor."""
     t0 = time.monotonic()
     step = on_step or (lambda _msg: None)
+    order = tuple(n for n in playbook.restart.order if only is None or n in only)
+    groups = tuple(g for g in (tuple(n for n in grp if n in order) for grp in playbook.restart.start_groups) if g)
     facts: dict[str, ServiceRestart] = {}
-
-    def failed(failure: str | None, service: str | None, message: str, durations: Mapping[str, float],
-               tail: str = "") -> RestartResult:
-        return RestartResult(False, failure, service, message, durations, time.monotonic() - t0, tail,
-                             tuple(facts[n] for n in playbook.restart.order if n in facts))
-
     durations: dict[str, float] = {}
+
+    def failed(r: RestartResult) -> RestartResult:
+        return RestartResult(False, r.failure, r.service, r.message, durations, time.monotonic() - t0, r.log_tail,
+                             tuple(facts[n] for n in order if n in facts))
+
     try:
-        now, procs = _identify(playbook, transports)
+        now, procs = _identify(playbook, transports, names=order)
         before = _Before(now, procs)
-        step("stopping " + ", ".join(reversed(playbook.restart.order)))
-        stop_all(playbook, transports, guard=guard)
-        left = _wait_gone(playbook, transports, before)
-        for n in playbook.restart.order:
+        step("stopping " + ", ".join(reversed(order)))
+        stop_all(playbook, transports, guard=guard, names=order)
+        left = _wait_gone(playbook, transports, before, order)
+        for n in order:
             old = before.procs.get(n)
             facts[n] = ServiceRestart(n, playbook.services[n].host, old["pid"] if old else None,
                                       (n not in left) if old else None)
         if left:
-            n = next(n for n in playbook.restart.order if n in left)
-            wait = playbook.restart.stop_wait_s
-            msg = (f"{n} pid {left[n]} still running {wait:g} s after its stop command "
-                   f"({playbook.services[n].stop}); nothing was started")
-            more = [f"{m} pid {left[m]}" for m in playbook.restart.order if m in left and m != n]
-            facts[n] = _replace(facts[n], problem=msg)
-            if not set(left.values()) <= set(keep_survivors):
-                return failed("infra", n, msg + (f" (also still running: {', '.join(more)})" if more else ""), {})
-            started = []
-            for name in playbook.restart.order:
-                if name in left:
-                    continue
-                step(f"starting {name} ({', '.join(f'{m} pid {left[m]}' for m in left)} left running)")
-                r = start_one(playbook, transports, playbook.services[name], guard=guard)
-                durations.update(r.durations)
-                if not r.ok:
-                    return failed(r.failure, r.service, r.message, durations, r.log_tail)
-                started.append(name)
-            kept = ", ".join(f"{m} pid {left[m]}" for m in playbook.restart.order if m in left)
-            return failed("infra", n, f"{kept} never stopped ({wait:g} s after its stop command) and was left "
-                          f"running, with the original files it already runs; started {', '.join(started) or 'none'}"
-                          " around it", durations)
-        for name in playbook.restart.order:
-            step(f"starting {name}")
-            r = start_one(playbook, transports, playbook.services[name], guard=guard)
-            durations.update(r.durations)
-            if not r.ok:
-                return failed(r.failure, r.service, r.message, durations, r.log_tail)
-            fact = _prove_new(playbook, transports, name, before, (expect_env or {}).get(name, {}))
-            facts[name] = fact
-            if not fact.proven and playbook.services[name].pid_file:
-                return failed("infra", name, fact.problem, durations)
+            return failed(_survivors(playbook, transports, groups, left, keep_survivors, facts, durations,
+                                     guard, step))
+        for group in groups:
+            bad = _start_group(playbook, transports, group, facts, durations, guard, step,
+                               (before, expect_env or {}))
+            if bad is not None:
+                return failed(bad)
     except RemoteError as e:
-        return failed("infra", None, str(e), durations)
+        return failed(RestartResult(False, "infra", None, str(e)))
     return RestartResult(True, durations=durations, total_s=time.monotonic() - t0,
-                         services=tuple(facts[n] for n in playbook.restart.order))
+                         services=tuple(facts[n] for n in order))
+
+
+def _survivors(playbook: Playbook, transports: Mapping[str, Transport], groups: tuple[tuple[str, ...], ...],
+               left: Mapping[str, float], keep_survivors: Collection[int], facts: dict[str, ServiceRestart],
+               durations: dict[str, float], guard: Guard | None, step: Callable[[str], None]) -> RestartResult:
+    """Some process outlived its stop: nothing is started, unless every survivor is an original
+    process kept on purpose (co_restart's `keep_survivors`); then the others start around it."""
+    order = [n for g in groups for n in g]
+    n = next(n for n in order if n in left)
+    wait = playbook.restart.stop_wait_s
+    msg = (f"{n} pid {left[n]} still running {wait:g} s after its stop command "
+           f"({playbook.services[n].stop}); nothing was started")
+    more = [f"{m} pid {left[m]}" for m in order if m in left and m != n]
+    facts[n] = _replace(facts[n], problem=msg)
+    if not set(left.values()) <= set(keep_survivors):
+        return RestartResult(False, "infra", n, msg + (f" (also still running: {', '.join(more)})" if more else ""))
+    started = []
+    for group in groups:
+        rest = tuple(m for m in group if m not in left)
+        if not rest:
+            continue
+        kept = ", ".join(f"{m} pid {left[m]}" for m in left)
+        bad = _start_group(playbook, transports, rest, facts, durations, guard,
+                           lambda msg: step(f"{msg} ({kept} left running)"), None)
+        if bad is not None:
+            return bad
+        started += rest
+    kept = ", ".join(f"{m} pid {left[m]}" for m in order if m in left)
+    return RestartResult(False, "infra", n, f"{kept} never stopped ({wait:g} s after its stop command) and was left "
+                         f"running, with the original files it already runs; started {', '.join(started) or 'none'}"
+                         " around it")
+
+
+def _start_group(playbook: Playbook, transports: Mapping[str, Transport], group: tuple[str, ...],
+                 facts: dict[str, ServiceRestart], durations: dict[str, float], guard: Guard | None,
+                 step: Callable[[str], None],
+                 proof: tuple[_Before, Mapping[str, Mapping[str, str | None]]] | None) -> RestartResult | None:
+    """Start a group's services at once and wait until every one is healthy (and, with `proof`,
+    proven a new process running the trial's environment). The first failure stops the siblings'
+    waits; None when all are up. Each service's own result lands in `facts` (its problem, if any)."""
+    if guard:
+        for host in dict.fromkeys(playbook.services[n].host for n in group):
+            guard(host)
+    step("starting " + " + ".join(group))
+    cancel = threading.Event()
+
+    def one(name: str) -> tuple[RestartResult, ServiceRestart | None]:
+        try:
+            r = start_one(playbook, transports, playbook.services[name], cancel=cancel)
+            fact = None
+            if r.ok and proof is not None:
+                fact = _prove_new(playbook, transports, name, proof[0], proof[1].get(name, {}))
+                if not fact.proven and playbook.services[name].pid_file:
+                    r = RestartResult(False, "infra", name, fact.problem, r.durations)
+            if not r.ok:
+                cancel.set()
+            return r, fact
+        except BaseException:
+            cancel.set()
+            raise
+
+    if len(group) == 1:
+        results = [one(group[0])]
+    else:
+        with ThreadPoolExecutor(max_workers=len(group), thread_name_prefix="start") as pool:
+            futures = [pool.submit(one, n) for n in group]
+        results = [f.result() for f in futures]
+    for name, (r, fact) in zip(group, results):
+        durations.update(r.durations)
+        if fact is not None:
+            facts[name] = fact
+        if not r.ok:
+            facts[name] = _replace(facts[name], problem=r.message)
+    bad = [r for r, _ in results if not r.ok]
+    if not bad:
+        return None
+    first = next((r for r in bad if r.failure is not None), bad[0])
+    others = [r.message for r in bad if r is not first]
+    return RestartResult(False, first.failure, first.service,
+                         first.message + (f" ({'; '.join(others)})" if others else ""), log_tail=first.log_tail)

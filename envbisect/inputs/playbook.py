@@ -49,6 +49,8 @@ class Service:
     log: str | None = None
     metrics: str | None = None
     insecure: bool = False  # https health / metrics: skip TLS verification (said in the playbook, never implied)
+    # restarted on its own when only its own files changed (docs/search.md#restart-plans)
+    restart_alone: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,13 +126,21 @@ class Probe:
 
 @dataclass(frozen=True)
 class Restart:
-    order: tuple[str, ...]
+    order: tuple[str, ...]  # every service, in start order (a group's services in the order listed)
     health_timeout_s: float = 600.0
     poll_interval_s: float = 2.0
     command_timeout_s: float = 300.0  # a stop or start command that runs longer is killed (infra failure)
     # after the stop commands, how long each stopped process may take to be gone (a GPU process
     # releasing its memory); one still running then makes the co-restart fail (hosts/restart.py)
     stop_wait_s: float = 30.0
+    # start groups, in order: a group's services start at once and are all healthy before the
+    # next group starts; stop is the reverse, group by group (default: one service per group)
+    groups: tuple[tuple[str, ...], ...] = ()
+    always_all: bool = False  # every trial restarts every service (no restart plan)
+
+    @property
+    def start_groups(self) -> tuple[tuple[str, ...], ...]:
+        return self.groups or tuple((n,) for n in self.order)
 
 
 @dataclass(frozen=True)
@@ -278,7 +288,7 @@ def _services(path: Path, table: Mapping[str, Any], hosts: Mapping[str, Host]) -
         services[sname] = Service(
             sname, host, env_file, r.get("start", str, required=True), r.get("stop", str, required=True), health,
             pid_file=r.get("pid_file", str, None), log=r.get("log", str, None), metrics=r.get("metrics", str, None),
-            insecure=r.get("insecure", bool, False),
+            insecure=r.get("insecure", bool, False), restart_alone=r.get("restart_alone", bool, False),
         )
         r.finish()
     if not services:
@@ -288,7 +298,8 @@ def _services(path: Path, table: Mapping[str, Any], hosts: Mapping[str, Host]) -
 
 def _restart(rr: TableReader, services: Mapping[str, Service]) -> Restart:
     path = rr.path
-    order = rr.str_list("order") or tuple(services)
+    groups = _start_groups(rr) or tuple((s,) for s in services)
+    order = tuple(n for g in groups for n in g)
     for s in order:
         if s not in services:
             raise PlaybookError(path, "restart.order", f"names unknown service {s!r}")
@@ -299,7 +310,8 @@ def _restart(rr: TableReader, services: Mapping[str, Service]) -> Restart:
     if len(set(order)) != len(order):
         raise PlaybookError(path, "restart.order", "lists a service twice")
     restart = Restart(order, rr.get("health_timeout_s", float, 600.0), rr.get("poll_interval_s", float, 2.0),
-                      rr.get("command_timeout_s", float, 300.0), rr.get("stop_wait_s", float, 30.0))
+                      rr.get("command_timeout_s", float, 300.0), rr.get("stop_wait_s", float, 30.0),
+                      groups, rr.get("always_all", bool, False))
     if restart.command_timeout_s <= 0:
         raise PlaybookError(path, "restart.command_timeout_s", "must be > 0")
     if not 0 < restart.stop_wait_s <= 3600:
@@ -307,6 +319,18 @@ def _restart(rr: TableReader, services: Mapping[str, Service]) -> Restart:
                             f"must be > 0 seconds (at most an hour), got {restart.stop_wait_s!r}")
     rr.finish()
     return restart
+
+
+def _start_groups(rr: TableReader) -> tuple[tuple[str, ...], ...]:
+    """`order`: each item a service, or a list of services that start at once."""
+    groups: list[tuple[str, ...]] = []
+    for item in rr.get("order", list, []):
+        names = item if isinstance(item, list) else [item]
+        if not names or not all(isinstance(n, str) for n in names):
+            raise PlaybookError(rr.path, rr.key("order"),
+                                f"each item must be a service or a non-empty list of services, got {item!r}")
+        groups.append(tuple(names))
+    return tuple(groups)
 
 
 def _repos(path: Path, tables: list[Any], hosts: Mapping[str, Host]) -> list[Repo]:

@@ -375,6 +375,22 @@ def interpret(doc: Mapping[str, Any], *, under: str | None = None,
 
 # --- the draft -----------------------------------------------------------------------------------
 
+def start_order(services: list[Service]) -> list[str | list[str]]:
+    """The `[restart] order` a draft proposes: the engines (prefill and decode) as one start group
+    when there are both, since neither waits for the other at start (a decode reaches its prefill's
+    bootstrap server per request); every other service alone, after them, as listed."""
+    engines = [s.name for s in services if s.role in ("prefill", "decode")]
+    if not {"prefill", "decode"} <= {s.role for s in services}:
+        return [s.name for s in services]
+    order: list[str | list[str]] = []
+    for s in services:
+        if s.name not in engines:
+            order.append(s.name)
+        elif s.name == engines[0]:
+            order.append(engines)
+    return order
+
+
 def _toml(v: Any) -> str:
     if isinstance(v, str):
         return json.dumps(v, ensure_ascii=False)
@@ -467,9 +483,12 @@ def draft(doc: Mapping[str, Any], services: Sequence[Service], repos: Sequence[M
         for k in ("pid_file", "log", "metrics"):
             d.key(k, s.keys[k], required=False)
         d.add("")
-    order = [s.name for s in services]
-    d.add("[restart]", f"order = {_toml(order)}   # " + ("prefill before decode before the router; " if pd else "")
-          + "stop is the reverse",
+    order = start_order(services)
+    grouped = any(isinstance(item, list) for item in order)
+    d.add("[restart]", f"order = {_toml(order)}   # " + (
+        "prefill and decode start at once (neither waits for the other at start: the KV transfer is set up per "
+        "request), the router once both are healthy; " if grouped else
+        "prefill before decode before the router; " if pd else "") + "stop is the reverse",
           "health_timeout_s = 600", "poll_interval_s = 2.0", "")
     for r in repos:
         head = (r.get("branch") or "detached") + ("@" + r["head"][:10] if r.get("head") else "")
