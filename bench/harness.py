@@ -38,6 +38,7 @@ from envbisect.runs.bisect import BisectRun, make_units  # noqa: E402
 from envbisect.state.corrections import Corrections  # noqa: E402
 from envbisect.state.deltas import Delta  # noqa: E402
 from envbisect.search import POLICIES, Observation, Search, Verdict  # noqa: E402
+from restart_cost import Meter  # noqa: E402
 
 NS = (4, 8, 16, 32, 64, 128)
 DETECTIONS = (1.0, 0.7, 0.5, 0.3)
@@ -241,6 +242,7 @@ class Lab:
         self.probes = 0
         self.free = 0  # trials of the running stack answered without a restart
         self.spent: Counter = Counter()  # restarts by what they were for (run_envbisect fills it)
+        self.meter = Meter()  # restart-seconds (restart_cost.py); run_envbisect plans its restarts
         self._terms = [frozenset(t) for t in case.terms]
         # whether every process of the running stack verifiably runs its files: only then may a
         # request for current be answered by probing the stack as it runs, without a restart
@@ -260,13 +262,15 @@ class Lab:
         config = frozenset(config)
         return any(e in config and not set(ps) <= config for e, ps in self.case.needs)
 
-    def trial(self, config: Iterable[str], runs: int, stop_after: int = 1, free: bool = False) -> tuple[int, int]:
+    def trial(self, config: Iterable[str], runs: int, stop_after: int = 1, free: bool = False,
+              kind: str = "") -> tuple[int, int]:
         """(passes, failures) of one trial of ``config``; counts a restart unless ``free``."""
         config = frozenset(config)
         if free:
             self.free += 1
         else:
             self.restarts += 1
+            self.meter.restart(config, kind)
         bad = self.fails_when(config, running=free)
         passes = failures = 0
         for _ in range(max(1, runs)):
@@ -277,6 +281,7 @@ class Lab:
                     break
             else:
                 passes += 1
+        self.meter.probed(failures == 0)
         return passes, failures
 
 
@@ -372,6 +377,7 @@ def run_envbisect(lab: Lab, policy: str, auto_link: bool = True, split_twins: bo
     units, _notes = make_units(deltas, (), auto_link)
     twins = twins_of(units) if split_twins else {}
     search = POLICIES[policy].search(list(units), **({"twins": twins} if twins else {}))
+    lab.meter = Meter(planned=True)
     while True:
         step = search.next()
         if isinstance(step, Verdict):
@@ -381,13 +387,17 @@ def run_envbisect(lab: Lab, policy: str, auto_link: bool = True, split_twins: bo
         # the running stack is probed as it runs only when it verifiably runs its files (as
         # BisectRun asks running_stack_unverified); otherwise current is co-restarted
         free = step.free and lab.running_verified
+        kind = str(getattr(step.kind, "value", step.kind))
         if lab.other(config):  # the run's SymptomWatch marks it: another failure, no evidence
-            lab.restarts += 0 if free else 1
+            if not free:
+                lab.restarts += 1
+                lab.meter.restart(config, kind)
+            lab.meter.probed(False)
             search.observe(Observation(step.config, other=True, free=free))
         else:
-            passes, failures = lab.trial(config, step.probes, step.stop_after, free=free)
+            passes, failures = lab.trial(config, step.probes, step.stop_after, free=free, kind=kind)
             search.observe(Observation(step.config, passes, failures=failures, free=free))
-        lab.spent[str(getattr(step.kind, "value", step.kind))] += lab.restarts - before
+        lab.spent[kind] += lab.restarts - before
     verdict, refined = step, {}
     if twins:
         from envbisect.search.hints import fold

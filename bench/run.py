@@ -10,7 +10,8 @@ Benchmarks (see bench/README.md):
             step) and ddmin on a simulated oracle; the chart bench/results/comparison.svg
   incidents the incident mix (issue 25): single, pair, two, intermittent and twin culprits among
             router and logging noise, 20% not the config, 10% a partial restart; every method's
-            restarts per right verdict, % right, % innocent named (oracle)
+            restarts and restart-seconds (bench/restart_cost.py) per right verdict, % right, %
+            innocent named (oracle)
   perf      a perf bisection (one culprit slowing tokens/s by 10% or 20%, or none) on a simulated
             machine with per-restart and per-sample noise: the real search and the real perf judge
   other     another failure (issue 21): one culprit and random dependencies among the deltas (a delta
@@ -319,7 +320,15 @@ def main() -> int:
     ap.add_argument("--mix-twins", action=argparse.BooleanOptionalAction, default=True,
                     help="incidents: the search is given the twins on the mix, as BisectRun does (default); "
                          "--no-mix-twins: every guilty twin is split after the verdict instead (bench/README.md)")
+    ap.add_argument("--restart-durations", metavar="RUN", default=None,
+                    help="incidents: restart-seconds from the medians of a run's measured restart_durations "
+                         "(its folder or trials.jsonl) instead of the defaults prefill 300 s, decode 300 s, "
+                         "router 10 s (bench/restart_cost.py)")
     args = ap.parse_args()
+    if args.restart_durations:
+        import restart_cost
+
+        restart_cost.MODEL = restart_cost.from_run(args.restart_durations)
     known = ("snapshot", "e2e", "search", "incidents", "perf", "other", "fleet")
     only = set(args.only.split(",")) if args.only else set(known)
     if only - set(known):

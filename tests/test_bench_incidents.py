@@ -142,9 +142,13 @@ def test_the_quick_mix_measures_every_method_and_prints_its_lines():
     res = bi.measure(quick=True, workers=1, log=lambda _m: None, split_twins=False)
     assert {(c["n"], c["method"]) for c in res["cells"]} == {(n, m) for n in bi.QUICK["ns"] for m in bi.METHODS}
     lines: list[tuple] = []
-    bi.targets(res, lambda ok, target, measured: lines.append((ok, target, measured)))
-    assert len(lines) == 3
+    bi.targets(res, lambda ok, target, measured, info=False: lines.append((ok, target, measured, info)))
+    assert len(lines) == 6
     assert lines[0][0], lines[0]  # envbisect names no innocent change
+    seconds = {line[1]: line for line in lines if "restart-seconds" in line[1]}
+    assert len(seconds) == 2 and all(line[0] for line in seconds.values()), seconds
+    assert lines[-1][1].startswith("[twins]") and lines[-1][3]  # an INFO line with its figures
+    assert "linked n=8" in lines[-1][2] and "culprit-twin n=8" in lines[-1][2]
     e = bi.cell(res, 8, "envbisect")
     assert e["right"] == 1.0 and e["families"]["not-config"]["mean_restarts"] == 1.0
     assert "bisect-verify" in bi.table(res) and "split after the verdict" in bi.table(res)
@@ -226,3 +230,29 @@ def test_the_issue_9_lines_no_method_with_the_premises_can_meet_are_info_lines()
     assert all("one-at-a-time" in x or "classic bisection + 2" in x or "k runs/step" in x
                or x.startswith("[linked]") for x in info)
     assert counted and not any(line["pass"] for line in counted) and t.failed == len(counted)
+
+
+def test_restart_seconds_follow_the_plan_and_the_groups(tmp_path):
+    import restart_cost as rc
+
+    m = rc.Meter(planned=True)
+    engines = {"prefill:A", "decode:B"}
+    m.restart(engines)  # the first: everything, the engines at once (300) then the router (10)
+    m.probed(True)
+    m.restart(engines | {"router:C"})  # router only, after a passing probe: the router alone
+    m.probed(False)
+    m.restart(engines)  # router only again, but the previous probe failed: everything
+    m.probed(True)
+    m.restart(engines - {"decode:B"}, "premise-baseline")
+    assert (m.spent, m.sequential, m.partial) == (310 + 10 + 310 + 310, 4 * 610, 1)
+    classic = rc.Meter()
+    classic.restart(engines)
+    classic.probed(True)
+    classic.restart(engines | {"router:C"})
+    assert classic.spent == classic.sequential == 2 * 610
+    run = tmp_path / "trials.jsonl"
+    run.write_text('{"restart_durations": {"prefill": 100, "decode": 120, "router": 2}}\n'
+                   '{"restart_durations": {"prefill": 110, "decode": 140, "router": 4}}\n{"free": true}\n')
+    model = rc.from_run(tmp_path)
+    assert dict(model.seconds) == {"prefill": 105, "decode": 130, "router": 3}
+    assert model.sequential == 238 and model.grouped() == 133 and model.grouped({"router"}) == 3

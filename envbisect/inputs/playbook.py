@@ -49,8 +49,9 @@ class Service:
     log: str | None = None
     metrics: str | None = None
     insecure: bool = False  # https health / metrics: skip TLS verification (said in the playbook, never implied)
-    # restarted on its own when only its own files changed (docs/search.md#restart-plans)
-    restart_alone: bool = False
+    # restarted on its own when only its environment changed (None: when its name says router;
+    # trials/restart_plan.py, docs/search.md#restart-plans)
+    restart_alone: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -288,7 +289,7 @@ def _services(path: Path, table: Mapping[str, Any], hosts: Mapping[str, Host]) -
         services[sname] = Service(
             sname, host, env_file, r.get("start", str, required=True), r.get("stop", str, required=True), health,
             pid_file=r.get("pid_file", str, None), log=r.get("log", str, None), metrics=r.get("metrics", str, None),
-            insecure=r.get("insecure", bool, False), restart_alone=r.get("restart_alone", bool, False),
+            insecure=r.get("insecure", bool, False), restart_alone=r.get("restart_alone", bool, None),
         )
         r.finish()
     if not services:

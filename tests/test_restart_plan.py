@@ -1,0 +1,77 @@
+"""A trial's restart plan (issue 38, item 2): the pure rules of trials/restart_plan.py, each case of
+the issue: prefill and decode always together, a router-only change restarts only the router and
+only after a proven restart whose probe passed, restart_alone, always_all, a caller's reason."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from envbisect.inputs.playbook import parse_playbook
+from envbisect.trials.restart_plan import RestartPlan, Running, may_restart_alone, plan_restart
+
+ALL = ("prefill", "decode", "router")
+SERVICE_OF = {"prefill:A": "prefill", "decode:B": "decode", "router:C": "router", "router:D": "router",
+              "git:node1:/srv/src": None}
+
+
+def playbook(restart: dict | None = None, **service_keys: dict):
+    services = {n: {"host": "h", "env_file": f"/srv/{n}.env", "start": "true", "stop": "true",
+                    "health": "http://127.0.0.1:1/health", **service_keys.get(n, {})} for n in ALL}
+    return parse_playbook({"hosts": {"h": {"ssh": "local"}}, "services": services,
+                           "restart": {"order": [["prefill", "decode"], "router"], **(restart or {})}},
+                          Path("/x/envbisect.toml"))
+
+
+PASSED = Running(frozenset({"prefill:A", "decode:B"}), proven=True, probe_passed=True)
+
+
+def test_a_router_only_change_after_a_proven_passing_restart_restarts_only_the_router():
+    plan = plan_restart(playbook(), {"prefill:A", "decode:B", "router:C"}, SERVICE_OF, PASSED)
+    assert plan.services == ("router",) and not plan.full
+    assert plan.why.startswith("only router changed")
+    # removing a router delta is a router-only change too
+    back = Running(frozenset({"router:C", "router:D"}), proven=True, probe_passed=True)
+    assert plan_restart(playbook(), {"router:C"}, SERVICE_OF, back).services == ("router",)
+
+
+def test_an_engine_change_restarts_both_engines_and_everything_with_them():
+    for config in ({"prefill:A"}, {"prefill:A", "router:C"}, {"router:C"}):  # decode removed, router added
+        plan = plan_restart(playbook(), config, SERVICE_OF, PASSED)
+        assert plan.services == ALL and plan.full, config
+        assert "prefill and decode restart together" in plan.why
+
+
+def test_after_a_failed_probe_everything_restarts():
+    failed = Running(PASSED.config, proven=True, probe_passed=False)
+    plan = plan_restart(playbook(), PASSED.config | {"router:C"}, SERVICE_OF, failed)
+    assert plan.services == ALL and plan.why == "the previous probe did not pass: an engine may be left wedged"
+
+
+def test_without_a_proven_restart_everything_restarts():
+    assert plan_restart(playbook(), {"router:C"}, SERVICE_OF, None).services == ALL
+    unproven = Running(PASSED.config, proven=False, probe_passed=True)
+    plan = plan_restart(playbook(), PASSED.config | {"router:C"}, SERVICE_OF, unproven)
+    assert plan.services == ALL and "did not prove" in plan.why
+
+
+def test_a_retest_of_the_same_configuration_and_a_shared_delta_restart_everything():
+    assert plan_restart(playbook(), PASSED.config, SERVICE_OF, PASSED).why.startswith("the same configuration")
+    plan = plan_restart(playbook(), PASSED.config | {"git:node1:/srv/src", "router:C"}, SERVICE_OF, PASSED)
+    assert plan.services == ALL and plan.why == "git:node1:/srv/src is not one service's environment"
+    # a delta the map does not know is not one service's either
+    assert plan_restart(playbook(), PASSED.config | {"file:x"}, SERVICE_OF, PASSED).services == ALL
+
+
+def test_always_all_and_a_callers_reason_win():
+    assert plan_restart(playbook({"always_all": True}), PASSED.config | {"router:C"}, SERVICE_OF,
+                        PASSED) == RestartPlan(ALL, "[restart] always_all")
+    plan = plan_restart(playbook(), PASSED.config | {"router:C"}, SERVICE_OF, PASSED, "a baseline premise")
+    assert plan == RestartPlan(ALL, "a baseline premise")
+
+
+def test_restart_alone_is_the_playbooks_to_give_or_take():
+    pb = playbook(router={"restart_alone": False}, decode={"restart_alone": True})
+    assert [may_restart_alone(pb, n) for n in ALL] == [False, True, False]
+    assert plan_restart(pb, PASSED.config | {"router:C"}, SERVICE_OF, PASSED).services == ALL
+    plan = plan_restart(pb, {"prefill:A"}, SERVICE_OF, PASSED)
+    assert plan.services == ("decode",) and not plan.full
+    assert [may_restart_alone(playbook(), n) for n in ALL] == [False, False, True]  # by default: the router
