@@ -248,7 +248,9 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
                  else f"{standing} (corrected; ran {tr.outcome})")
         if getattr(tr, "symptom", None) == "other" and standing is None:
             shown += " (other)"
-        t.add_row(str(tr.n), tr.purpose, config_label(list(tr.units), total), shown, fmt_s(tr.restart_s), probed)
+        plan = getattr(tr, "restart_plan", None)
+        restart = fmt_s(tr.restart_s) + (f" ({', '.join(plan.services)} only)" if plan and not plan.full else "")
+        t.add_row(str(tr.n), tr.purpose, config_label(list(tr.units), total), shown, restart, probed)
     env.out.print(t)
     env.out.print(f"hosts left: {result.state_left}" + ("" if result.state_left != Leave.FIXED else
                                                      " (current minus the culprits; every exonerated delta kept)"))

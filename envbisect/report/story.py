@@ -11,8 +11,8 @@ import statistics
 from typing import Any, Mapping
 
 from envbisect.report.blocks import (Badge, Block, BulletList, ChartTrial, Code, Figure, Footer, Group, Heading, Link,
-                                     Log, Paragraph, SampleSeries, SamplesChart, Story, Strong, Table, TrialsChart,
-                                     redacted, text)
+                                     Log, Paragraph, SampleSeries, SamplesChart, Story, Strong, Table, Text,
+                                     TrialsChart, redacted, text)
 from envbisect.report.common import LOG_LINES
 from envbisect.report.facts import (STATE_MEANING, VERDICT_MEANING, clock, env_rows, evidence_for, is_premise,
                                     max_latency, premise, question, rel, requests, s, secs, short, symptom, tail,
@@ -191,6 +191,16 @@ def _trials(rec: RunRecord) -> list[Block]:
     return out + [_trial(rec, t) for t in rec.trials]
 
 
+def _restart_plan(t: Mapping[str, Any]) -> tuple[Text, ...]:
+    """What the trial's co-restart restarted and why (trials/restart_plan.py); none for a free trial."""
+    plan = t.get("restart_plan")
+    if not isinstance(plan, Mapping):
+        return ()
+    names = ", ".join(str(n) for n in plan.get("services") or ())
+    return (text(("restarted every service (" + names + ")" if plan.get("full") else f"restarted {names} only")
+                 + " — " + s(plan.get("why"))),)
+
+
 def _trial(rec: RunRecord, t: Mapping[str, Any]) -> Group:
     o = t.get("outcome")
     cfg = t.get("config") or []
@@ -204,7 +214,8 @@ def _trial(rec: RunRecord, t: Mapping[str, Any]) -> Group:
                     text(f"started {ts(t.get('started_at'))}; outcome ", _badge(o, _b(o)), " — ", s(t.get("reason"))),
                     text(f"co-restart {secs(t.get('restart_s'), 2)}"
                          + (" (" + ", ".join(f"{k} {secs(x, 2)}" for k, x in rd.items()) + ")" if rd else "")
-                         + f"; probing {secs(t.get('probe_s'), 2)}")))]
+                         + f"; probing {secs(t.get('probe_s'), 2)}"),
+                    *_restart_plan(t)))]
     values = [r.get("value") for r in (t.get("probe") or {}).get("runs") or [] if r.get("value") is not None]
     if values:
         out.append(_p(f"perf samples ({len(values)}, one per probe run of this start): ",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 from envbisect.state.configuration import OriginalState, TargetState, target_state
-from envbisect.state.deltas import Delta
+from envbisect.state.deltas import Delta, DeltaKind
 from envbisect.errors import RemoteError
 from envbisect.hosts.journal import HostEditor
 from envbisect.outcome import Cause, Outcome
@@ -21,6 +21,7 @@ from envbisect.inputs.playbook import Playbook, Probe
 from envbisect.trials.probe import ABORT, BROKEN, CANNOT_TEST, FAIL, PASS, ProbeRun, run_probe
 from envbisect.trials.probe_check import unreached
 from envbisect.hosts.restart import RestartResult, ServiceRestart, co_restart
+from envbisect.trials.restart_plan import RestartPlan, Running, plan_restart
 from envbisect.search import TrialKind
 from envbisect.hosts.transport import Transport
 
@@ -52,6 +53,8 @@ class Trial:
     # old pid gone, new pid, its start after the stop, the environment keys checked): the proof that
     # the configuration probed is the one named; empty for a free trial (no restart)
     restart_proof: tuple[ServiceRestart, ...] = ()
+    # what its co-restart restarted and why (trials/restart_plan.py); None for a free trial
+    restart_plan: RestartPlan | None = None
 
     @property
     def passes(self) -> int:
@@ -71,7 +74,8 @@ class Trial:
                 "log_tail": self.log_tail[-2000:], "aborted": self.aborted, "free": self.free,
                 "kind": self.kind.value, "cause": self.cause.value if self.cause else None,
                 "symptom": self.symptom,
-                "restart_proof": [f.to_json() for f in self.restart_proof]}
+                "restart_proof": [f.to_json() for f in self.restart_proof],
+                "restart_plan": self.restart_plan.to_json() if self.restart_plan else None}
 
     @classmethod
     def from_json(cls, d: Mapping) -> "Trial":
@@ -91,7 +95,8 @@ class Trial:
                    runs, d["restart_s"], d["probe_s"], d.get("restart_durations", {}), d.get("started_at", 0.0),
                    d.get("log_tail", ""), d.get("aborted", False), d.get("free", False), kind, cause,
                    d.get("symptom"),
-                   tuple(ServiceRestart.from_json(f) for f in d.get("restart_proof") or ()))
+                   tuple(ServiceRestart.from_json(f) for f in d.get("restart_proof") or ()),
+                   RestartPlan.from_json(d.get("restart_plan")))
 
 
 def _kind_from_purpose(purpose: str) -> TrialKind:
@@ -157,6 +162,10 @@ class TrialRunner:
             from envbisect.trials.probe_answers import AnswersJudge
 
             self.perf = AnswersJudge(probe, reference_config)
+        # what the last co-restart of this runner left running (None: none yet): a restart plan's premise
+        self.running: Running | None = None
+        self.service_of = {d.id: d.service if d.kind is DeltaKind.ENV and d.service in playbook.services else None
+                           for d in self.deltas}
 
     def delta_ids(self, unit_ids: Sequence[str]) -> tuple[str, ...]:
         return tuple(sorted(d for u in unit_ids for d in self.units[u]))
@@ -182,8 +191,14 @@ class TrialRunner:
 
     def run(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int = 1,
             kind: TrialKind = TrialKind.CHECK) -> Trial:
-        """Apply the baseline plus `unit_ids`, co-restart, probe."""
-        return self._finish(self._run(n, unit_ids, probes, purpose, stop_after, kind))
+        """Apply the baseline plus `unit_ids`, co-restart (what its restart plan says), probe."""
+        trial = self._finish(self._run(n, unit_ids, probes, purpose, stop_after, kind))
+        restarted = trial.restart_proof and trial.outcome is not Outcome.START_FAILURE and trial.cause not in (
+            Cause.APPLY_FAILED, Cause.RESTART_FAILED)
+        if restarted:
+            self.running = Running(frozenset(trial.config), all(f.proven for f in trial.restart_proof),
+                                   trial.outcome is Outcome.PASS)
+        return trial
 
     def probe_running(self, n: int, unit_ids: Sequence[str], probes: int, purpose: str, stop_after: int = 1,
                       kind: TrialKind = TrialKind.PREMISE_CURRENT) -> Trial:
@@ -199,8 +214,12 @@ class TrialRunner:
             outcome, runs, reason = self._probe(config, probes, stop_after)
             self.editor.guard()
         except RemoteError as e:
+            self.running = None
             return self._finish(replace(base, reason=f"probe could not run: {e}", cause=Cause.PROBE_ERROR))
-        return self._finish(self._probed(base, outcome, runs, reason, time.monotonic() - p0))
+        trial = self._probed(base, outcome, runs, reason, time.monotonic() - p0)
+        if self.running is not None:  # a probe that did not pass may leave an engine wedged
+            self.running = replace(self.running, probe_passed=trial.outcome is Outcome.PASS)
+        return self._finish(trial)
 
     def _probe(self, config: tuple[str, ...], probes: int, stop_after: int
                ) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
@@ -244,14 +263,19 @@ class TrialRunner:
         config = self.delta_ids(unit_ids)
         base = Trial(n, purpose, tuple(unit_ids), config, Outcome.UNRESOLVED, "", started_at=time.time(), kind=kind)
         t0 = time.monotonic()
+        plan = self.plan(config, kind)
+        base = replace(base, restart_plan=plan)
+        self.running = None  # until this trial's co-restart has proved what runs (run())
         try:
             self.on_step(f"applying {len(config)} of {len(self.deltas)} deltas")
             target = self.apply(config)
         except RemoteError as e:
             return replace(base, reason=f"could not apply: {e}", cause=Cause.APPLY_FAILED)
+        if not plan.full:
+            self.on_step(f"restarting {', '.join(plan.services)} only: {plan.why}")
         # a HostConflict (someone else changed a host) is not a trial outcome: it stops the run
         rs: RestartResult = co_restart(self.playbook, self.transports, on_step=self.on_step, guard=self.editor.guard,
-                                       expect_env=self.expected_env(target))
+                                       expect_env=self.expected_env(target), only=plan.services)
         base = replace(base, restart_s=time.monotonic() - t0, restart_durations=rs.durations,
                        restart_proof=rs.services)
         if not rs.ok:
@@ -270,6 +294,17 @@ class TrialRunner:
         except RemoteError:
             pass  # a lost connection: _finish makes the trial unresolved
         return self._probed(base, outcome, runs, reason, time.monotonic() - p0)
+
+    def plan(self, config: Sequence[str], kind: TrialKind) -> RestartPlan:
+        """What a trial of `config` restarts (trials/restart_plan.py)."""
+        why = ""
+        if not config:
+            why = "the baseline: a not-config verdict stands on every service restarted in it"
+        elif self.perf is not None:
+            why = f"a {self.probe.kind} probe judges each configuration by its own process starts"
+        elif kind is TrialKind.PREMISE_BASELINE:
+            why = "a premise restarts every service"
+        return plan_restart(self.playbook, config, self.service_of, self.running, why)
 
 
 def capture_evidence(playbook: Playbook, transports: Mapping[str, Transport], out: Path) -> None:
