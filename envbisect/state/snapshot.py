@@ -4,6 +4,7 @@ the collector's answer); collecting it over SSH is envbisect.hosts.collector.
 from __future__ import annotations
 
 import base64
+import binascii
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
@@ -199,12 +200,20 @@ class Snapshot:
 
 
 def _file_state(d: Mapping[str, Any]) -> FileState:
-    content = base64.b64decode(d["content_b64"]) if "content_b64" in d else None
-    return FileState(
-        path=d["path"], exists=d.get("exists"), kind=d.get("kind", "file"), sha256=d.get("sha256"), size=d.get("size"),
-        mode=d.get("mode"), owner=d.get("owner"), uid=d.get("uid"), gid=d.get("gid"), mtime=d.get("mtime"),
-        content=content, too_large=bool(d.get("too_large")), link_target=d.get("link_target"), error=d.get("error"),
-    )
+    content = binascii.a2b_base64(d["content_b64"]) if "content_b64" in d else None
+    get = d.get
+    # FileState's own __init__ sets each of its 14 fields through object.__setattr__ (frozen):
+    # most of the controller's CPU for a snapshot's files. The same fields, in the same order,
+    # are set at once; the object is as __init__ makes it (no __post_init__, no slots).
+    f = _NEW(FileState)
+    f.__dict__.update(
+        path=d["path"], exists=get("exists"), kind=get("kind", "file"), sha256=get("sha256"), size=get("size"),
+        mode=get("mode"), owner=get("owner"), uid=get("uid"), gid=get("gid"), mtime=get("mtime"),
+        content=content, too_large=bool(get("too_large")), link_target=get("link_target"), error=get("error"))
+    return f
+
+
+_NEW = object.__new__
 
 
 def host_state_from_raw(host: str, raw: Mapping[str, Any], env_files: Mapping[str, str]) -> HostState:

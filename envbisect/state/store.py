@@ -24,6 +24,7 @@ from envbisect.state.snapshot import (FileState, HostState, ObservedProbe, Proce
 PRUNE_LOCK = ".prune.lock"  # see Store.writing
 JOURNAL_KEY = "journal.key"  # see Store.journal_key
 _HEX = frozenset("0123456789abcdef")
+
 PutBlob = Callable[[bytes], str]  # content in, its sha256 out (Store.put_blob)
 GetBlob = Callable[[str], "bytes | None"]  # sha256 in, the content or None (Store.get_blob)
 
@@ -141,6 +142,19 @@ class Store:
             pass
         return sha
 
+    def _put_blob_once(self) -> PutBlob:
+        """put_blob for one document: a content it already put (the same file on many hosts) is
+        neither hashed into the store nor refreshed again."""
+        done: dict[bytes, str] = {}
+
+        def put(data: bytes) -> str:
+            sha = done.get(data)
+            if sha is None:
+                sha = done[data] = self.put_blob(data)
+            return sha
+
+        return put
+
     def get_blob(self, sha: str) -> bytes | None:
         path = self.blobs_dir / sha[:2] / sha
         try:
@@ -177,7 +191,7 @@ class Store:
             while (self.snapshots_dir / f"{snap.id}.json").exists():
                 k += 1
                 snap = dataclasses.replace(snap, id=f"{base}-{k}")
-            doc = snapshot_to_json(snap, self.put_blob)
+            doc = snapshot_to_json(snap, self._put_blob_once())
             path = self.snapshots_dir / f"{snap.id}.json"
             # compact: json's C encoder (an indent falls back to the pure-Python one, which takes
             # most of the controller's CPU in a 16-host snapshot)
@@ -340,11 +354,15 @@ def _field_names(cls: type) -> tuple[str, ...]:
 
 
 def _file_to_json(f: FileState, put_blob: PutBlob) -> dict[str, Any]:
-    d = _fields(f)
-    content = d.pop("content")
+    # a FileState's fields are plain values (no mapping to copy): its __dict__ is what _fields gives
+    d = {k: v for k, v in vars(f).items() if v not in _UNSET}
+    content = d.pop("content", None)
     if content is not None:
         d["blob"] = put_blob(content)
-    return {k: v for k, v in d.items() if v not in (None, False, ())}
+    return d
+
+
+_UNSET = (None, False, ())  # what a stored FileState leaves out (and reads back as its default)
 
 
 def _file_from_json(d: dict[str, Any], get_blob: GetBlob) -> FileState:
