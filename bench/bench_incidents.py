@@ -43,6 +43,7 @@ from harness import (  # noqa: E402
     Answer, Case, Lab, cases, delta_ids, evidence_bound, run_bisect, run_bisect_verify, run_ddmin, run_envbisect,
     run_toggle, stable_seed,
 )
+from envbisect.search import restart_bound  # noqa: E402
 
 import restart_cost  # noqa: E402
 from envbisect.outcome import VerdictKind  # noqa: E402
@@ -287,6 +288,37 @@ def measure_twins(ns: tuple[int, ...]) -> list[dict]:
     return rows
 
 
+PAIR_TWIN_N = 12
+PAIR_TWIN_WAYS = (("twins to the search", {}), ("split after the verdict", {"split_twins": False}),
+                  ("sides apart", {"auto_link": False}))
+
+
+def measure_pair_with_twin(n: int = PAIR_TWIN_N) -> list[dict]:
+    """A pair that fails only together, one of its members a side of a twin (the same knob changed
+    the same way in prefill and decode), every twin position and partner among n deltas: envbisect
+    with the twins handed to its search (as BisectRun does), with the twin split after the verdict,
+    and with the twin's sides searched as two units. Where the restarts over the pair bound go."""
+    rows = []
+    for way, kw in PAIR_TWIN_WAYS:
+        recs = []
+        for at in range(n - 1):
+            ids = delta_ids(n, at)
+            linked = (ids[at], ids[at + 1])
+            partners = [(x, y) for x in linked for y in ids if y not in linked]
+            for i, term in enumerate(partners):
+                case = Case("pair-twin", n, i, (term,), 1.0, 0, linked)
+                lab = Lab(case)
+                ans = run_envbisect(lab, "confirm", **kw)
+                recs.append({"family": "pair-twin", "restarts": lab.restarts, "probes": lab.probes,
+                             "right": ans.terms == case.truth, "innocent": False, "kind": str(ans.kind),
+                             "spent": dict(lab.spent)})
+        kinds = sorted({k for r in recs for k in r["spent"]})
+        rows.append({"way": way, "n": n, "bound": restart_bound(n, "interaction"), **summarize(recs),
+                     "spent": {k: sum(r["spent"].get(k, 0) for r in recs) / len(recs) for k in kinds},
+                     "over": sum(r["restarts"] > restart_bound(n, "interaction") for r in recs)})
+    return rows
+
+
 def measure(quick: bool = False, workers: int = 2, log=print, split_twins: bool = True) -> dict:  # noqa: ANN001
     """The mix and the twins table; ``split_twins`` False: on the mix, envbisect's search is not
     given the twins (each guilty one is split after the verdict, as BisectRun does when it does not
@@ -317,6 +349,7 @@ def measure(quick: bool = False, workers: int = 2, log=print, split_twins: bool 
                         "seconds_per_right": seconds / right if right else math.inf,
                         "sequential_per_right": sequential / right if right else math.inf})
     twins = measure_twins(cfg["ns"])
+    pair_twin = measure_pair_with_twin()
     log(f"  incidents: {len(tasks)} chunks, {time.perf_counter() - t0:.0f} s")
     before = _last_right(cfg)
     return {"config": {"ns": list(cfg["ns"]), "per_n": cfg["per_n"], "slots": dict(SLOTS), "bisect_k": BISECT_K,
@@ -324,7 +357,7 @@ def measure(quick: bool = False, workers: int = 2, log=print, split_twins: bool 
                        "intermittent_detection": INTERMITTENT_DETECTION, "quick": quick, "workers": workers,
                        "mix_split_twins": split_twins},
             "cells": cells, "overall": overall, "twins": twins, "runtime_s": time.perf_counter() - t0,
-            "right_before": before}
+            "right_before": before, "pair_twin": pair_twin}
 
 
 def _last_right(cfg: dict) -> dict | None:
@@ -449,6 +482,7 @@ def targets(res: dict, add) -> None:  # noqa: ANN001
     add(not bad, "[incidents] envbisect spends fewer restarts per right verdict than every other method, every n",
         ("fails at " + "; ".join(bad) if bad else "; ".join(parts)) + " (envbisect vs the next best)")
     seconds_targets(res, add)
+    pair_twin_line(res, add)
     bad, parts = [], []
     rows = _twin_rows(res)
     for family in ("linked", "culprit-twin"):
@@ -511,6 +545,21 @@ def seconds_targets(res: dict, add) -> None:  # noqa: ANN001
            + ", ".join(f"n={n} {before.get(str(n), float('nan')):.1%}" for n in ns) if before else
            "; no earlier run of this size recorded to compare with")
         + ("; worse at " + ", ".join(worse) if worse else ""))
+
+
+def pair_twin_line(res: dict, add) -> None:  # noqa: ANN001
+    """INFO: a pair with a twin side against the pair bound, and where the restarts go (issue 38, item 4)."""
+    rows = res.get("pair_twin") or []
+    if not rows:
+        return
+    parts = []
+    for r in rows:
+        parts.append(f"{r['way']}: mean {r['mean_restarts']:.2f}, worst {r['worst_restarts']}, over the bound in "
+                     f"{r['over']} of {r['runs']}, right {r['right']:.0%} (" + ", ".join(
+                         f"{k} {v:.2f}" for k, v in r["spent"].items() if v) + ")")
+    add(all(r["over"] == 0 for r in rows[:1]), f"[pair+twin] a pair that fails only together, one member a twin's "
+        f"side, among {rows[0]['n']} deltas: restarts <= 2ceil(log2 n)+3 = {rows[0]['bound']}", "; ".join(parts),
+        info=True)
 
 
 def main() -> None:

@@ -143,12 +143,18 @@ def test_the_quick_mix_measures_every_method_and_prints_its_lines():
     assert {(c["n"], c["method"]) for c in res["cells"]} == {(n, m) for n in bi.QUICK["ns"] for m in bi.METHODS}
     lines: list[tuple] = []
     bi.targets(res, lambda ok, target, measured, info=False: lines.append((ok, target, measured, info)))
-    assert len(lines) == 6
+    assert len(lines) == 7
     assert lines[0][0], lines[0]  # envbisect names no innocent change
     seconds = {line[1]: line for line in lines if "restart-seconds" in line[1]}
     assert len(seconds) == 2 and all(line[0] for line in seconds.values()), seconds
     assert lines[-1][1].startswith("[twins]") and lines[-1][3]  # an INFO line with its figures
     assert "linked n=8" in lines[-1][2] and "culprit-twin n=8" in lines[-1][2]
+    pair_twin = next(line for line in lines if line[1].startswith("[pair+twin]"))
+    assert pair_twin[3] and "sides apart: " in pair_twin[2] and "refine 2.00" in pair_twin[2]
+    rows = {r["way"]: r for r in res["pair_twin"]}
+    # the twin's sides searched apart stay within the pair bound; linked, the split and confirmations add
+    assert rows["sides apart"]["over"] == 0 and rows["sides apart"]["right"] == 1.0
+    assert rows["twins to the search"]["mean_restarts"] > rows["sides apart"]["mean_restarts"] + 2
     e = bi.cell(res, 8, "envbisect")
     assert e["right"] == 1.0 and e["families"]["not-config"]["mean_restarts"] == 1.0
     assert "bisect-verify" in bi.table(res) and "split after the verdict" in bi.table(res)
