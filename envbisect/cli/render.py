@@ -305,7 +305,7 @@ def render_plan(env: Environment, plan: dict) -> None:
               f"({e['interacting pair']} for an interacting pair, {e['two independent culprits']} "
               "for two independent culprits); each restart stops "
               + " → ".join(reversed(plan["restart_order"])) + " and starts "
-              + " → ".join(plan["restart_order"]))
+              + " → ".join(" + ".join(g) for g in plan.get("start_groups") or [[n] for n in plan["restart_order"]]))
     env.out.print("dry run: no host was touched")
 
 

@@ -1,7 +1,12 @@
-"""Full, ordered co-restart: stop in reverse order, start in order, each healthy before the next.
+"""Ordered co-restart: stop in reverse order, start in order, each start group healthy before the next.
 
-Why all of them: after replacing prefill or decode alone, both can report ready while requests
-hang until both are restarted. Why health is not the verdict: a PD worker's /health does not
+`[restart] order` lists services and start groups (`[["prefill", "decode"], "router"]`): a group's
+services start at once, and the next group starts when every one of them is healthy and proven
+new; stop is the reverse, group by group. A trial's restart plan (trials/restart_plan.py) may
+restart fewer services (`co_restart(only=...)`); what it restarts follows the same order.
+
+Why the engines together: after replacing prefill or decode alone, both can report ready while
+requests hang until both are restarted. Why health is not the verdict: a PD worker's /health does not
 exercise the prefill->decode transfer and a router's /health is liveness only; the probe decides.
 
 A co-restart proves its work (`ServiceRestart`): every process its pid file named before the stop

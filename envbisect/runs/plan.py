@@ -358,6 +358,7 @@ def dry_run_plan(diff: Diff, playbook, opts: BisectOptions, deltas: Sequence[Del
             "guard": (f"{opts.guard}: 2 more restarts once there is a culprit (current, and current "
                       "minus the culprits, sampled)") if opts.guard else None,
             "restart_order": list(playbook.restart.order),
+            "start_groups": [list(g) for g in playbook.restart.start_groups],
             "not_applicable": [d.id for d in deltas if not d.applicable]}
 
 
