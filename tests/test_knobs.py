@@ -23,7 +23,7 @@ def registry(environ: str = "environ_new.py"):
 
 
 def test_environ_fields_defaults_renames_and_flag_replacements():
-    envs, renamed, to_flag, sgl = parse_environ((FIX / "environ_new.py").read_text())
+    envs, renamed, to_flag, sgl, _retired = parse_environ((FIX / "environ_new.py").read_text())
     assert envs["SGLANG_TEST_RETRACT"] == "false"
     assert envs["SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"] == "300"
     assert envs["SGLANG_KT_MOE_CPUINFER"] is None  # EnvInt(None): no default
@@ -34,7 +34,7 @@ def test_environ_fields_defaults_renames_and_flag_replacements():
 
 
 def test_rename_helper_whose_old_name_comes_first():
-    envs, renamed, _to_flag, sgl = parse_environ((FIX / "environ_old_order.py").read_text())
+    envs, renamed, _to_flag, sgl, _retired = parse_environ((FIX / "environ_old_order.py").read_text())
     assert renamed == {"SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK": "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK",
                        "SGLANG_CUTEDSL_MOE_NVFP4_DISPATCH": "SGLANG_MOE_NVFP4_DISPATCH"}
     assert envs["SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK"] == "1"
@@ -42,7 +42,7 @@ def test_rename_helper_whose_old_name_comes_first():
 
 
 def test_server_args_flags_aliases_and_defaults():
-    flags, fields = parse_server_args((FIX / "server_args.py").read_text())
+    flags, fields, _retired = parse_server_args((FIX / "server_args.py").read_text())
     assert flags["--tp-size"] == flags["--tensor-parallel-size"] == "tp_size"
     assert flags["--model"] == flags["--model-path"] == "model_path"
     assert flags["--attention-backend"] == "attention_backend"
@@ -74,8 +74,10 @@ def test_an_unknown_layout_is_refused_with_why(environ, server_args, why):
         parse_sglang("0.5.3", environ, server_args)
 
 
-def test_version_from_init_or_version_py():
+def test_version_from_version_files():
     assert parse_version('__version__ = "0.5.3"\n') == "0.5.3"
+    assert parse_version("__version__: str\n__version__ = version = '0.5.23'\n", "try:\n    pass\nexcept Exception:\n"
+                         "    pass\n") == "0.5.23"
     assert parse_version("from sglang.version import __version__\n", '__version__ = "0.4.9.post2"\n') == "0.4.9.post2"
     assert parse_version("", "") is None
 
