@@ -92,6 +92,12 @@ def test_0_4_has_no_env_registry_and_says_so():
     assert no_env_registry_note(parse_sglang_files(release_files("0.5.3"))) is None
 
 
+def test_a_fallback_is_the_default_of_an_unset_field():
+    """0.5.23: ``swa_full_tokens_ratio: A[Optional[float], Arg(..., fallback=0.8)] = None`` answers 0.8."""
+    assert parse_sglang_files(release_files("0.5.23")).flag("--swa-full-tokens-ratio").default == "0.8"
+    assert parse_sglang_files(release_files("0.5.18")).flag("--swa-full-tokens-ratio").default == "0.8"
+
+
 def test_retired_names_are_not_read():
     reg = parse_sglang_files(release_files("0.5.18"))
     assert "SGLANG_PER_TOKEN_GROUP_QUANT_8BIT_V2" in reg.retired_envs

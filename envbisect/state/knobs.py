@@ -255,32 +255,35 @@ class ServerArgsTable(NamedTuple):
     retired: tuple[str, ...]  # flags refused with an error
 
 
-def _annotated_flags(name: str, ann: ast.expr) -> list[str] | None:
-    """The spellings of a field annotated ``A[T, "help"]`` / ``A[T, Arg(...)]`` (``[]``: ``no_cli``);
-    None: no CLI metadata in the annotation (a plain field, registered by hand if at all)."""
+def _annotated_flags(name: str, ann: ast.expr) -> tuple[list[str] | None, ast.expr | None]:
+    """The spellings of a field annotated ``A[T, "help"]`` / ``A[T, Arg(...)]`` (``[]``: ``no_cli``;
+    None: no CLI metadata, a plain field registered by hand if at all), and its ``Arg(fallback=...)``
+    (the value an unset field answers with, 0.5.23 on)."""
     if not (isinstance(ann, ast.Subscript) and getattr(ann.value, "id", getattr(ann.value, "attr", ""))
             in ("A", "Annotated")):
-        return None
+        return None, None
     meta = ann.slice.elts[1:] if isinstance(ann.slice, ast.Tuple) else []
     for m in meta:  # the first help string or Arg(...) is the CLI metadata, as arg_utils reads it
         if _str(m) is not None:
-            return ["--" + name.replace("_", "-")]
+            return ["--" + name.replace("_", "-")], None
         if isinstance(m, ast.Call) and _called(m) == "Arg":
             kw = _kw(m)
-            if _literal(kw["no_cli"]) == "true" if "no_cli" in kw else False:
-                return []
+            if "no_cli" in kw and _literal(kw["no_cli"]) == "true":
+                return [], kw.get("fallback")
             aliases = kw.get("aliases")
             extra = [s for s in map(_str, aliases.elts) if s] if isinstance(aliases, (ast.List, ast.Tuple)) else []
-            return [_str(kw.get("cli_name")) or "--" + name.replace("_", "-")] + extra
-    return None
+            return [_str(kw.get("cli_name")) or "--" + name.replace("_", "-")] + extra, kw.get("fallback")
+    return None, None
 
 
 def _class_fields(cls: ast.ClassDef, table: ServerArgsTable) -> None:
     for st in cls.body:
         if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and not st.target.id.startswith("_"):
             name = st.target.id
-            table.fields[name] = _literal(st.value) if st.value is not None else None
-            for s in _annotated_flags(name, st.annotation) or ():
+            spellings, fallback = _annotated_flags(name, st.annotation)
+            default = _literal(st.value) if st.value is not None else None
+            table.fields[name] = _literal(fallback) if default is None and fallback is not None else default
+            for s in spellings or ():
                 table.flags[s] = name
 
 
