@@ -1,5 +1,5 @@
 """Real SGLang release files for the tests: ``pip download --no-deps sglang==X`` once, keep only the files
-the knob reader needs (`state.knobs.SGLANG_FILES` and `SGLANG_FIELD_DIR`) under a cache outside the repo
+the knob reader needs (`state.knobs.SGLANG_FILES` and `SGLANG_FIELD_DIR`) and the dist-info METADATA under a cache outside the repo
 (``$ENVBISECT_SGLANG_CACHE``, else ``~/.cache/envbisect/sglang``), one directory per release:
 ``<cache>/<version>/sglang/...``. A release already cached is never downloaded again. scripts/test.sh
 fills the cache (scripts/sglang_wheels.py); the compatibility test and the simulated deployment read it.
@@ -21,6 +21,7 @@ from envbisect.state.knobs import SGLANG_FIELD_DIR, SGLANG_FILES
 PINNED = ("0.4.10", "0.5.3", "0.5.8", "0.5.13", "0.5.18", "0.5.23")
 SIM_RELEASE = "0.5.23"  # the simulated deployment's installed engine
 _DONE = ".complete"
+_LAYOUT = "files 2"  # what a cached release holds: the reader's files and the dist-info METADATA
 _NEWEST = "newest.txt"
 
 
@@ -32,11 +33,17 @@ def cache_root() -> Path:
 def release_dir(version: str, root: Path | None = None) -> Path | None:
     """The cached release's directory (holding ``sglang/``), or None when it is not (completely) cached."""
     d = (root or cache_root()) / version
-    return d if (d / _DONE).is_file() else None
+    try:
+        return d if (d / _DONE).read_text().splitlines()[0] == _LAYOUT else None
+    except (OSError, IndexError):
+        return None
 
 
 def wanted(member: str) -> bool:
-    """Is a wheel member (``sglang/srt/environ.py``) one of the files the reader needs?"""
+    """Is a wheel member (``sglang/srt/environ.py``) one of the files the reader needs, or the
+    distribution's METADATA (what importlib.metadata reads the version from)?"""
+    if fnmatch.fnmatch(member, "sglang-*.dist-info/METADATA"):
+        return True
     if not member.startswith("sglang/"):
         return False
     rel = member[len("sglang/"):]
@@ -75,7 +82,7 @@ def fetch(version: str, root: Path | None = None) -> Path:
                     dest = part / m
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     dest.write_bytes(z.read(m))
-        (part / _DONE).write_text(wheel.name + "\n")
+        (part / _DONE).write_text(f"{_LAYOUT}\n{wheel.name}\n")
         final = root / version
         shutil.rmtree(final, ignore_errors=True)
         part.rename(final)
@@ -113,4 +120,6 @@ def install(version: str, site: Path, root: Path | None = None) -> Path:
     if d is None:
         raise FileNotFoundError(f"sglang {version} is not in {root or cache_root()}: run scripts/sglang_wheels.py")
     shutil.copytree(d / "sglang", site / "sglang", dirs_exist_ok=True)
+    for info in d.glob("sglang-*.dist-info"):
+        shutil.copytree(info, site / info.name, dirs_exist_ok=True)
     return site

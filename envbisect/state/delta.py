@@ -268,6 +268,8 @@ class Diff:
     contents: Mapping[str, bytes] = field(default_factory=dict)  # sha256 -> bytes for file deltas (old and new)
     # `--since last-good`: how the baseline was picked (state/store.LastGood.to_json; its "line" says it)
     last_good: Mapping[str, Any] | None = None
+    # the distributions a service's python sees in another version than at the baseline (state/upgrades.py)
+    upgrades: tuple[Any, ...] = ()
 
     def links(self) -> list[list[str]]:
         """Env and flag deltas of the same change (key, flag or knob) in several places: these often must
@@ -290,6 +292,7 @@ class Diff:
             "links": self.links(),
             "unknown_processes": list(self.unknown_processes),
             "notes": [masker.redact_text(n) for n in self.notes],
+            "upgrades": [u.to_json() for u in self.upgrades],
             **({"last_good": masker.redact_obj(dict(self.last_good))} if self.last_good else {}),
         }
 
