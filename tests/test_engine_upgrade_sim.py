@@ -66,3 +66,39 @@ def test_an_untested_upgrade_is_shown_with_its_effects_and_blocks_not_config(sce
     assert r.verdict.kind == "inconclusive", r.verdict
     assert f"decode:pkg:sglang {OLD} → {NEW}" in r.verdict.explanation, r.verdict.explanation
     assert r.state_left == "original" and tree_fingerprint(s.sim) == before
+
+
+def test_a_switchable_upgrade_names_the_default_inside_it(scenario, sshd):
+    """Two engine environments side by side (0.5.18 kept in site-0.5.18, 0.5.23 installed in place over
+    the default one) and a playbook naming both: the upgrade is a delta, each default it changed is one
+    too, and decode failing only on 0.5.23 with SGLANG_ENABLE_FAILED_SESSION_PROBE at its new default
+    (true) is pinned on the upgrade and that default; the hosts end byte-identical."""
+    release_files(OLD), release_files(NEW)
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
+    site, side = s.sim.root / "site-packages", s.sim.root / f"site-{OLD}"
+    sglang_release.install(OLD, side)
+    rules = json.loads(s.sim.rules_path.read_text())
+    rules["rules"].append({"service": "decode", "fault": "5xx",
+                           "when": {"SGLANG_SITE": None, "SGLANG_ENABLE_FAILED_SESSION_PROBE": None},
+                           "when_file": {"path": str(site / f"sglang-{NEW}.dist-info" / "METADATA"), "exists": True}})
+    s.sim.set_rules(rules)
+    s.sim.playbook.write_text(s.sim.playbook.read_text() + f'\n[engine]\nswitch = "SGLANG_SITE"\n'
+                              f'[engine.versions]\n"{OLD}" = "{side}"\n"{NEW}" = "{site}"\n')
+    install(s.sim, OLD)
+    s.sim.co_restart()
+    s.baseline()
+    install(s.sim, NEW)  # pip install -U in place; the old release stays in site-0.5.18
+    plant(s.sim, [("prefill", "NCCL_DEBUG", "INFO")])
+    before = tree_fingerprint(s.sim)
+    with s.deployment() as dep:
+        diff = dep.diff(against="good")
+    ids = {d.id for d in diff.deltas}
+    assert {"decode:pkg:sglang", "decode:pkg:sglang[SGLANG_ENABLE_FAILED_SESSION_PROBE]", "prefill:NCCL_DEBUG"} <= ids
+    assert not any("no trial switched back" in n for n in diff.notes), diff.notes
+
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind in ("culprit", "interaction"), r.verdict
+    named = set(r.culprit_deltas)
+    assert {"decode:pkg:sglang", "decode:pkg:sglang[SGLANG_ENABLE_FAILED_SESSION_PROBE]"} <= named, r.verdict
+    assert "prefill:NCCL_DEBUG" not in named
+    assert r.state_left == "original" and tree_fingerprint(s.sim) == before

@@ -5,8 +5,15 @@ reads or reads under a new name, the flags it passes that the new release remove
 a service read from its env file and command line."""
 from __future__ import annotations
 
+import re
+
+import pytest
+
+from envbisect.errors import PlaybookError
+from envbisect.inputs.playbook import parse_playbook
 from envbisect.state.knobs import parse_sglang_files
-from envbisect.state.upgrades import UNTESTED_UPGRADE, Upgrade, settings_of, upgrade_effects, with_effects
+from envbisect.state.upgrades import UNTESTED_UPGRADE, Upgrade, settings_of, upgrade_deltas, upgrade_effects, \
+    with_effects
 
 from test_sglang_releases import release_files
 
@@ -50,3 +57,37 @@ def test_unknown_registries_say_so_and_other_packages_carry_no_effects():
                          "registry of sglang 0.5.9 (one is kept when a snapshot or diff reads a release)",)
     assert c.effects == () and c.id == "decode:pkg:torch" and c.line() == "decode:pkg:torch 2.8.0 → 2.9.0"
     assert UNTESTED_UPGRADE in a.note() and a.note().startswith("n1: decode:pkg:sglang 0.5.18 → 0.5.23: ")
+
+
+def test_with_a_versions_table_the_upgrade_and_its_changed_defaults_are_deltas():
+    old, new = regs()
+    u = Upgrade("n1", "decode", "sglang", "0.5.18", "0.5.23")
+    versions = {"0.5.18": "/opt/venvs/0.5.18", "0.5.23": "/opt/venvs/0.5.23"}
+    ds = upgrade_deltas(u, "/srv/decode.env", {"SGLANG_HACK_FLASHMLA_BACKEND": "auto"}, "ENGINE_ENV", versions, old, new)
+    by = {d.id: d for d in ds}
+    switch = by["decode:pkg:sglang"]
+    assert (switch.key, switch.change, switch.old, switch.new) == ("ENGINE_ENV", "removed", "/opt/venvs/0.5.18", None)
+    pinned = by["decode:pkg:sglang[SGLANG_ENABLE_FAILED_SESSION_PROBE]"]
+    assert (pinned.key, pinned.change, pinned.old, pinned.new) == ("SGLANG_ENABLE_FAILED_SESSION_PROBE", "removed",
+                                                                   "false", None)
+    assert "decode:pkg:sglang[SGLANG_HACK_FLASHMLA_BACKEND]" not in by  # set in the file: its default is moot
+    assert "decode:pkg:sglang[SGLANG_DISAGGREGATION_SAMPLING_MASK_MAX_TOKENS]" in by  # 0 → no default
+    # the file already runs the new release by the switch: it switches back to the old value
+    again = upgrade_deltas(u, "/srv/decode.env", {"ENGINE_ENV": "/opt/venvs/0.5.23"}, "ENGINE_ENV", versions, old, new)
+    assert {(d.change, d.new) for d in again if d.key == "ENGINE_ENV"} == {("changed", "/opt/venvs/0.5.23")}
+    # a release the table does not name: nothing to switch to
+    assert upgrade_deltas(u, "/srv/decode.env", {}, "ENGINE_ENV", {"0.5.23": "/x"}, old, new) == ()
+
+
+def test_the_playbook_engine_table(tmp_path):
+    base = {"hosts": {"n": {"ssh": "local"}}, "services": {"decode": {
+        "host": "n", "env_file": "/x.env", "start": "true", "stop": "true", "health": "http://127.0.0.1:1/h"}}}
+    pb = parse_playbook({**base, "engine": {"switch": "ENGINE_ENV", "versions": {"0.5.18": "/a", "0.5.23": "/b"}}},
+                        tmp_path / "p.toml")
+    assert pb.engine_switch == "ENGINE_ENV" and pb.engine_versions == {"0.5.18": "/a", "0.5.23": "/b"}
+    for bad, why in (({"switch": "X"}, "engine.versions: is required with"),
+                     ({"versions": {"1": "a"}}, "engine.switch: is required with"),
+                     ({"switch": "1X", "versions": {"1": "a"}}, "is not a variable name"),
+                     ({"switch": "X", "versions": {"1": ""}}, "engine.versions.1: must be a non-empty string")):
+        with pytest.raises(PlaybookError, match=re.escape(why)):
+            parse_playbook({**base, "engine": bad}, tmp_path / "p.toml")

@@ -13,11 +13,13 @@ import contextlib
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from envbisect.state.deltas import Diff, compute_diff, fallback_note, engine_names, split_flags, with_knobs
 from envbisect.hosts.engine import load_registry, read_sglang
-from envbisect.state.upgrades import find_upgrades, settings_of, with_effects
+from envbisect.inputs.envfile import EnvFileError, parse_env
+from envbisect.state.delta import Delta
+from envbisect.state.upgrades import Upgrade, find_upgrades, settings_of, upgrade_deltas, with_effects
 from envbisect.state.sourced import keep_sourced, sourced_notes
 from envbisect.state.structured import key_secrets
 from envbisect.errors import RemoteError, UsageError
@@ -224,7 +226,32 @@ class Deployment:
             proc = hs.processes.get(u.service)
             settings[(u.host, u.service)] = settings_of(text, proc.cmdline if proc else None, self.playbook.arg_keys)
         ups = with_effects(ups, regs, settings)
-        return dataclasses.replace(result, upgrades=ups, notes=result.notes + tuple(u.note() for u in ups))
+        added, untested = self.switchable(result, current, ups, regs)
+        return dataclasses.replace(result, deltas=result.deltas + added, upgrades=ups,
+                                   notes=result.notes + tuple(u.note() for u in untested))
+
+    def switchable(self, result: Diff, current: Snapshot, ups: Sequence[Upgrade],
+                   regs: Mapping[str, Any]) -> tuple[tuple[Delta, ...], list[Upgrade]]:
+        """The deltas that switch each upgrade back where the playbook says how ([engine] switch and
+        versions), and the upgrades that stay untested."""
+        switch, versions = self.playbook.engine_switch, self.playbook.engine_versions
+        added: list[Delta] = []
+        untested = []
+        for u in ups:
+            hs = current.hosts[u.host]
+            path = hs.env_files.get(u.service, "")
+            f = hs.files.get(path)
+            try:
+                values = parse_env(f.content.decode("utf-8", "surrogateescape")).values() if f and f.content else {}
+            except EnvFileError:
+                values = {}
+            ds = upgrade_deltas(u, path, values, switch, versions, regs.get(u.old or ""), regs.get(u.new or "")) \
+                if switch else ()
+            switched = any(d.key == switch and d.service == u.service for d in result.deltas)
+            added += [d for d in ds if not (switched and d.key == switch)]
+            if not ds and not switched:
+                untested.append(u)
+        return tuple(added), untested
 
     def tie_to_knobs(self, result: Diff, current: Snapshot) -> Diff:
         """Each env delta and flag tied to the knob the host's installed SGLang reads (hosts/engine.py):

@@ -9,9 +9,15 @@ version, hosts/engine.py), what the upgrade changed under the deployment's own s
   new name;
 - flags it passes that the new release renamed or removed.
 
-No trial can switch a version back unless the playbook says how, so an upgrade is not a delta: the
-diff lists it, the bisection runs over the deltas, and its note (`UNTESTED_UPGRADE`) keeps a
-not-config verdict from standing while it does (runs/baseline_proof.py). Pure: no I/O.
+No trial can switch a version back unless the playbook says how, so without that an upgrade is not a
+delta: the diff lists it, the bisection runs over the deltas, and its note (`UNTESTED_UPGRADE`) keeps a
+not-config verdict from standing while it does (runs/baseline_proof.py). Where the playbook names the
+env-file variable the start command picks the engine's environment by and the value of each release
+installed side by side (``[engine] switch``, ``[engine.versions]``), the upgrade is a delta of that
+variable (`upgrade_deltas`: ``SERVICE:pkg:sglang``, its old side the old release's value), and each
+default it changed under the service a delta too (``SERVICE:pkg:sglang[SGLANG_X]``: the old default
+pinned by its variable, the new side unset), so the search can name the upgrade and the default inside
+it. Pure: no I/O.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from typing import Any, Iterable, Mapping
 
 from envbisect.inputs.argstring import ArgStringError, is_arg_key, parse_args, split_words
 from envbisect.inputs.envfile import EnvFileError, parse_env
+from envbisect.state.delta import Delta, DeltaKind
 from envbisect.state.knobs import SglangRegistry
 from envbisect.state.snapshot import Snapshot
 
@@ -158,4 +165,32 @@ def with_effects(upgrades: Iterable[Upgrade], registries: Mapping[str, SglangReg
         else:
             envs, flags = settings.get((u.host, u.service), (set(), set()))
             out.append(Upgrade(u.host, u.service, u.package, u.old, u.new, upgrade_effects(a, b, envs, flags)))
+    return tuple(out)
+
+
+def upgrade_deltas(u: Upgrade, path: str, file_values: Mapping[str, str], switch: str,
+                   versions: Mapping[str, str], old: SglangRegistry | None,
+                   new: SglangRegistry | None) -> tuple[Delta, ...]:
+    """The deltas a trial can switch an sglang upgrade of one service by (see the module's head): the
+    switch variable of its env file (`path`, whose assignments now are `file_values`) back at the old
+    release's value, and each env default the upgrade changed that the file does not set, pinned at the
+    old value. Empty when the playbook names no value for either release."""
+    if u.package != "sglang" or u.old not in versions or u.new not in versions:
+        return ()
+    source = f"upgrade:{u.old}"
+    out = []
+    cur, was = file_values.get(switch), versions[u.old or ""]
+    if cur != was:
+        out.append(Delta(u.id, DeltaKind.ENV, u.host, u.service, path, switch, "changed" if cur is not None else
+                         "removed", was, cur, source,
+                         detail=(f"sglang {u.old} → {u.new}: the old release runs with {switch}={was} "
+                                 "([engine.versions])",)))
+    if old is not None and new is not None:
+        for k in sorted(set(old.envs) & set(new.envs)):
+            a, b = old.envs[k], new.envs[k]
+            if a is None or a == b or k in file_values:
+                continue
+            out.append(Delta(f"{u.id}[{k}]", DeltaKind.ENV, u.host, u.service, path, k, "removed", a, None, source,
+                             detail=(f"a default sglang {u.new} changed ({a} → {_shown(b)}): the old one pinned "
+                                     f"on the new release",)))
     return tuple(out)
