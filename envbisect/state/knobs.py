@@ -155,11 +155,13 @@ def _kw(call: ast.Call) -> dict[str, ast.expr]:
     return {k.arg: k.value for k in call.keywords if k.arg}
 
 
+def _name(node: ast.AST | None) -> str | None:
+    """``X`` of a name ``X`` or an attribute ``a.X``."""
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
 def _called(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Call):
-        f = node.func
-        return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
-    return None
+    return _name(node.func) if isinstance(node, ast.Call) else None
 
 
 def _parse(text: str, what: str) -> ast.Module:
@@ -259,8 +261,7 @@ def _annotated_flags(name: str, ann: ast.expr) -> tuple[list[str] | None, ast.ex
     """The spellings of a field annotated ``A[T, "help"]`` / ``A[T, Arg(...)]`` (``[]``: ``no_cli``;
     None: no CLI metadata, a plain field registered by hand if at all), and its ``Arg(fallback=...)``
     (the value an unset field answers with, 0.5.23 on)."""
-    if not (isinstance(ann, ast.Subscript) and getattr(ann.value, "id", getattr(ann.value, "attr", ""))
-            in ("A", "Annotated")):
+    if not (isinstance(ann, ast.Subscript) and _name(ann.value) in ("A", "Annotated")):
         return None, None
     meta = ann.slice.elts[1:] if isinstance(ann.slice, ast.Tuple) else []
     for m in meta:  # the first help string or Arg(...) is the CLI metadata, as arg_utils reads it
@@ -302,7 +303,7 @@ def _namespace_classes(namespaces: Mapping[str, str]) -> dict[str, ast.ClassDef]
 def _input_namespaces(tree: ast.Module) -> list[str] | None:
     """The class names of ``_INPUT_NAMESPACES = [Model, ...]`` in server_args.py, or None."""
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "_INPUT_NAMESPACES" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(_name(t) == "_INPUT_NAMESPACES" for t in node.targets):
             if isinstance(node.value, (ast.List, ast.Tuple)):
                 return [getattr(e, "id", "?") for e in node.value.elts]
     return None
@@ -318,8 +319,7 @@ def _manual_flags(tree: ast.Module, table: ServerArgsTable, retired: list[str]) 
             continue
         kw = _kw(node)
         target, default = _str(kw.get("dest")), kw.get("default")
-        if target is None and kw.get("action") is not None and _called(ast.Call(kw["action"], [], [])) \
-                == "DeprecatedAction":
+        if target is None and _name(kw.get("action")) == "DeprecatedAction":
             retired.extend(spellings)  # raises "no longer supported": not a knob any more
             continue
         if target is None and isinstance(default, ast.Attribute) and getattr(default.value, "id", "") == "ServerArgs":
