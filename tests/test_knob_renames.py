@@ -1,7 +1,7 @@
 """A knob renamed in place with the same value (issue 37): an env var's old name at noon and its new
 name now, or a flag's one spelling then and another now, is one knob with no change in meaning. Both
 deltas leave the diff (no trial can tell them apart, so none is spent on them) and a note says so; a
-different value, or a different place, stays a change. The registry is the fixture-shaped SGLang files;
+different value, or a different place, stays a change. The registry is the real sglang 0.5.8's;
 tests/test_knobs_sim.py shows the same over the real sshd with a real release's files."""
 from __future__ import annotations
 
