@@ -51,6 +51,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,sim]'
 
+# >>> sglang wheels (tests/test_sglang_releases.py: the knob reader over the real SGLang releases)
+# pip download --no-deps, one release per minor line and the newest 0.5.x; only the files the reader
+# needs, cached outside the repo (~/.cache/envbisect/sglang, or ENVBISECT_SGLANG_CACHE): a second run
+# downloads nothing. Under this script a release missing from the cache fails its test.
+.venv/bin/python scripts/sglang_wheels.py || echo "test.sh: some SGLang releases could not be cached" >&2
+export ENVBISECT_REQUIRE_SGLANG=1
+# <<< sglang wheels
+
 # --- run -----------------------------------------------------------------------
 # The sshd fixtures fail (instead of skipping) when sshd is missing.
 export ENVBISECT_REQUIRE_SSHD=1

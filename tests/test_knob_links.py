@@ -2,7 +2,7 @@
 (a start script's or unit's line, `DeltaKind.FLAG`): an env var in prefill and the flag that replaces it
 on decode's start line, a flag's two spellings in a start line and an argument string, the same flag
 change in prefill's and decode's start scripts, are each one linked unit; a flag the installed engine
-does not read on an sglang command line is marked. The registry is the fixture-shaped SGLang files."""
+does not read on an sglang command line is marked. The registry is the real sglang 0.5.8's."""
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +37,8 @@ def test_an_env_var_and_the_flag_that_replaces_it_on_a_start_line_are_one_knob()
                         "python -m sglang.launch_server --tp-size 2 --fp8-gemm-backend flashinfer_trtllm")
     d = with_knobs(diff_of(e, f), {"gpu1": registry()})
     by = {x.id: x for x in d.deltas}
-    assert by[f.id].knob == by[e.id].knob == "flag:fp8_gemm_backend"
-    assert linked(d) == {"linked:flag:fp8_gemm_backend": (e.id, f.id)}
+    assert by[f.id].knob == by[e.id].knob == "flag:fp8_gemm_runner_backend"  # the flag's dest in 0.5.8
+    assert linked(d) == {"linked:flag:fp8_gemm_runner_backend": (e.id, f.id)}
     assert d.links() == [[e.id, f.id]]
 
 
@@ -73,6 +73,6 @@ def test_a_flag_the_engine_does_not_read_is_marked_on_an_sglang_line_only():
     (gone,) = script_flags("prefill", "python -m sglang.launch_server --tp-size 2", "python -m sglang.launch_server")
     d = with_knobs(diff_of(typo, router, gone), {"gpu1": registry()})
     by = {x.id: x for x in d.deltas}
-    assert by[typo.id].detail == ("--enable-metrix is not read by the installed sglang 0.5.3: typo or stale?",)
+    assert by[typo.id].detail == ("--enable-metrix is not read by the installed sglang 0.5.8: typo or stale?",)
     assert by[router.id].detail == () and by[router.id].knob is None
     assert by[gone.id].detail == ("removed: back to the default 1",) and by[gone.id].knob == "flag:tp_size"

@@ -1,53 +1,22 @@
-"""The installed engine's knob registry without hosts (issue 24, part 4): the ast parser of SGLang's
-environ.py / server_args.py against short fixtures shaped like the real files, and what the diff
-does with it (state/deltas.with_knobs): aliases and a variable with its replacing flag as one knob,
-linked across services; a name the engine does not read marked; a removed knob shown with its default.
-Nothing here imports sglang: the fixtures are parsed as text."""
+"""The installed engine's knob registry without hosts (issue 24, part 4): what the diff does with it
+(state/deltas.with_knobs): aliases and a variable with its replacing flag as one knob, linked across
+services; a name the engine does not read marked; a removed knob shown with its default. The registry
+is the real sglang 0.5.8's (its files cached by scripts/sglang_wheels.py; every release's reading is
+tests/test_sglang_releases.py). Nothing here imports sglang: the files are parsed as text."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from envbisect.runs.bisect import make_units
 from envbisect.state.deltas import Delta, Diff, with_knobs
-from envbisect.state.knobs import KnobRegistry, UnknownLayout, parse_environ, parse_server_args, parse_sglang, \
-    parse_version
+from envbisect.state.knobs import KnobRegistry, UnknownLayout, parse_sglang, parse_sglang_files, parse_version
 from envbisect.state.snapshot import Snapshot
 
-FIX = Path(__file__).parent / "fixtures" / "sglang"
+from test_sglang_releases import release_files
 
 
-def registry(environ: str = "environ_new.py"):
-    return parse_sglang("0.5.3", (FIX / environ).read_text(), (FIX / "server_args.py").read_text())
-
-
-def test_environ_fields_defaults_renames_and_flag_replacements():
-    envs, renamed, to_flag, sgl = parse_environ((FIX / "environ_new.py").read_text())
-    assert envs["SGLANG_TEST_RETRACT"] == "false"
-    assert envs["SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"] == "300"
-    assert envs["SGLANG_KT_MOE_CPUINFER"] is None  # EnvInt(None): no default
-    assert envs["SGLANG_CACHE_DIR"] is None  # not a literal: no documented default as text
-    assert renamed == {"SGLANG_GC_LOG": "SGLANG_LOG_GC"}  # _print_deprecated_env(new_name, old_name)
-    assert to_flag == {"SGLANG_ENABLE_FLASHINFER_FP8_GEMM": "--fp8-gemm-backend"}
-    assert sgl is True
-
-
-def test_rename_helper_whose_old_name_comes_first():
-    envs, renamed, _to_flag, sgl = parse_environ((FIX / "environ_old_order.py").read_text())
-    assert renamed == {"SGL_DISABLE_TP_MEMORY_INBALANCE_CHECK": "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK",
-                       "SGLANG_CUTEDSL_MOE_NVFP4_DISPATCH": "SGLANG_MOE_NVFP4_DISPATCH"}
-    assert envs["SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK"] == "1"
-    assert sgl is False
-
-
-def test_server_args_flags_aliases_and_defaults():
-    flags, fields = parse_server_args((FIX / "server_args.py").read_text())
-    assert flags["--tp-size"] == flags["--tensor-parallel-size"] == "tp_size"
-    assert flags["--model"] == flags["--model-path"] == "model_path"
-    assert flags["--attention-backend"] == "attention_backend"
-    assert fields["tp_size"] == "1" and fields["kv_cache_dtype"] == "auto" and fields["page_size"] is None
-    assert fields["enable_metrics"] == "false"
+def registry():
+    return parse_sglang_files(release_files("0.5.8"))
 
 
 def test_registry_interface():
@@ -55,7 +24,7 @@ def test_registry_interface():
     k = reg.knob("SGL_TEST_RETRACT")
     assert k is not None and k == reg.knob("SGLANG_TEST_RETRACT") and k.name == "SGLANG_TEST_RETRACT"
     assert set(reg.aliases(k)) == {"SGLANG_TEST_RETRACT", "SGL_TEST_RETRACT"}
-    assert reg.knob("SGLANG_GC_LOG").name == "SGLANG_LOG_GC"
+    assert reg.knob("SGLANG_GC_LOG").name == "SGLANG_LOG_GC"  # _print_deprecated_env(new_name, old_name)
     fp8 = reg.knob("SGLANG_ENABLE_FLASHINFER_FP8_GEMM")
     assert fp8 is not None and fp8 == reg.flag("--fp8-gemm-backend") and reg.default(fp8) == "auto"
     assert "SGLANG_ENABLE_FLASHINFER_FP8_GEMM" in reg.aliases(fp8)
@@ -74,8 +43,10 @@ def test_an_unknown_layout_is_refused_with_why(environ, server_args, why):
         parse_sglang("0.5.3", environ, server_args)
 
 
-def test_version_from_init_or_version_py():
+def test_version_from_version_files():
     assert parse_version('__version__ = "0.5.3"\n') == "0.5.3"
+    assert parse_version("__version__: str\n__version__ = version = '0.5.23'\n", "try:\n    pass\nexcept Exception:\n"
+                         "    pass\n") == "0.5.23"
     assert parse_version("from sglang.version import __version__\n", '__version__ = "0.4.9.post2"\n') == "0.4.9.post2"
     assert parse_version("", "") is None
 
@@ -119,7 +90,7 @@ def test_settings_that_must_match_are_linked_by_meaning():
     assert sorted(map(sorted, d.links())) == sorted([sorted([p.id, q.id]), sorted([e.id, f.id])])
     units, _ = make_units(d.deltas, (), auto_link=True)
     assert units["linked:flag:tp_size"] == (p.id, q.id)
-    assert units["linked:flag:fp8_gemm_backend"] == (e.id, f.id)
+    assert units["linked:flag:fp8_gemm_runner_backend"] == (e.id, f.id)  # the flag's dest in 0.5.8
 
 
 def test_a_different_new_value_is_not_linked():
@@ -135,7 +106,7 @@ def test_not_read_by_the_installed_version_and_default_when_removed():
                            delta("decode", "DECODE_ARGS", "--tp-size 2", None, "removed", flag="--tp-size",
                                  args_old="--tp-size 2", args_new="")), {"gpu1": registry()})
     by = {x.key if x.flag is None else x.flag: x for x in d.deltas}
-    assert by["SGLANG_TYPO_X"].detail == ("SGLANG_TYPO_X is not read by the installed sglang 0.5.3: typo or stale?",)
+    assert by["SGLANG_TYPO_X"].detail == ("SGLANG_TYPO_X is not read by the installed sglang 0.5.8: typo or stale?",)
     assert by["HF_HOME"].detail == () and by["HF_HOME"].knob is None
     assert by["SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"].detail == ("removed: back to the default 300",)
     assert by["--tp-size"].detail == ("removed: back to the default 1",)

@@ -50,7 +50,7 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
             env.out.print(d.id)
         return
     env.out.print(head)
-    if not result.deltas:
+    if not result.deltas and not result.upgrades:
         env.out.print(Text("no deltas", style="green"))
     groups: dict[tuple[str, str], list] = {}
     for d in result.deltas:
@@ -92,6 +92,7 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
             env.out.print(text)
             for det in j["detail"]:
                 env.out.print(Text(f"      {env.shown(det, one_line=True)}", style="dim"))
+    render_upgrades(env, result.upgrades)
     if result.links():
         env.out.print(Text.assemble("\n", bold("linked"),
                                 " (the same variable or engine knob changed in several services; "
@@ -112,6 +113,22 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
     for n in result.notes:
         env.out.print(Text(f"note: {env.shown(masker.redact_text(n))}", style="dim"))
 
+
+
+def render_upgrades(env: Environment, upgrades) -> None:  # noqa: ANN001 - state.upgrades.Upgrade
+    """The diff's upgrades: each package's versions, and what an engine upgrade changed under the
+    deployment's settings."""
+    if not upgrades:
+        return
+    env.out.print(Text.assemble("\n", bold("upgrades"), " (a package the service's python sees in another "
+                                "version than at the baseline):"))
+    for u in upgrades:
+        text = Text("  ")
+        text.append(f"~ {u.line()}", style="yellow")
+        text.append(f"   [{u.host}]", style="dim")
+        env.out.print(text)
+        for e in u.effects:
+            env.out.print(Text(f"      {env.shown(e, one_line=True)}", style="dim"))
 
 
 def render_observed_probe(env: Environment, p) -> None:  # noqa: ANN001 - state.snapshot.ObservedProbe

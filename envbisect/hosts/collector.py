@@ -33,7 +33,14 @@ def collect_request(playbook: Playbook, host: str, *, since: float | None = None
         "backups": list(playbook.backups),
         "clock_only": clock_only,
         "keep_sourced": {e: list(ps) for e, ps in (keep_sourced or {}).items()},
+        "packages": list(ENGINE_PACKAGES),
     }
+
+
+# The distributions whose versions each service's interpreter is snapshotted with (a `pip install -U` of
+# one is a change no file shows): the engine, its kernels and router, and what they stand on.
+ENGINE_PACKAGES = ("sglang", "sgl-kernel", "sglang-router", "torch", "flashinfer-python", "transformers",
+                   "mooncake-transfer-engine", "nixl", "vllm")
 
 
 # Programs a package manager installs: what a start command runs from here is no deployment's script.

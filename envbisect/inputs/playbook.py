@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 
 from envbisect.errors import PlaybookError
 from envbisect.inputs.probe_keys import parse_answers, parse_reading
-from envbisect.inputs.tables import TableReader, check_absolute
+from envbisect.inputs.tables import VARIABLE_NAME, TableReader, check_absolute
 
 LOCAL = "local"
 PROBE_KINDS = ("http", "multi_round", "concurrent", "command", "perf", "metrics", "promql", "answers")
@@ -163,6 +163,10 @@ class Playbook:
     link_keys: tuple[str, ...] = ()  # [bisect] link: variables whose deltas across services are one unit, never split
     arg_keys: tuple[str, ...] = ()  # [deltas] args: variables holding argument strings, besides *_ARGS / *_FLAGS
     watch_alerts: tuple[str, ...] = ()  # [watch] alerts: Alertmanager alertnames that trigger `envbisect watch`
+    # [engine] switch: the env-file variable the services' start command picks the engine's environment by;
+    # [engine.versions]: the value it takes for each release installed side by side (an upgrade is then a delta)
+    engine_switch: str | None = None
+    engine_versions: Mapping[str, str] = field(default_factory=dict)
 
     def services_on(self, host: str) -> list[Service]:
         return [s for s in self.services.values() if s.host == host]
@@ -219,13 +223,31 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
     inventory_file = _one_key(TableReader(path, "inventory", top.get("inventory", dict, {})), "file", _optional_str)
     link_keys = _one_key(TableReader(path, "bisect", top.get("bisect", dict, {})), "link", TableReader.variable_names)
     arg_keys = _one_key(TableReader(path, "deltas", top.get("deltas", dict, {})), "args", TableReader.variable_names)
+    engine_switch, engine_versions = _engine(TableReader(path, "engine", top.get("engine", dict, {})))
     top.finish()
     return Playbook(
         path=path, name=name, hosts=hosts, services=services, restart=restart, repos=tuple(repos),
         watch_paths=watch, max_file_size=max_file_size, backups=backups, secret_names=secret_names,
         secret_values=secret_values, probes=probes, client_url=client_url, inventory_file=inventory_file,
-        link_keys=link_keys, arg_keys=arg_keys, watch_alerts=watch_alerts,
+        link_keys=link_keys, arg_keys=arg_keys, watch_alerts=watch_alerts, engine_switch=engine_switch,
+        engine_versions=engine_versions,
     )
+
+
+def _engine(r: TableReader) -> tuple[str | None, dict[str, str]]:
+    """``[engine] switch = "VAR"`` and ``[engine.versions] "0.5.18" = "VALUE"``: both or neither."""
+    switch = r.get("switch", str, None)
+    versions = r.get("versions", dict, {})
+    r.finish()
+    if switch is not None and not VARIABLE_NAME.fullmatch(switch):
+        raise PlaybookError(r.path, r.key("switch"), f"{switch!r} is not a variable name")
+    for v, value in versions.items():
+        if not isinstance(value, str) or not value.strip():
+            raise PlaybookError(r.path, r.key(f"versions.{v}"), f"must be a non-empty string, got {value!r}")
+    if bool(switch) != bool(versions):
+        raise PlaybookError(r.path, r.key("switch" if versions else "versions"),
+                            "is required with " + ("[engine.versions]" if versions else "[engine] switch"))
+    return switch, dict(versions)
 
 
 def _optional_str(r: TableReader, k: str) -> str | None:

@@ -36,6 +36,7 @@ from envbisect.search import TrialKind, Verdict
 from envbisect.state.configuration import OriginalState, target_state
 from envbisect.state.deltas import Delta
 from envbisect.state.sourced import CANNOT_SEE, NOT_LOOKED
+from envbisect.state.upgrades import UNTESTED_UPGRADE
 from envbisect.trials.probe_check import service_ports
 from envbisect.hosts.restart import split_url
 
@@ -43,7 +44,8 @@ from envbisect.hosts.restart import split_url
 # delta covers, so a baseline trial cannot have put it back (state/deltas.py writes them), and a file
 # an env file sources that envbisect cannot see or the baseline did not look at (state/sourced.py):
 # it may hold the cause and have stayed
-UNSEEN_MARKS = ("its deltas are unknown", "its delta is unknown", ": cannot read (", CANNOT_SEE, NOT_LOOKED)
+UNSEEN_MARKS = ("its deltas are unknown", "its delta is unknown", ": cannot read (", CANNOT_SEE, NOT_LOOKED,
+                UNTESTED_UPGRADE)
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,13 @@ import contextlib
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from envbisect.state.deltas import Diff, compute_diff, fallback_note, engine_names, split_flags, with_knobs
-from envbisect.hosts.engine import read_sglang
+from envbisect.hosts.engine import load_registry, read_sglang
+from envbisect.inputs.envfile import EnvFileError, parse_env
+from envbisect.state.delta import Delta
+from envbisect.state.upgrades import Upgrade, find_upgrades, settings_of, upgrade_deltas, with_effects
 from envbisect.state.sourced import keep_sourced, sourced_notes
 from envbisect.state.structured import key_secrets
 from envbisect.errors import RemoteError, UsageError
@@ -126,6 +129,7 @@ class Deployment:
         keep the result in the snapshot (runs/observe.py): an observed known-good, or not."""
         snap = take_snapshot(self.playbook, self.transports, label=label)
         self.learn_secrets(snap)
+        self.keep_registries(snap)  # an engine version seen for the first time: its knobs, for a later upgrade
         if probe is not None:
             from envbisect.runs.observe import observe_running
 
@@ -183,6 +187,7 @@ class Deployment:
             result = dataclasses.replace(result, last_good=last_good)
         result = split_flags(result, self.playbook.arg_keys)  # an argument string: one delta per flag
         result = self.tie_to_knobs(result, current)  # what the installed engine says about each name
+        result = self.with_upgrades(result, current, baseline)  # a package another version than then
         # what the env files source and envbisect could not see (or the baseline did not look at)
         result = dataclasses.replace(result, notes=result.notes + tuple(sourced_notes(current, baseline)))
         if baseline is None:  # say which sources stood in, and how to have a snapshot next time
@@ -193,6 +198,60 @@ class Deployment:
                               for v in (d.old, d.new))
         self.masker.learn_env(key_secrets(result.deltas))
         return result
+
+    def keep_registries(self, snap: Snapshot) -> None:
+        """Read the knob registry of each sglang version a service's python sees that the store does not
+        hold yet (one round trip per such host, once per version): an upgrade later is compared with it."""
+        for h, hs in snap.hosts.items():
+            versions = {p.packages.get("sglang") for p in hs.processes.values() if p.packages}
+            if h not in self.transports or not any(v and load_registry(self.store.root, v) is None for v in versions):
+                continue
+            paths = [x for p in hs.processes.values()
+                     for x in ((p.environ or {}).get("PYTHONPATH") or "").split(":") if x]
+            read_sglang(self.transports[h], h, dict.fromkeys(paths), self.store.root)
+
+    def with_upgrades(self, result: Diff, current: Snapshot, baseline: Snapshot | None) -> Diff:
+        """The services whose python sees another version of a distribution than at the baseline, with
+        what an engine upgrade changed under their settings, and a note that no trial switches it back."""
+        ups = find_upgrades(baseline, current)
+        if not ups:
+            return result
+        self.keep_registries(current)
+        regs = {v: load_registry(self.store.root, v) for u in ups if u.package == "sglang" for v in (u.old, u.new) if v}
+        settings = {}
+        for u in ups:
+            hs = current.hosts[u.host]
+            f = hs.files.get(hs.env_files.get(u.service, ""))
+            text = f.content.decode("utf-8", "surrogateescape") if f is not None and f.content else None
+            proc = hs.processes.get(u.service)
+            settings[(u.host, u.service)] = settings_of(text, proc.cmdline if proc else None, self.playbook.arg_keys)
+        ups = with_effects(ups, regs, settings)
+        added, untested = self.switchable(result, current, ups, regs)
+        return dataclasses.replace(result, deltas=result.deltas + added, upgrades=ups,
+                                   notes=result.notes + tuple(u.note() for u in untested))
+
+    def switchable(self, result: Diff, current: Snapshot, ups: Sequence[Upgrade],
+                   regs: Mapping[str, Any]) -> tuple[tuple[Delta, ...], list[Upgrade]]:
+        """The deltas that switch each upgrade back where the playbook says how ([engine] switch and
+        versions), and the upgrades that stay untested."""
+        switch, versions = self.playbook.engine_switch, self.playbook.engine_versions
+        added: list[Delta] = []
+        untested = []
+        for u in ups:
+            hs = current.hosts[u.host]
+            path = hs.env_files.get(u.service, "")
+            f = hs.files.get(path)
+            try:
+                values = parse_env(f.content.decode("utf-8", "surrogateescape")).values() if f and f.content else {}
+            except EnvFileError:
+                values = {}
+            ds = upgrade_deltas(u, path, values, switch, versions, regs.get(u.old or ""), regs.get(u.new or "")) \
+                if switch else ()
+            switched = any(d.key == switch and d.service == u.service for d in result.deltas)
+            added += [d for d in ds if not (switched and d.key == switch)]
+            if not ds and not switched:
+                untested.append(u)
+        return tuple(added), untested
 
     def tie_to_knobs(self, result: Diff, current: Snapshot) -> Diff:
         """Each env delta and flag tied to the knob the host's installed SGLang reads (hosts/engine.py):

@@ -502,7 +502,9 @@ fi
   fi
   export ENVBISECT_SIM_RULES="$ROOT/rules.json"
   export ENVBISECT_SIM_SERVICE="$svc"
-  export PYTHONPATH="$ROOT/site-packages"  # the installed sglang the workers' python would import
+  # the installed sglang the workers' python would import; SGLANG_SITE (from the env file) picks another
+  # installed side by side, as a venv per release does ([engine] switch in a playbook)
+  export PYTHONPATH="${{SGLANG_SITE:-$ROOT/site-packages}}"
   export SIM_LOAD_SECONDS="${{SIM_LOAD_SECONDS:-{load_seconds}}}"
   case "$svc" in
     prefill)

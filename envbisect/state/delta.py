@@ -45,7 +45,7 @@ def same_change(d: "Delta") -> tuple[str, str, str | None]:
     the flag (`link_name`), and its values as the consumer gets them (``--page-size=16`` and
     ``--page-size 16`` are the same change)."""
     if d.knob is not None:  # one knob of the installed engine, whatever its spelling (state/knobs.py)
-        return (d.knob, d.change, _knob_value(d))
+        return (d.knob, d.change, knob_value(d))
     if d.flag is not None:
         return (link_name(d), d.change, repr(_flag_values(d.args_new, d.flag)))
     return (d.key or "", d.change, d.new_eval if d.new_eval is not None else _static_value(d))
@@ -54,7 +54,7 @@ def same_change(d: "Delta") -> tuple[str, str, str | None]:
 _TRUE, _FALSE = frozenset({"1", "true", "yes", "y", "on"}), frozenset({"0", "false", "no", "n", "off"})
 
 
-def _knob_value(d: "Delta") -> str | None:
+def knob_value(d: "Delta") -> str | None:
     """The new value of a knob as the engine reads it: a flag's values joined (a bare switch is
     "true"), a variable's value as bash makes it; a boolean word in either is true or false, so
     ``SGLANG_X=1`` and a bare ``--x`` that replaces it are the same change."""
@@ -268,6 +268,8 @@ class Diff:
     contents: Mapping[str, bytes] = field(default_factory=dict)  # sha256 -> bytes for file deltas (old and new)
     # `--since last-good`: how the baseline was picked (state/store.LastGood.to_json; its "line" says it)
     last_good: Mapping[str, Any] | None = None
+    # the distributions a service's python sees in another version than at the baseline (state/upgrades.py)
+    upgrades: tuple[Any, ...] = ()
 
     def links(self) -> list[list[str]]:
         """Env and flag deltas of the same change (key, flag or knob) in several places: these often must
@@ -290,6 +292,7 @@ class Diff:
             "links": self.links(),
             "unknown_processes": list(self.unknown_processes),
             "notes": [masker.redact_text(n) for n in self.notes],
+            "upgrades": [u.to_json() for u in self.upgrades],
             **({"last_good": masker.redact_obj(dict(self.last_good))} if self.last_good else {}),
         }
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 
 from envbisect.inputs.argstring import ArgStringError, diff_args, is_arg_key, parse_args, split_words
 from envbisect.inputs.envfile import EnvFileError, meaning_refs, word_meaning
-from envbisect.state.delta import Delta, Diff
+from envbisect.state.delta import Delta, Diff, knob_value
 
 if TYPE_CHECKING:
     from envbisect.state.knobs import KnobRegistry
@@ -122,4 +122,48 @@ def with_knobs(diff: Diff, registries: Mapping[str, "KnobRegistry | None"], note
             detail += (f"removed: back to the default {default}" if default is not None
                        else "removed: back to no value (the engine documents no default)",)
         out.append(replace(d, knob=k.name, detail=detail))
-    return replace(diff, deltas=tuple(out), notes=diff.notes + tuple(notes))
+    kept, renames = same_knob_renames(out)
+    return replace(diff, deltas=kept, notes=diff.notes + tuple(notes) + renames)
+
+
+def _old_side(d: Delta) -> Delta:
+    """The delta as if its old side were new: to read the old value as the engine reads it."""
+    return replace(d, new=d.old, new_word=d.old_word, new_eval=d.old_eval, args_new=d.args_old)
+
+
+def _shown(d: Delta) -> str:
+    """The new value for people: a flag's values (``(switch)`` for none), a variable's value."""
+    if d.flag is not None:
+        try:
+            f = parse_args(d.args_new or "").get(d.flag)
+        except ArgStringError:
+            f = None
+        if f is not None:
+            return f.shown()
+    return d.new if d.new is not None else ""
+
+
+def same_knob_renames(deltas: Iterable[Delta]) -> tuple[tuple[Delta, ...], tuple[str, ...]]:
+    """A spelling removed and another spelling of the same knob added in the same place (an env file,
+    an argument string, a start command line) with the same value as the engine reads it: a rename
+    with no change in meaning (``SGLANG_OLD=32`` at noon, ``SGLANG_NEW=32`` now; ``--tp-size 2`` then
+    ``--tensor-parallel-size 2``), which no trial can tell apart: both deltas leave the diff, and a
+    note says so."""
+    deltas = tuple(deltas)
+    place = lambda d: (d.kind, d.host, d.service, d.path, d.key if d.flag is not None else None)  # noqa: E731
+    added = {(place(d), d.knob): d for d in deltas if d.knob is not None and d.change == "added"}
+    gone: set[str] = set()
+    notes = []
+    for d in deltas:
+        a = added.get((place(d), d.knob)) if d.knob is not None and d.change == "removed" else None
+        if a is None or a.id in gone or d.id in gone:
+            continue
+        value = knob_value(_old_side(d))
+        if value is None or value != knob_value(a):
+            continue
+        gone |= {d.id, a.id}
+        old, new = d.flag or d.key, a.flag or a.key
+        where = f"{d.service}" if d.service else d.host
+        notes.append(f"{where}: {old} became {new} in {d.path}, the same knob ({d.knob}) with the same value "
+                     f"{_shown(a)}: no change in meaning, not tested ({d.id} + {a.id})")
+    return tuple(d for d in deltas if d.id not in gone), tuple(notes)

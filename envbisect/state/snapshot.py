@@ -76,6 +76,11 @@ class ProcessState:
     file_eval_keys: tuple[str, ...] = ()
     file_eval_sha256: str | None = None
     file_eval_error: str | None = None
+    # The versions of the engine's distributions (`collector.ENGINE_PACKAGES`) that the process's own
+    # python sees (normalised name -> version), read with importlib.metadata from the files; None: not
+    # read (no python, or a host python without importlib.metadata). `python`: that interpreter.
+    packages: Mapping[str, str] | None = None
+    python: str | None = None
 
     def start_environ(self, extra_keys: Iterable[str] = ()) -> dict[str, str] | None:
         """The environment the env file was sourced in: `environ` minus the keys the file assigns
@@ -248,7 +253,8 @@ def host_state_from_raw(host: str, raw: Mapping[str, Any], env_files: Mapping[st
         s: ProcessState(service=s, status=p.get("status", "unknown"), pid=p.get("pid"), started_at=p.get("started_at"),
                         environ=p.get("environ"), cmdline=p.get("cmdline"), why=p.get("why"),
                         file_eval=p.get("file_eval"), file_eval_keys=tuple(p.get("file_eval_keys") or ()),
-                        file_eval_sha256=p.get("file_eval_sha256"), file_eval_error=p.get("file_eval_error"))
+                        file_eval_sha256=p.get("file_eval_sha256"), file_eval_error=p.get("file_eval_error"),
+                        packages=p.get("packages"), python=p.get("python"))
         for s, p in raw.get("processes", {}).items()
     }
     clock = raw["clock"]

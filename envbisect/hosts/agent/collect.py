@@ -831,6 +831,79 @@ def clock():
     return {"epoch": now, "tz": tzname, "tz_abbrev": lt.tm_zone, "utc_offset_s": lt.tm_gmtoff}
 
 
+def norm_dist(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def interpreter(pid, environ):
+    """The python a process runs: its argv[0] as started (a venv's bin/python keeps the venv, which
+    /proc/PID/exe, the resolved binary, loses), else /proc/PID/exe; None when it is no python."""
+    cands = []
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv0 = f.read().split(b"\0")[0].decode("utf-8", "replace")
+    except OSError:
+        argv0 = ""
+    if argv0 and "/" not in argv0:
+        cands.extend(os.path.join(d, argv0) for d in (environ.get("PATH") or "").split(":") if d)
+    elif argv0:
+        try:
+            cands.append(argv0 if os.path.isabs(argv0) else os.path.join(os.readlink("/proc/%d/cwd" % pid), argv0))
+        except OSError:
+            pass
+    try:
+        cands.append(os.readlink("/proc/%d/exe" % pid))
+    except OSError:
+        pass
+    for c in cands:
+        if re.match(r"python[0-9.]*$", os.path.basename(c)) and os.path.isfile(c):
+            return c
+    return None
+
+
+def site_dirs(interp, environ):
+    """Where that python finds distributions, without running it: the process's PYTHONPATH, then the
+    site-packages of its venv (and of the base python when the venv includes them) or of its prefix."""
+    dirs = [p for p in (environ.get("PYTHONPATH") or "").split(":") if p]
+    real = os.path.basename(os.path.realpath(interp))
+    ver = real[len("python"):] if re.match(r"python[0-9]+\.[0-9]+$", real) else "3*"
+    root = os.path.dirname(os.path.dirname(interp))
+    prefixes = [root]
+    cfg = os.path.join(root, "pyvenv.cfg")
+    if os.path.isfile(cfg):
+        text = read_text(cfg) or ""
+        if re.search(r"include-system-site-packages\s*=\s*true", text, re.I):
+            prefixes.append(os.path.dirname(os.path.dirname(os.path.realpath(interp))))
+    import glob
+    for pre in prefixes:
+        for pat in ("lib/python%s/site-packages", "lib/python%s/dist-packages", "local/lib/python%s/dist-packages"):
+            dirs.extend(sorted(glob.glob(os.path.join(pre, pat % ver))))
+        dirs.append(os.path.join(pre, "lib", "python3", "dist-packages"))
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+def packages_of(pid, environ, names):
+    """name -> version of the wanted distributions the process's python sees, read with
+    importlib.metadata from the files alone (no interpreter started, no package code run)."""
+    interp = interpreter(pid, environ)
+    if interp is None or not names:
+        return None, interp
+    try:
+        import importlib.metadata as md
+    except ImportError:  # python < 3.8 on the host
+        return None, interp
+    wanted = set(norm_dist(n) for n in names)
+    out = {}
+    try:
+        for dist in md.distributions(path=site_dirs(interp, environ)):
+            name = norm_dist(dist.metadata["Name"] or "")
+            if name in wanted and name not in out:  # the first on the path is the one imported
+                out[name] = dist.version
+    except Exception:  # noqa: BLE001 - a broken dist-info is no reason to lose the snapshot
+        pass
+    return out, interp
+
+
 result = {"clock": clock(), "hostname": socket.gethostname(), "files": {}, "repos": {}, "processes": {}, "watched": {}}
 if req.get("clock_only"):
     json.dump(result, sys.stdout)
@@ -852,6 +925,8 @@ for item in req.get("processes", []):
     ps = process_state(item["service"], item.get("pid_file"))
     if ps.get("status") == "ok" and item.get("env_file"):
         ps.update(eval_env_file(item["env_file"], ps["environ"], ps.get("pid")))
+    if ps.get("status") == "ok" and req.get("packages"):
+        ps["packages"], ps["python"] = packages_of(ps["pid"], ps["environ"], req["packages"])
     result["processes"][item["service"]] = ps
 result["sourced"] = {}
 covered = set(result["files"])  # env files and the members of [watch] roots
