@@ -31,4 +31,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,sim]'
 
+# the simulated engines carry the real files of one pinned SGLang release (envbisect/sim/installed.py), as a
+# user's host does: cached outside the repo on the first run; without it the demo still runs, and its diff
+# says that no sglang package was found
+.venv/bin/python -c 'from envbisect.sim import sglang_release as r; r.fetch(r.SIM_RELEASE)' \
+    || echo "demo.sh: the pinned SGLang release could not be cached" >&2
+
 exec .venv/bin/envbisect demo "$@"
