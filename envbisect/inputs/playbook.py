@@ -152,6 +152,8 @@ class Playbook:
     link_keys: tuple[str, ...] = ()  # [bisect] link: variables whose deltas across services are one unit, never split
     arg_keys: tuple[str, ...] = ()  # [deltas] args: variables holding argument strings, besides *_ARGS / *_FLAGS
     watch_alerts: tuple[str, ...] = ()  # [watch] alerts: Alertmanager alertnames that trigger `envbisect watch`
+    watch_cooldown: str = "1h"  # [watch] cooldown: the least time between two bisections of `envbisect watch`
+    watch_secret_file: str | None = None  # [watch] secret_file: the webhook's shared secret (absolute path)
 
     def services_on(self, host: str) -> list[Service]:
         return [s for s in self.services.values() if s.host == host]
@@ -197,6 +199,11 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
     watch_alerts = wr.str_list("alerts")
     if any(not a.strip() for a in watch_alerts):
         raise PlaybookError(path, "watch.alerts", "an alert name must not be empty")
+    watch_cooldown = wr.get("cooldown", str, "1h")
+    watch_secret_file = wr.get("secret_file", str, None)
+    if watch_secret_file is not None and not watch_secret_file.startswith("/"):
+        raise PlaybookError(path, "watch.secret_file", f"must be an absolute path on this machine, got "
+                                                       f"{watch_secret_file!r}")
     wr.finish()
     backups = _one_key(TableReader(path, "baseline", top.get("baseline", dict, {})), "backups", TableReader.str_list)
     sr = TableReader(path, "secrets", top.get("secrets", dict, {}))
@@ -214,6 +221,7 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
         watch_paths=watch, max_file_size=max_file_size, backups=backups, secret_names=secret_names,
         secret_values=secret_values, probes=probes, client_url=client_url, inventory_file=inventory_file,
         link_keys=link_keys, arg_keys=arg_keys, watch_alerts=watch_alerts,
+        watch_cooldown=watch_cooldown, watch_secret_file=watch_secret_file,
     )
 
 
