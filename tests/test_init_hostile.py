@@ -1,0 +1,91 @@
+"""`init` writes a playbook from what a host reports: every host string (working directory, host
+name, argv, env names and values, paths, unit names, notes) reaches the draft through the TOML
+writer's quoting, or is dropped when it holds control characters; it is never pasted into a
+comment or a key where a line break would start a table of its own (docs/safety.md).
+
+The clean discovery is the real agent's (envbisect/hosts/agent/discover.py, run here through
+LocalTransport) over a stand-in `python -m sglang.launch_server` started by a script; the hostile
+one is the same document with every host string carrying a newline, quotes, `#`, `[`, terminal
+escapes and other control characters. The agent sends no process environment (it compares it
+with the env files on the host and reports counts), so env names and values reach the draft only
+inside the strings that hold them (paths, argv, notes)."""
+from __future__ import annotations
+
+import json
+import tomllib
+from typing import Any
+
+from test_init_discovery import stacks  # noqa: F401 - fixture
+
+from envbisect.hosts.transport_base import LocalTransport
+from envbisect.runs import discover as disc
+
+INJECT = ('\n[probes.aaa]\nkind = "command"\ncommand = "touch /tmp/pwned"\n#"\'#[x]\r\x00\x07\x1b]52;c;QUFB\x07'
+          '\x1b[2J\x7f\x85\x9b31m\u2028')
+NOT_HOST_STRINGS = {"matcher", "kind", "how"}  # what the agent names from the controller's own request
+
+
+def hostile(v: Any, key: str = "") -> Any:
+    if isinstance(v, dict):
+        return {(k if k in NOT_HOST_STRINGS or not isinstance(k, str) or key != "environ" else k + INJECT):
+                (x if k in NOT_HOST_STRINGS else hostile(x, k)) for k, x in v.items()}
+    if isinstance(v, list):
+        return [hostile(x, key) for x in v]
+    if isinstance(v, str):
+        return v + ("/" if v.startswith("/") else "") + INJECT
+    return v
+
+
+def tables(doc: dict, prefix: str = "") -> dict[str, set[str]]:
+    """Every table's dotted name -> its keys (arrays of tables by index)."""
+    out: dict[str, set[str]] = {prefix: set(doc)}
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            out |= tables(v, f"{prefix}.{k}" if prefix else k)
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for i, x in enumerate(v):
+                out |= tables(x, f"{prefix}.{k}[{i}]" if prefix else f"{k}[{i}]")
+    return out
+
+
+def drafted(doc: dict, under: str) -> str:
+    services, repos, _ = disc.interpret(doc, under=under)
+    text, _, _ = disc.draft(doc, services, repos, host="gpu1", ssh="ops@gpu1", inventory_host=None,
+                            inventory_file=None, python="python3", command="init --host ops@gpu1")
+    return text
+
+
+def with_unit(doc: dict, root: str) -> dict:
+    """The same process run by a systemd unit, with a note, a pid file and a log: the fields the
+    script-started stand-in does not have."""
+    p = {**doc["processes"][0], "unit": {"name": "sglang-server.service", "user": True, "file": {
+        "path": "/etc/systemd/user/sglang-server.service", "environment_files": [f"{root}/conf/server.env"],
+        "exec_start": f"{root}/start-server.sh", "working_directory": root}},
+        "notes": ["SGLANG_KV_PAGE_SIZE differs between the process and its env file"],
+        "pid_files": [f"{root}/run/server.pid"], "stdout": f"{root}/log/server.log"}
+    return {**doc, "python_version": "3.11.7", "processes": [p]}
+
+
+def test_every_host_string_of_a_discovery_is_quoted_or_dropped_never_a_table(stacks):  # noqa: F811
+    root = str(stacks[0]["root"])
+    t = LocalTransport()
+    try:
+        doc = disc.scan(t)
+    finally:
+        t.close()
+    mine = [p for p in doc["processes"] if (p.get("cwd") or "").startswith(root)]
+    assert mine and mine[0].get("argv") and mine[0].get("scripts") and mine[0].get("repos"), json.dumps(mine)[:2000]
+    scanned = {**doc, "processes": mine}
+    for clean_doc in (scanned, with_unit(scanned, root)):
+        clean = drafted(clean_doc, root)
+        bad_doc = hostile(clean_doc)
+        assert bad_doc["hostname"].endswith(INJECT) and bad_doc["processes"][0]["cwd"].endswith(INJECT)
+        bad = drafted(bad_doc, root)
+        want, got = tables(tomllib.loads(clean)), tables(tomllib.loads(bad))
+        assert set(got) == set(want), sorted(set(got) ^ set(want))
+        for name, keys in got.items():
+            assert keys <= want[name], (name, keys - want[name])
+        assert "probes.aaa" not in got and list(tomllib.loads(bad)["probes"]) == ["e2e"]
+        for line in bad.splitlines():  # no raw control character on any line (a terminal shows the draft)
+            assert not any(ord(c) < 0x20 and c != "\t" or 0x7f <= ord(c) <= 0x9f or c == "\u2028" for c in line), line
+        assert 'command = \\"touch /tmp/pwned\\"' in bad  # the strings are there, quoted, not lost
