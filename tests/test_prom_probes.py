@@ -229,3 +229,67 @@ def test_a_promql_probe_whose_prometheus_is_not_there_is_refused_before_any_edit
         assert "the Prometheus server is not there" in str(e.value) and "nothing was changed" in str(e.value)
     finally:
         stack.close()
+
+
+MALFORMED = [[], {}, "x", {"status": "success", "data": "x"}, {"status": "success", "data": {"resultType": "vector",
+             "result": [{}]}}, {"status": "success", "data": {"resultType": "vector", "result": [{"value": 5}]}},
+             {"status": "success", "data": {"resultType": "vector", "result": [{"value": [1, "many"]}]}},
+             {"status": "success", "data": {"resultType": "scalar", "result": [1, {"a": 1}]}},
+             {"status": "error", "error": "bad\nquery\x1b[2J"}]
+
+
+def test_a_malformed_promql_answer_is_no_number():
+    for doc in MALFORMED:
+        assert promql_value(doc) is None, doc
+
+
+def test_a_malformed_prometheus_answer_is_a_probe_that_cannot_test_in_one_line(tmp_path):
+    """A real HTTP exchange: the load target answers, the 'Prometheus' answers each malformed shape."""
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlsplit
+
+    from envbisect.outcome import Outcome
+    from envbisect.trials.probe_metrics import promql_sample
+
+    answer: list = [None]
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._send(b'{"choices": [{"message": {"content": "hi"}}]}')
+
+        def do_GET(self):  # noqa: N802
+            q = parse_qs(urlsplit(self.path).query).get("query", [""])[0]
+            doc = {"status": "success", "data": {"resultType": "scalar", "result": [0, str(time.time() + 60)]}} \
+                if q == "min(timestamp(up))" else answer[0]
+            self._send(json.dumps(doc).encode())
+
+        def _send(self, data: bytes) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{srv.server_address[1]}"
+        probe = _load(tmp_path, {"kind": "promql", "url": base + "/v1/chat/completions", "prometheus": base,
+                                 "query": "sum(rate(x[$window]))", "higher_is_better": True, "load_s": 0.2,
+                                 "warmup": 0, "concurrency": 1})
+        for doc in MALFORMED:
+            answer[0] = doc
+            run = promql_sample(probe, (base, "/v1/chat/completions", f"127.0.0.1:{srv.server_address[1]}"), base,
+                                time.monotonic())
+            assert run.outcome is Outcome.CANNOT_TEST, (doc, run)
+            assert "\n" not in run.reason and "\x1b" not in run.reason and run.reason.startswith("sum(rate("), run
+    finally:
+        srv.shutdown()
+        srv.server_close()
