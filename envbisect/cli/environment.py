@@ -162,8 +162,9 @@ class Environment:
         self.stdout.write(json.dumps(self.masker.redact_obj(plain), indent=2, sort_keys=False) + "\n")
 
     def write_raw(self, text: str) -> None:
-        """Text that is the output itself (a playbook draft for `--out -`), already redacted."""
-        (self.stderr if self.events_on_stdout else self.stdout).write(text)
+        """Text that is the output itself (a playbook draft for `--out -`, `envbisect log`), already
+        redacted; control characters and escape sequences made visible as everywhere else."""
+        (self.stderr if self.events_on_stdout else self.stdout).write(printable(text))
 
     def configure_logging(self, verbose: int) -> None:
         handler = logging.StreamHandler(self.stderr)
