@@ -417,7 +417,8 @@ class HostEditor:
                     self.live_repos.pop(key, None)
                     self.expect_repos[key] = self.expected_repo(key) | {want_repos[key]}
         self._first_error(outcomes)
-        raise_on_env_check(env_results, SecretMasker(self.playbook.secret_names, self.playbook.secret_values))
+        raise_on_env_check(env_results, SecretMasker(self.playbook.secret_names, self.playbook.secret_values,
+                                                     key=Store(self.runs_root.parent).mask_key()))
         return {h: (0 if isinstance(v, Exception) else v) for h, v in outcomes.items()} | \
             {h: 0 for h in self.transports if h not in outcomes}
 
