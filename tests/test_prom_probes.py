@@ -293,3 +293,11 @@ def test_a_malformed_prometheus_answer_is_a_probe_that_cannot_test_in_one_line(t
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_malformed_metrics_page_is_a_value_error_never_a_crash():
+    """The same class as a malformed Prometheus answer: a /metrics page whose histogram bucket has
+    no `le` raised KeyError through metrics_sample (which reads ValueError as "cannot read")."""
+    for page in ('# TYPE h histogram\nh_bucket{x="1"} 3\nh_count 3\n', '# TYPE h histogram\nh_bucket{le="abc"} 3\n'):
+        with pytest.raises(ValueError):
+            read_family(page, "h")

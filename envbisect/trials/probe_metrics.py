@@ -57,6 +57,8 @@ def read_family(text: str, series: str, labels: Iterable[tuple[str, str]] = ()) 
                 continue
             if fam.type == "histogram":
                 if s.name.endswith("_bucket"):
+                    if "le" not in s.labels:  # a page is a server's answer: malformed is "cannot read", not a crash
+                        raise ValueError(f"{s.name}: a histogram bucket without an le label")
                     le = float(s.labels["le"])
                     buckets[le] = buckets.get(le, 0.0) + s.value
                 elif s.name.endswith("_count"):
