@@ -123,7 +123,7 @@ def test_idle_connections_are_capped_and_dropped_at_the_read_deadline():
         while lis.refused_connections < 36 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert lis.refused_connections == 36  # closed unanswered, no thread
-        assert len(threading.enumerate()) - threads_before <= 4  # one thread per served connection
+        assert len(threading.enumerate()) - threads_before <= 8  # per served connection: its handler, its deadline
         time.sleep(3.5)  # past the deadline: each served one is closed by the listener
         for s in held:
             s.settimeout(2)
@@ -136,6 +136,34 @@ def test_idle_connections_are_capped_and_dropped_at_the_read_deadline():
     finally:
         for s in held:
             s.close()
+        lis.close()
+
+
+def test_a_request_trickled_a_byte_at_a_time_is_cut_off_at_the_deadline():
+    seen: list[str] = []
+    lis, url = _listener(seen, read_deadline_s=1.5)
+    try:
+        with socket.create_connection(("127.0.0.1", lis.address[1]), timeout=10) as s:
+            start = time.monotonic()
+            closed = False
+            for c in b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100:
+                try:
+                    s.sendall(bytes([c]))
+                except OSError:
+                    closed = True
+                    break
+                time.sleep(0.2)
+                if time.monotonic() - start > 4:
+                    break
+            if not closed:
+                s.settimeout(3)
+                try:
+                    closed = s.recv(100) == b""
+                except ConnectionResetError:
+                    closed = True
+            assert closed and time.monotonic() - start < 5
+        assert _post(url, json.dumps(WEBHOOK).encode())[0] == 200
+    finally:
         lis.close()
 
 

@@ -240,11 +240,28 @@ class AlertListener:
 def _handler(listener: AlertListener, log: Callable[[str], None], secret: str, names: tuple[str, ...],
              read_deadline_s: float) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        timeout = read_deadline_s  # each read of the request line and headers
+        timeout = read_deadline_s  # each read; `cutoff` bounds the whole request
 
         def setup(self) -> None:
             super().setup()
             self.deadline = time.monotonic() + read_deadline_s
+            # the whole request, headers too: a peer sending a byte now and then is cut off at the deadline
+            self.cutoff = threading.Timer(read_deadline_s, self._cut)
+            self.cutoff.daemon = True
+            self.cutoff.start()
+
+        def _cut(self) -> None:
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+        def finish(self) -> None:
+            self.cutoff.cancel()
+            try:
+                super().finish()
+            except OSError:
+                pass
 
         def do_POST(self) -> None:  # noqa: N802
             refused = self._refusal()
