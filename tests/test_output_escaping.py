@@ -51,10 +51,16 @@ def test_no_command_writes_a_raw_control_character_from_a_host(stack, tmp_path):
     assert run("replay", str(f)) in (ExitStatus.OK, 1), outputs[f"replay {f}"]  # the log as printed parses
     run_id = next(ln.split()[1] for ln in log.splitlines() if ln.startswith("run "))
     for args in (("runs",), ("snapshots",), ("show", run_id), ("show", run_id, "--json"),
-                 ("diff", "--against", "noon", "--json"), ("bundle", "--run", run_id, "--out", str(tmp_path))):
+                 ("diff", "--against", "noon", "--json"), ("bundle", "--run", run_id, "--out", str(tmp_path)),
+                 ("revert", "--run", run_id, "file:node1:" + str(stack.tree.watch / HOSTILE_NAME), "--dry-run"),
+                 ("apply", "--run", run_id, "file:node1:" + str(stack.tree.watch / HOSTILE_NAME), "--dry-run"),
+                 ("restore", "--dry-run"), ("prune", "--keep", "1h", "--dry-run"), ("watch", "--once"),
+                 ("snapshot", "--label", "after")):
         run(*args)
     for what, text in outputs.items():
         _clean(what, text)
+        forged = [ln for ln in text.splitlines() if ln.lstrip().startswith("5  pass  baseline")]
+        assert not forged, f"{what}: a host's file name made a line of its own: {forged}"
     assert "\\x1b]52;c;" in outputs["log"] or "\\x1b]52;c;" in outputs["bisect --against noon"]
 
 
