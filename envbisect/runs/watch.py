@@ -578,6 +578,11 @@ def make_service(*, playbook: Path, store: Path, ssh_config: str | None, invento
     for word in [*args, *watch_args, every, str(absolute_path(store) / "watch.log")]:
         one_line_word(word)  # a line break in --notify CMD would be a crontab job or unit setting of its own
     kind = kind or ("systemd" if systemd_present() else "cron")
+    if "--listen" in watch_args and kind == "systemd":
+        if not pb.watch_secret_file:  # the unit does not see this shell's ENVBISECT_WATCH_SECRET
+            raise UsageError(f"--listen in a service needs the webhook secret in a file: add [watch] secret_file = "
+                             f"\"/path\" to {pb_path} (the service does not see your environment)")
+        load_secret(pb.watch_secret_file, str(pb_path))
     unit = f"envbisect-watch-{slug(pb.name)}"
     if kind == "systemd":
         command = envbisect_command() + args + ["watch", "--every", every, *watch_args]
