@@ -304,7 +304,8 @@ def test_service_forms(stack, tmp_path, monkeypatch):
     assert rc == ExitStatus.USAGE and c.err.count("\n") == 1 and "[watch] secret_file" in c.err, c.err
     secret = tmp_path / "webhook.secret"
     secret.write_text(SECRET + "\n")
-    stack.playbook.write_text(stack.playbook.read_text().replace("[watch]\n", f'[watch]\nsecret_file = "{secret}"\n', 1))
+    pb = stack.playbook.read_text()
+    stack.playbook.write_text(pb.replace("[watch]\n", f'[watch]\nsecret_file = "{secret}"\n', 1))
     rc, c = cli(*base(stack), "watch", "--print", "--systemd", "--every", "5m", "--leave", "fixed",
                 "--notify", "cat > /tmp/x", "--listen", "127.0.0.1:9798", "--json")
     assert rc == ExitStatus.OK, c.err
