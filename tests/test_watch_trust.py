@@ -257,3 +257,13 @@ def test_an_alert_bisects_only_after_the_probe_confirms_and_once_per_cooldown(st
     assert kinds.index("watch-bisect") > _events(ev).index(confirming[-1])
     (doc,) = [json.loads(x) for x in got.read_text().split("\n\n") if x.strip()]
     assert doc["verdict"] == "culprit" and doc["culprits"] == ["decode:BAD"] and doc["watch"]["trigger"] == "alert"
+
+
+def test_an_alerts_fields_are_bounded_before_they_are_remembered():
+    """An incident id (fingerprint and startsAt) is kept in STORE/watch/NAME.json: a 1 MiB
+    fingerprint must not become 1 MiB of state per incident."""
+    from envbisect.runs.webhook import MAX_FIELD
+
+    big = {**WEBHOOK, "alerts": [{**WEBHOOK["alerts"][0], "fingerprint": "f" * 500_000, "startsAt": ["x"] * 1000}]}
+    (a,) = parse_webhook(json.dumps(big).encode())
+    assert len(a.fingerprint) == MAX_FIELD and len(a.starts_at) <= MAX_FIELD and len(a.incident) < 3 * MAX_FIELD

@@ -84,8 +84,11 @@ def parse_webhook(body: bytes) -> list[Alert]:
     return out
 
 
+MAX_FIELD = 512  # characters kept of a label or an id: an incident id is remembered in the watch's state
+
+
 def _text(v: Any) -> str:
-    return v if isinstance(v, str) else json.dumps(v)[:200]
+    return (v if isinstance(v, str) else json.dumps(v))[:MAX_FIELD]
 
 
 def parse_listen(spec: str, *, allow_remote: bool) -> tuple[str, int]:
