@@ -89,3 +89,57 @@ def test_every_host_string_of_a_discovery_is_quoted_or_dropped_never_a_table(sta
         for line in bad.splitlines():  # no raw control character on any line (a terminal shows the draft)
             assert not any(ord(c) < 0x20 and c != "\t" or 0x7f <= ord(c) <= 0x9f or c == "\u2028" for c in line), line
         assert 'command = \\"touch /tmp/pwned\\"' in bad  # the strings are there, quoted, not lost
+
+
+EVIL_DIR = ('stack\n[probes.aaa]\nkind = "command"\ncommand = "touch /tmp/pwned"\n# PASSWORD="hunter2" '
+            'HF_TOKEN=\\"hf_abcdefghijklmnopqrstuvwxyz12\\" \x1b]0;title\x07')
+
+
+def test_init_over_a_real_server_in_a_hostile_folder_drafts_no_table_of_its_own(tmp_path):
+    """End to end, as the operator runs it (`envbisect init --host local --out -`, the real agent,
+    the CLI's masking): a server started from a folder whose name holds a line break, a table, a
+    secret-named assignment with escaped quotes and a title escape."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from test_init_discovery import FAKE_SERVER, run
+
+    root = tmp_path / EVIL_DIR
+    pkg = root / "python" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text(FAKE_SERVER)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (root / "server.env").write_text(f"export FAKE_PORT={port}\n")
+    start = root / "start-server.sh"
+    start.write_text('#!/usr/bin/env bash\ncd "$(dirname "$0")"\nset -a\n. ./server.env\nset +a\n'
+                     f'export PYTHONPATH="$PWD/python"\n{sys.executable} -m sglang.launch_server --host 127.0.0.1 '
+                     '--port "$FAKE_PORT" --served-model-name tiny-model\n')
+    start.chmod(0o755)
+    p = subprocess.Popen(["bash", str(start)], cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and p.poll() is None, "the stand-in server did not start"
+                time.sleep(0.1)
+        r = run("init", "--host", "local", "--under", str(root), "--out", "-", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        draft = tomllib.loads(r.stdout)
+        assert list(draft["probes"]) == ["e2e"] and set(draft["services"]) == {"server"}, r.stdout
+        assert "hunter2" not in r.stdout and "hf_abcdefghijklmnopqrstuvwxyz12" not in r.stdout
+        assert not any(ord(c) < 0x20 and c not in "\t\n" or 0x7f <= ord(c) <= 0x9f for c in r.stdout + r.stderr)
+    finally:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=10)

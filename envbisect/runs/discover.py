@@ -82,6 +82,19 @@ def scan(transport: Transport, extra_match: Sequence[str] = ()) -> dict[str, Any
     return doc
 
 
+def masked(doc: Any, masker: Any) -> Any:
+    """The findings with every string through the masker (runs.deployment's SecretMasker): before
+    the draft is written, so that what is masked is a host string, never the TOML quoting around it
+    (masking the draft's text could end a quoted string early)."""
+    if isinstance(doc, str):
+        return masker.redact_text(doc)
+    if isinstance(doc, dict):
+        return {k: masked(v, masker) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [masked(v, masker) for v in doc]
+    return doc
+
+
 # --- what the findings mean ----------------------------------------------------------------------
 
 @dataclass
@@ -310,15 +323,18 @@ def _start_stop(p: Mapping[str, Any], role: str, script: Mapping[str, Any] | Non
                         check=pick not in want)
 
 
-def interpret(doc: Mapping[str, Any], *, under: str | None = None,
-              extra_match: Sequence[str] = ()) -> tuple[list[Service], list[dict[str, Any]], list[str]]:
-    """(services, repos, notes) from the agent's findings."""
+def interpret(doc: Mapping[str, Any], *, under: str | None = None, extra_match: Sequence[str] = (),
+              masker: Any = None) -> tuple[list[Service], list[dict[str, Any]], list[str]]:
+    """(services, repos, notes) from the agent's findings; with `masker`, the processes' strings
+    masked once they are picked (`under` is matched on the working directory as it is)."""
     by_name = {m["name"]: m for m in matchers(extra_match)}
     procs = [p for p in doc.get("processes") or [] if not p.get("child_of")]
     notes: list[str] = []
     if under:
         root = under.rstrip("/") or "/"
         procs = [p for p in procs if p.get("cwd") and (p["cwd"] == root or p["cwd"].startswith(root + "/"))]
+    if masker is not None:
+        doc, procs = masked(doc, masker), masked(procs, masker)
     if not procs:
         looked = ", ".join(m["name"] for m in by_name.values())
         where = f" under {under}" if under else ""
