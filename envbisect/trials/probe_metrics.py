@@ -313,4 +313,7 @@ def _prom_query(c: httpx.Client, prom_base: str, params: dict[str, str], deadlin
     ans = bounded_http.request(c, "GET", str(url), deadline_s=deadline_s, max_body=bounded_http.EVIDENCE_MAX_BODY)
     if ans.cut:
         raise ValueError(ans.cut_note())
-    return json.loads(ans.body)
+    try:
+        return json.loads(ans.body)
+    except RecursionError:
+        raise ValueError("the answer is JSON nested too deeply") from None
