@@ -3,7 +3,8 @@ loopback port with a route whose receiver is a webhook to `envbisect watch --lis
 into it through its API (POST /api/v2/alerts), as Prometheus pushes them.
 
 ALERTMANAGER_YML is the receiver config docs/guide.md shows ("Running unattended"); the test runs it
-with the watch's URL in place of http://127.0.0.1:9798/ (tests/test_watch_sim.py checks the guide).
+with the watch's URL in place of http://127.0.0.1:9798/ and its own secret file in place of
+/etc/prometheus/envbisect-webhook.secret (tests/test_watch_sim.py checks the guide).
 """
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ receivers:
     webhook_configs:
       - url: {url}
         send_resolved: false
+        http_config:
+          authorization:
+            type: Bearer
+            credentials_file: {secret_file}
 """
 
 
@@ -72,12 +77,12 @@ class Alertmanager:
                 self.proc.wait()
 
 
-def start_alertmanager(root: Path, webhook_url: str) -> Alertmanager:
+def start_alertmanager(root: Path, webhook_url: str, secret_file: str) -> Alertmanager:
     binary = alertmanager_binary()
     assert binary, f"{BINARY} is missing"
     root.mkdir(parents=True, exist_ok=True)
     cfg = root / "alertmanager.yml"
-    cfg.write_text(ALERTMANAGER_YML.format(url=webhook_url))
+    cfg.write_text(ALERTMANAGER_YML.format(url=webhook_url, secret_file=secret_file))
     port = free_port()
     log = root / "alertmanager.log"
     proc = subprocess.Popen([binary, f"--config.file={cfg}", f"--storage.path={root / 'data'}",

@@ -105,18 +105,18 @@ except ImportError:  # tests/ became a package, or --import-mode=importlib
 
 @pytest.fixture
 def alertmanager_for(tmp_path_factory: pytest.TempPathFactory):
-    """start(webhook_url) -> a real Alertmanager on a free loopback port, its one receiver a webhook to
-    webhook_url (group_wait 5s). Missing binary: a failure under scripts/test.sh (CI or
-    ENVBISECT_REQUIRE_SSHD set), a skip elsewhere."""
+    """start(webhook_url, secret_file) -> a real Alertmanager on a free loopback port, its one receiver
+    a webhook to webhook_url with the bearer token in secret_file (group_wait 5s). Missing binary: a
+    failure under scripts/test.sh (CI or ENVBISECT_REQUIRE_SSHD set), a skip elsewhere."""
     started: list[Alertmanager] = []
 
-    def start(webhook_url: str) -> Alertmanager:
+    def start(webhook_url: str, secret_file: str) -> Alertmanager:
         if _alertmanager_binary() is None:
             msg = "prometheus-alertmanager is missing (apt-get install prometheus-alertmanager, or run scripts/test.sh)"
             if _sshd_required():
                 pytest.fail(msg + " -- required because CI/ENVBISECT_REQUIRE_SSHD is set", pytrace=False)
             pytest.skip(msg)
-        am = _start_alertmanager(tmp_path_factory.mktemp("alertmanager"), webhook_url)
+        am = _start_alertmanager(tmp_path_factory.mktemp("alertmanager"), webhook_url, secret_file)
         started.append(am)
         return am
 

@@ -19,6 +19,7 @@ import pytest
 
 from envbisect.report.bundle import check_bundle, make_bundle
 from envbisect.inputs.masking import SecretMasker, mask_hash
+from envbisect.state.store import Store
 from envbisect.inputs.playbook import load_playbook
 from envbisect.report import load_run, render_html, render_markdown
 from envbisect.sim.deployment import DEFAULT_RULES, FAKE_CLUSTER_PASS, FAKE_HF_TOKEN
@@ -59,7 +60,8 @@ class Run:
         finally:
             self.scenario.sim.stop_all()
         pb = load_playbook(self.scenario.sim.playbook)
-        self.masker = SecretMasker(pb.secret_names, pb.secret_values)
+        self.key = Store(self.scenario.store).mask_key()  # the hash a masked value shows is keyed with it
+        self.masker = SecretMasker(pb.secret_names, pb.secret_values, key=self.key)
         self.run_dir = self.scenario.store / "runs" / self.result.run_id
         self.out = tmp / "out"
         self.out.mkdir()
@@ -126,7 +128,7 @@ def test_bundle_checks_itself_and_has_every_member(run):
     cur = json.loads(run.members[f"snapshots/{doc['current']}.json"][1])
     decode_env = next(f for h in cur["hosts"].values() for p, f in h["files"].items() if p.endswith("decode.serve-env"))
     assert "SGLANG_SM120_MMA_TARGET_CTAS=256" in decode_env["content"]
-    assert f"HF_TOKEN=hf_••••(masked, sha256:{mask_hash(run.hf_token)})" in decode_env["content"]
+    assert f"HF_TOKEN=hf_••••(masked, sha256:{mask_hash(run.hf_token, run.key)})" in decode_env["content"]
     # same run, same member order and (apart from the manifest's timestamp) the same bytes
     again = make_bundle(run.scenario.store, run.result.run_id, run.out / "again.tar.gz", run.masker)
     assert again.members == run.info.members
@@ -189,7 +191,7 @@ def test_no_secret_survives_anywhere_in_the_bundle(run):
     assert run.netrc_pw in known and run.aws_like in known
     # ...while the deltas are still visibly there, masked with a hash that shows they changed
     diff = blobs["diff.json"].decode()
-    assert mask_hash(run.cluster_pass) in diff and mask_hash(run.hf_token) in diff
+    assert mask_hash(run.cluster_pass, run.key) in diff and mask_hash(run.hf_token, run.key) in diff
     assert "prefill:SIM_CLUSTER_PASS" in blobs["report.md"].decode()
 
 

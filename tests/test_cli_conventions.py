@@ -291,3 +291,22 @@ def test_one_exit_status_table_every_command_follows():
         nums = {int(n) for n in re.findall(r"\b(\d+)\b", r[2])}
         assert (nums and nums <= valid) or r[2] == "as bisect", r
     assert commands <= documented, commands - documented
+
+
+def test_an_events_file_is_created_private_and_a_symlink_is_refused(stack, tmp_path):  # noqa: F811
+    """--events FILE holds what a run did (hosts, paths, reasons): created 0600, never followed
+    through a symlink (one planted in a shared folder would make envbisect write where it points)."""
+    import os
+    import stat
+
+    ev = tmp_path / "events.jsonl"
+    rc, c = cli(*base(stack), "--events", str(ev), "snapshots")
+    assert rc == ExitStatus.OK, c.err
+    assert stat.S_IMODE(os.stat(ev).st_mode) == 0o600
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    rc, c = cli(*base(stack), "--events", str(link), "snapshots")
+    assert rc == ExitStatus.USAGE and c.err.count("\n") == 1 and "symlink" in c.err, c.err
+    assert target.read_text() == ""

@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from envbisect.errors import RemoteError
 from envbisect.hosts.transport import LocalTransport, SSHTransport
 from envbisect.inputs.playbook import Host
 from envbisect.state.commitline import NotALine, first_parent_line, mirror
@@ -64,3 +65,52 @@ def test_a_rewind_is_not_a_line(tmp_path):
     repo, base, head = _repo(tmp_path)
     with pytest.raises(NotALine):
         _line(LocalTransport(), repo, head, base)
+
+
+@pytest.mark.local
+def test_a_sha_the_host_reports_reaches_git_only_as_40_or_64_hex(tmp_path):
+    """A host reports the HEADs: an option (`--output=FILE`), a name or a short sha is refused before
+    git sees it, and what git refuses becomes the commit line's own note (NotALine), never an
+    uncaught CalledProcessError / UnsafeOptionError after the verdict."""
+    repo, base, head = _repo(tmp_path)
+    out = tmp_path / "written-by-git"
+    t = LocalTransport()
+    for bad in (f"--output={out}", "main", head[:12], head + "\n" + base, head.upper() + "x", ""):
+        with pytest.raises(NotALine, match="not a commit id"):
+            with mirror(t, str(repo), bad):
+                pass
+        with mirror(t, str(repo), head) as m:
+            with pytest.raises(NotALine, match="not a commit id"):
+                first_parent_line(m, bad, head)
+            with pytest.raises(NotALine, match="not a commit id"):
+                first_parent_line(m, base, bad)
+    assert not out.exists()
+    missing = "0123456789abcdef" * 2 + "01234567"  # 40 hex the host's pack does not hold
+    with pytest.raises(RemoteError, match="bad object"):  # the host's git says so: the line's note too
+        with mirror(t, str(repo), missing):
+            pass
+
+    class PacksAnotherHead:  # a host that answers with a pack of another commit than the HEAD it reported
+        host = "node1"
+
+        def run(self, cmd, stdin=None, timeout=None):  # noqa: ANN001
+            return t.run(cmd, stdin=(head + "\n").encode(), timeout=timeout)
+
+    with pytest.raises(NotALine, match="is not in the mirror"):  # git's update-ref refuses: no CalledProcessError
+        with mirror(PacksAnotherHead(), str(repo), missing):
+            pass
+    with mirror(t, str(repo), head) as m:
+        with pytest.raises(NotALine):
+            first_parent_line(m, missing, head)
+
+
+def test_the_gitpython_required_refuses_options():
+    import tomllib
+    from pathlib import Path
+
+    import git
+
+    deps = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    (req,) = [d for d in deps["dependencies"] if d.lower().startswith("gitpython")]
+    assert req.replace(" ", "").lower().startswith("gitpython>=3.2"), req
+    assert "--output" in " ".join(git.objects.commit.Commit.unsafe_git_rev_options)

@@ -550,3 +550,46 @@ def test_non_root_ssh_user_is_refused_before_the_first_edit(nobody_site, owner, 
         journals = list((base / "home").rglob("*.journal.json"))
         assert journals == []  # refused before anything was journaled or edited
     assert meta(env) == before
+
+
+def test_a_closed_local_journal_makes_a_host_copy_of_that_run_stale(tmp_path):
+    """Reproduction (issue 35, M4): a genuine host copy of the journal, taken during a run and put
+    back after the run closed, blocked the next bisect ("run restore first"), and `restore`
+    re-opened the closed run and co-restarted the deployment. The local journal is authoritative: a
+    closed one there makes a host copy of the same run stale, said and ignored."""
+    from envbisect.runs.restore import restore_deployment
+    from envbisect.state.configuration import TargetState
+
+    s = Site(tmp_path, "local", None)
+    decode = s.tree.env("decode")
+    copies = [Path(os.path.expanduser(remote_paths(s.name)[1]))]
+    copies.append(Path(str(copies[0])[: -len(".journal.json")] + ".made.json"))
+    try:
+        before = meta(decode)
+        ed = s.editor("run-1", heartbeat_s=0)
+        ed.lock()
+        ed.begin({("node1", str(decode))}, set())
+        ed.apply(TargetState({("node1", str(decode)): b"export TRIAL=1\n"}, {}))
+        taken = [p.read_bytes() for p in copies]  # the copy someone takes while the run is under way
+        assert ed.restore() == []
+        ed.finish()
+        ed.unlock()
+        assert meta(decode) == before
+        for p, raw in zip(copies, taken):  # ... and puts back after it closed
+            p.write_bytes(raw)
+        ed2 = s.editor("run-2", heartbeat_s=0)
+        notes = ed2.lock()  # bisect is not blocked
+        assert any("stale" in n and "run-1" in n and "closed" in n for n in notes), notes
+        ed2.unlock()
+        said: list[str] = []
+        assert find_journal(s.dep.playbook, s.dep.transports, s.store / "runs", notes=said) is None
+        assert len(said) == 1 and "run-1" in said[0] and "stale" in said[0], said
+        events: list[tuple[str, dict]] = []
+        res = restore_deployment(s.dep, on_event=lambda k, d: events.append((k, d)))
+        assert not res.restored and "nothing to undo" in res.reason  # no run re-opened, nothing restarted
+        assert any(k == "warning" and "stale" in d["message"] for k, d in events), events
+        assert json.loads((s.store / "runs" / "run-1" / "journal.json").read_text())["state"] == "closed"
+        assert meta(decode) == before
+    finally:
+        s.dep.close()
+        cleanup_host_files(s.name)

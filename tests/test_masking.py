@@ -30,7 +30,8 @@ SHAPED = [HF, SK, GH, GH_PAT, AWS, JWT, SLACK, PEM]
 
 
 def h8(v):
-    return hashlib.sha256(v.encode()).hexdigest()[:8]
+    """What a masker without a key of its own shows (its process's key)."""
+    return mask_hash(v)
 
 
 # ---------------------------------------------------------------- names
@@ -138,7 +139,7 @@ def test_mask_value_hint_and_hash():
     out = M.mask_value("HF_TOKEN", HF)
     assert out == f"hf_{MASK}(masked, sha256:{h8(HF)})"
     assert HF not in out
-    assert mask_hash(HF) == h8(HF)
+    assert mask_hash(HF) == M.mask_value("HF_TOKEN", HF).split("sha256:")[1][:8]
     assert M.mask_value("DB_PASSWORD", "hunter2") == f"{MASK}(masked, sha256:{h8('hunter2')})"
     assert M.mask_value("AWS_ACCESS_KEY_ID", AWS).startswith("AKIA" + MASK)
     assert M.mask_value("GH", GH).startswith("ghp_" + MASK)
@@ -554,3 +555,21 @@ def test_a_secret_key_after_a_colon_is_still_masked():
     m = SecretMasker()
     for line in ("db_password: hunter2", "  password: hunter2", "PASSWORD: hunter2", '{"x": 1} password: hunter2'):
         assert "hunter2" not in m.redact_text(line), line
+
+
+def test_the_hash_of_a_masked_value_is_keyed_with_the_stores_key(tmp_path):
+    """A bundle's `sha256:f52fbd32` for DB_PASSWORD=hunter2 was the unsalted SHA-256 prefix: a
+    dictionary matched it. It is HMAC-SHA256 with a key derived from the store's journal key: the
+    same within one store (a changed secret still shows), unmatchable without the key."""
+    from envbisect.state.store import Store
+
+    plain = hashlib.sha256(b"hunter2").hexdigest()[:8]
+    a, b = Store(tmp_path / "a"), Store(tmp_path / "b")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ka, kb = a.mask_key(), b.mask_key()
+    assert ka and kb and ka != kb and ka not in (a.journal_key(create=False),) and a.mask_key() == ka
+    shown = SecretMasker(key=ka).mask_value("DB_PASSWORD", "hunter2")
+    assert plain not in shown and mask_hash("hunter2", ka) in shown
+    assert SecretMasker(key=ka).mask_value("DB_PASSWORD", "hunter2") == shown  # one store: alike
+    assert mask_hash("hunter2", kb) not in shown and plain not in M.mask_value("DB_PASSWORD", "hunter2")

@@ -229,3 +229,93 @@ def test_a_promql_probe_whose_prometheus_is_not_there_is_refused_before_any_edit
         assert "the Prometheus server is not there" in str(e.value) and "nothing was changed" in str(e.value)
     finally:
         stack.close()
+
+
+MALFORMED = [[], {}, "x", {"status": "success", "data": "x"}, {"status": "success", "data": {"resultType": "vector",
+             "result": [{}]}}, {"status": "success", "data": {"resultType": "vector", "result": [{"value": 5}]}},
+             {"status": "success", "data": {"resultType": "vector", "result": [{"value": [1, "many"]}]}},
+             {"status": "success", "data": {"resultType": "scalar", "result": [1, {"a": 1}]}},
+             {"status": "error", "error": "bad\nquery\x1b[2J"}]
+
+
+def test_a_malformed_promql_answer_is_no_number():
+    for doc in MALFORMED:
+        assert promql_value(doc) is None, doc
+
+
+def test_a_malformed_prometheus_answer_is_a_probe_that_cannot_test_in_one_line(tmp_path):
+    """A real HTTP exchange: the load target answers, the 'Prometheus' answers each malformed shape."""
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlsplit
+
+    from envbisect.outcome import Outcome
+    from envbisect.trials.probe_metrics import promql_sample
+
+    answer: list = [None]
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._send(b'{"choices": [{"message": {"content": "hi"}}]}')
+
+        def do_GET(self):  # noqa: N802
+            q = parse_qs(urlsplit(self.path).query).get("query", [""])[0]
+            doc = {"status": "success", "data": {"resultType": "scalar", "result": [0, str(time.time() + 60)]}} \
+                if q == "min(timestamp(up))" else answer[0]
+            self._send(doc if isinstance(doc, bytes) else json.dumps(doc).encode())
+
+        def _send(self, data: bytes) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{srv.server_address[1]}"
+        probe = _load(tmp_path, {"kind": "promql", "url": base + "/v1/chat/completions", "prometheus": base,
+                                 "query": "sum(rate(x[$window]))", "higher_is_better": True, "load_s": 0.2,
+                                 "warmup": 0, "concurrency": 1})
+        for doc in [*MALFORMED, b"[" * 100_000 + b"]" * 100_000]:  # the last: nested past the parser's depth
+            answer[0] = doc
+            run = promql_sample(probe, (base, "/v1/chat/completions", f"127.0.0.1:{srv.server_address[1]}"), base,
+                                time.monotonic())
+            assert run.outcome is Outcome.CANNOT_TEST, (doc, run)
+            assert "\n" not in run.reason and "\x1b" not in run.reason, run
+            assert run.reason.startswith("sum(rate(" if not isinstance(doc, bytes) else "cannot query"), run
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_malformed_metrics_page_is_a_value_error_never_a_crash():
+    """The same class as a malformed Prometheus answer: a /metrics page whose histogram bucket has
+    no `le` raised KeyError through metrics_sample (which reads ValueError as "cannot read")."""
+    for page in ('# TYPE h histogram\nh_bucket{x="1"} 3\nh_count 3\n', '# TYPE h histogram\nh_bucket{le="abc"} 3\n'):
+        with pytest.raises(ValueError):
+            read_family(page, "h")
+
+
+def test_a_deeply_nested_answer_is_no_answer():
+    """A model server's, a Prometheus server's or a host agent's answer nested past the JSON
+    parser's depth is data that is no answer (RecursionError is no ValueError)."""
+    from envbisect.errors import RemoteError
+    from envbisect.hosts.hostops import _answer
+    from envbisect.hosts.transport_base import CommandResult
+
+    deep = "[" * 100_000 + "]" * 100_000
+    assert reply_text(deep) is None
+
+    class Host:
+        host, python = "node1", "python3"
+
+    with pytest.raises(RemoteError, match="not JSON"):
+        _answer(Host(), CommandResult(0, deep.encode(), b""), "a host operation")

@@ -26,11 +26,14 @@ from envbisect.runs.watch import (Act, Alert, AlertListener, Observation, WatchL
 P, F, U = Observation("pass", "s-pass"), Observation("fail", "s-fail"), Observation("unresolved")
 
 
-def feed(events, state=WatchState(armed=True, last_pass="s0"), journal_open=False, alerts=("Down",)):
-    """Every decision for `events`, the state acted on after each BISECT (as the loop does)."""
+def feed(events, state=WatchState(armed=True, last_pass="s0"), journal_open=False, alerts=("Down",), probe=F):
+    """Every decision for `events`, the state acted on after each BISECT (as the loop does); an
+    alert's CONFIRM answered with `probe`, the watch's own observation."""
     acts = []
     for e in events:
         state, d = decide(state, e, journal_open=journal_open, alerts=alerts)
+        if d.act is Act.CONFIRM:
+            state, d = decide(state, e, journal_open=journal_open, alerts=alerts, confirmed=probe)
         acts.append(d.act)
         if d.act is Act.BISECT:
             state = acted(state, d.incident)
@@ -96,11 +99,11 @@ def test_a_waiting_alert_is_said_once_across_passing_observations():
     state = WatchState(armed=True, last_pass="s0")
     said = []
     for e in (a, P, a, P, a):
-        state, d = decide(state, e, journal_open=True, alerts=("Down",))
+        state, d = decide(state, e, journal_open=True, alerts=("Down",), confirmed=F)
         if d.act is Act.WAIT:
             said.append(d.say)
     assert said == [True, False, False]
-    assert decide(state, a, alerts=("Down",))[1].act is Act.BISECT
+    assert decide(state, a, alerts=("Down",), confirmed=F)[1].act is Act.BISECT
 
 
 def test_the_state_reads_back():
@@ -139,8 +142,14 @@ def test_listen_is_loopback_unless_allowed():
             parse_listen(bad, allow_remote=True)
 
 
-def _post(url: str, body: bytes) -> tuple[int, str]:
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+SECRET = "s3cret-for-the-watch-webhook-tests"
+
+
+def _post(url: str, body: bytes, secret: str | None = SECRET, content_type: str = "application/json",
+          **headers: str) -> tuple[int, str]:
+    auth = {"Authorization": f"Bearer {secret}"} if secret else {}
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": content_type, **auth, **headers},
+                                 method="POST")
     try:
         with urllib.request.urlopen(req, timeout=5) as r:
             return r.status, r.read().decode()
@@ -150,14 +159,15 @@ def _post(url: str, body: bytes) -> tuple[int, str]:
 
 def test_the_listener_queues_alerts_and_bounds_the_body():
     seen: list[str] = []
-    lis = AlertListener("127.0.0.1", 0, seen.append)
+    lis = AlertListener("127.0.0.1", 0, seen.append, secret=SECRET, alerts=("Down",))
     try:
         url = f"http://127.0.0.1:{lis.address[1]}/"
         assert _post(url, json.dumps(WEBHOOK).encode())[0] == 200
         assert lis.alerts.get(timeout=2).alertname == "Down"
         assert _post(url, b"not json")[0] == 400 and "refused" in seen[0]
         with socket.create_connection(("127.0.0.1", lis.address[1]), timeout=5) as sock:  # refused unread
-            sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1048577\r\n\r\n")
+            sock.sendall(f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{lis.address[1]}\r\nAuthorization: Bearer {SECRET}\r\n"
+                         "Content-Type: application/json\r\nContent-Length: 1048577\r\n\r\n".encode())
             assert sock.recv(100).startswith(b"HTTP/1.0 413")
         assert lis.alerts.empty()
     finally:
@@ -289,6 +299,13 @@ def stack_cli(stack) -> list[str]:
 
 def test_service_forms(stack, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    monkeypatch.setenv("ENVBISECT_WATCH_SECRET", SECRET)  # a service does not see the shell's environment
+    rc, c = cli(*base(stack), "watch", "--print", "--systemd", "--listen", "127.0.0.1:9798")
+    assert rc == ExitStatus.USAGE and c.err.count("\n") == 1 and "[watch] secret_file" in c.err, c.err
+    secret = tmp_path / "webhook.secret"
+    secret.write_text(SECRET + "\n")
+    pb = stack.playbook.read_text()
+    stack.playbook.write_text(pb.replace("[watch]\n", f'[watch]\nsecret_file = "{secret}"\n', 1))
     rc, c = cli(*base(stack), "watch", "--print", "--systemd", "--every", "5m", "--leave", "fixed",
                 "--notify", "cat > /tmp/x", "--listen", "127.0.0.1:9798", "--json")
     assert rc == ExitStatus.OK, c.err
@@ -365,20 +382,21 @@ def test_the_guides_slack_hook_posts_slack_text(monkeypatch):
     assert json.loads(got[0]) == {"text": "envbisect: culprit decode:BAD"}
 
 
-def test_an_alert_that_came_over_an_unrestored_journal_is_acted_on_once_it_is_restored(stack, tmp_path, free_port):
+def test_an_alert_that_came_over_an_unrestored_journal_is_acted_on_once_it_is_restored(stack, tmp_path, free_port,
+                                                                                      monkeypatch):
     b = base(stack)
     text = stack.playbook.read_text()
     assert "[watch]\n" in text
-    # the watch's probe always passes: only the alert can trigger (the restore below puts BAD back)
-    stack.playbook.write_text(text.replace("[watch]\n", '[watch]\nalerts = ["Down"]\n', 1)
-                              + '\n[probes.always]\nkind = "command"\ncommand = "true"\n')
+    stack.playbook.write_text(text.replace("[watch]\n", '[watch]\nalerts = ["Down"]\n', 1))
+    monkeypatch.setenv("ENVBISECT_WATCH_SECRET", SECRET)
     got, ev = tmp_path / "notified", tmp_path / "events.jsonl"
     assert cli(*b, "watch", "--once")[0] == ExitStatus.OK  # a pass: armed
     assert cli(*b, "snapshot", "--label", "noon")[0] == ExitStatus.OK
     stack.tree.edit("decode", DECODE + "export BAD=1\n")
     r = stack.cli("bisect", "--against", "noon", env={**os.environ, "ENVBISECT_TEST_CRASH_AT": "write:1"})
     assert r.returncode == -9, r.stderr.decode()[-500:]  # the journal is active
-    p = subprocess.Popen([*stack_cli(stack), "--events", str(ev), "watch", "--probe", "always", "--every", "0.3s",
+    # one cycle an hour: the alert, confirmed by the probe (BAD is in decode's file), is the trigger
+    p = subprocess.Popen([*stack_cli(stack), "--events", str(ev), "watch", "--every", "1h",
                           "--listen", f"127.0.0.1:{free_port}", "--notify", f"cat >> {got}; echo >> {got}"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -392,9 +410,10 @@ def test_an_alert_that_came_over_an_unrestored_journal_is_acted_on_once_it_is_re
             time.sleep(0.1)
         blocked = json.loads(got.read_text())
         assert blocked["watch"]["event"] == "blocked" and blocked["watch"]["trigger"] == "alert"
-        time.sleep(1)  # several cycles: still waiting, said once
         assert not any(e["event"] == "watch-bisect" for e in _events(ev))
-        assert cli(*b, "restore")[0] == ExitStatus.OK
+        assert cli(*b, "restore")[0] == ExitStatus.OK  # it puts BAD back, as the crash found the file
+        # Alertmanager's repeat of the same alert: the same incident, acted on now
+        assert _post(f"http://127.0.0.1:{free_port}/", json.dumps(WEBHOOK).encode())[0] == 200
         while not any(e["event"] == "verdict" for e in _events(ev)):
             assert time.monotonic() < deadline + 120 and p.poll() is None, p.stderr.read() if p.poll() else ""
             time.sleep(0.2)
@@ -405,5 +424,5 @@ def test_an_alert_that_came_over_an_unrestored_journal_is_acted_on_once_it_is_re
     docs = [json.loads(x) for x in got.read_text().split("\n\n") if x.strip()]
     assert [d["watch"]["event"] for d in docs] == ["blocked", "verdict"]
     assert docs[1]["watch"]["trigger"] == "alert" and docs[1]["watch"]["incident"] == blocked["watch"]["incident"]
-    assert docs[1]["verdict"] == "not-reproduced"  # bisect's premise: the probe passes on the current state
+    assert docs[1]["verdict"] == "culprit" and docs[1]["culprits"] == ["decode:BAD"]
     assert [e["event"] for e in _events(ev)].count("watch-bisect") == 1

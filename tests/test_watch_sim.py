@@ -20,6 +20,8 @@ from test_bisect_sim import INNOCENT, Scenario, plant, tree_fingerprint
 
 CULPRIT = ("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "256")
 ALERT = "SGLangRequestsFailing"
+EARLY, LATER = "SGLangTTFTHigh", "SGLangDecodeStalled"
+SECRET = "test-webhook-secret-0123456789abcdef"
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide.md"
 
 
@@ -126,18 +128,28 @@ def test_sim_watch_turns_red_bisects_on_its_own_and_notifies_once(sshd, tmp_path
 @pytest.mark.slow
 def test_sim_watch_acts_on_a_real_alertmanager_webhook_once_and_leaves_it_fixed(sshd, tmp_path, alertmanager_for,
                                                                                 free_port):
+    """Alertmanager with the webhook secret (http_config authorization, credentials_file): an alert
+    the watch's probe does not confirm starts nothing; the planted fault's alert starts one
+    bisection after the probe confirms it; the same POST without the secret, with a wrong content
+    type or as a page's form gets 401/415; a second alert inside the cooldown starts nothing."""
     s = Scenario(tmp_path / "s", ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
+    secret = tmp_path / "webhook.secret"
+    secret.write_text(SECRET + "\n")
+    secret.chmod(0o600)
     pb = s.sim.playbook.read_text()
-    s.sim.playbook.write_text(pb.replace("max_file_size = 1048576\n",
-                                         f'max_file_size = 1048576\nalerts = ["{ALERT}"]\n', 1))
+    s.sim.playbook.write_text(pb.replace(
+        "max_file_size = 1048576\n", f'max_file_size = 1048576\nalerts = ["{ALERT}", "{EARLY}", "{LATER}"]\n'
+                                     f'secret_file = "{secret}"\n', 1))
     url = f"http://127.0.0.1:{free_port}/"
-    am = alertmanager_for(url)
+    am = alertmanager_for(url, str(secret))
     w = None
     try:
-        # a long interval: the alert, not the probe, is what triggers here
+        # a long interval: the alert, not the probe's cycle, is what triggers here
         w = Watch(s, tmp_path, "--every", "1h", "--listen", f"127.0.0.1:{free_port}", "--leave", "fixed")
         wait_for("a passing observation", lambda: "pass" in w.observations(), 120, w.proc)
         wait_for("the listener", lambda: any(e["event"] == "watch-listen" for e in events(w.events)), 30, w.proc)
+        am.push(EARLY, job="sglang")  # the stack still passes: the probe does not confirm it
+        wait_for("its decision", lambda: decided(w, EARLY, "not acted on"), 120, w.proc)
         plant(s.sim, INNOCENT[:2] + [CULPRIT])
         am.push("SomethingElse", job="sglang")  # not in [watch] alerts: no action
         am.push(ALERT, job="sglang", severity="page")
@@ -152,27 +164,56 @@ def test_sim_watch_acts_on_a_real_alertmanager_webhook_once_and_leaves_it_fixed(
         got = [e for e in events(w.events) if e["event"] == "watch-alert"]
         mine = next(e for e in got if e["alertname"] == ALERT)
         assert mine["receiver"] == "envbisect" and mine["fingerprint"] and mine["startsAt"] and mine["groupKey"]
-        decisions = [e for e in events(w.events) if e["event"] == "watch-decision"]
-        assert any("SomethingElse" in d["reason"] and d["act"] == "nothing" for d in decisions)
-        # Alertmanager's repeat of the same alert (same fingerprint and startsAt): never a second bisection
-        import urllib.request
-
+        assert "SomethingElse" not in {e["alertname"] for e in got}  # never queued
+        confirming = [e for e in events(w.events) if e["event"] == "watch-observation" and e.get("because")]
+        assert [(e["because"], e["outcome"]) for e in confirming] == [(f"alert {EARLY}", "pass"),
+                                                                      (f"alert {ALERT}", "fail")], confirming
+        kinds = [e["event"] for e in events(w.events)]
+        assert kinds.index("watch-bisect") > events(w.events).index(confirming[-1])
+        # the same POST without the secret, with a wrong content type, or as a page's form
         again = {"receiver": "envbisect", "status": "firing", "version": "4", "groupKey": mine["groupKey"],
                  "alerts": [{"status": "firing", "labels": {"alertname": ALERT}, "fingerprint": mine["fingerprint"],
-                             "startsAt": mine["startsAt"]}]}
-        req = urllib.request.Request(url, data=json.dumps(again).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as r:
-            assert r.status == 200
+                             "startsAt": mine["startsAt"] + "1"}]}
+        body = json.dumps(again).encode()
+        assert post(url, body, auth=None) == 401
+        assert post(url, body, content_type="text/plain") == 415
+        assert post(url, b"alerts=1", auth=None, content_type="application/x-www-form-urlencoded",
+                    Origin="https://evil.example") == 401
+        # Alertmanager's repeat of the same alert (same fingerprint and startsAt): never a second bisection
+        again["alerts"][0]["startsAt"] = mine["startsAt"]
+        assert post(url, json.dumps(again).encode()) == 200
         wait_for("the repeat's decision", lambda: len([e for e in events(w.events) if e["event"] == "watch-decision"
                                                        and e.get("incident") == mine_incident(mine)]) >= 2, 30, w.proc)
+        # a second alert inside the cooldown, through Alertmanager: logged, nothing started, not even a probe
+        am.push(LATER, job="sglang")
+        wait_for("the cooldown's decision", lambda: decided(w, LATER, "cooldown"), 120, w.proc)
         assert w.stop() == 130
         assert len(notified(w.notify)) == 1
         assert [e["event"] for e in events(w.events)].count("watch-bisect") == 1
+        assert len([e for e in events(w.events) if e["event"] == "watch-observation" and e.get("because")]) == 2
     finally:
         if w is not None:
             w.stop()
         s.sim.stop_all()
+
+
+def decided(w: Watch, alertname: str, words: str) -> bool:
+    return any(e["event"] == "watch-decision" and f"alert {alertname}" in e["reason"] and words in e["reason"]
+               and e["act"] == "nothing" for e in events(w.events))
+
+
+def post(url: str, body: bytes, auth: str | None = SECRET, content_type: str = "application/json",
+         **headers: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=body, method="POST", headers={
+        "Content-Type": content_type, **({"Authorization": f"Bearer {auth}"} if auth else {}), **headers})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 def mine_incident(alert_event: dict) -> str:
@@ -181,7 +222,8 @@ def mine_incident(alert_event: dict) -> str:
 
 def test_the_guide_shows_the_alertmanager_config_and_the_unit_as_tested():
     guide = GUIDE.read_text()
-    assert ALERTMANAGER_YML.format(url="http://127.0.0.1:9798/") in guide
+    assert ALERTMANAGER_YML.format(url="http://127.0.0.1:9798/",
+                                   secret_file="/etc/prometheus/envbisect-webhook.secret") in guide
     for line in ("Type=simple", "Restart=on-failure", "RestartSec=30s", "TimeoutStopSec=15min",
                  "WantedBy=default.target"):
         assert line in guide, line

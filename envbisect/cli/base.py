@@ -81,7 +81,7 @@ class Options:
         if self.playbook.exists():
             try:
                 pb = load_playbook(self.playbook)
-                self.env.masker = SecretMasker(pb.secret_names, pb.secret_values)
+                self.env.masker = SecretMasker(pb.secret_names, pb.secret_values, key=Store(self.store).mask_key())
             except EnvbisectError:
                 if strict:
                     raise

@@ -61,12 +61,12 @@ def init(ctx: typer.Context,
         doc = disc.scan(transport, match)
     finally:
         transport.close()
-    services, repos, _notes = disc.interpret(doc, under=under, extra_match=match)
+    services, repos, _notes = disc.interpret(doc, under=under, extra_match=match, masker=env.masker)
+    doc = disc.masked(doc, env.masker)
     text, required, optional = disc.draft(
         doc, services, repos, host=key, ssh=None if o.inventory else host, inventory_host=host if o.inventory else None,
         inventory_file=inventory_file, python=target.python or "python3", name=name,
-        command=f"init --host {host}" + (f" --under {under}" if under else ""))
-    text = env.masker.redact_text(text)
+        command=env.masker.redact_text(f"init --host {host}" + (f" --under {under}" if under else "")))
     tomllib.loads(text)  # a draft that is not TOML would be a bug
     if dest is not None:
         disc.write_draft(dest, text, force=force)

@@ -92,12 +92,18 @@ class Environment:
             self.events = EventStream(self.stdout, self)
             self._consoles(human=self.stderr)
         else:
-            try:
-                f = open(where, "a", encoding="utf-8")  # noqa: SIM115 - closed by close_events()
+            import errno
+
+            try:  # private (it names hosts, paths and reasons), and never through a symlink
+                fd = os.open(where, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                f = os.fdopen(fd, "a", encoding="utf-8")  # noqa: SIM115 - closed by close_events()
             except OSError as e:
                 from envbisect.errors import UsageError
 
-                raise UsageError(f"--events {where}: {e.strerror}") from None
+                if e.errno == errno.ELOOP:
+                    raise UsageError(f"--events {printable(where, keep_newlines=False)}: is a symlink; give the "
+                                     "file itself") from None
+                raise UsageError(f"--events {printable(where, keep_newlines=False)}: {e.strerror}") from None
             self.events = EventStream(f, self, owned=True)
 
     def event(self, kind: str, data: Mapping[str, Any] | None = None) -> None:
@@ -162,8 +168,9 @@ class Environment:
         self.stdout.write(json.dumps(self.masker.redact_obj(plain), indent=2, sort_keys=False) + "\n")
 
     def write_raw(self, text: str) -> None:
-        """Text that is the output itself (a playbook draft for `--out -`), already redacted."""
-        (self.stderr if self.events_on_stdout else self.stdout).write(text)
+        """Text that is the output itself (a playbook draft for `--out -`, `envbisect log`), already
+        redacted; control characters and escape sequences made visible as everywhere else."""
+        (self.stderr if self.events_on_stdout else self.stdout).write(printable(text))
 
     def configure_logging(self, verbose: int) -> None:
         handler = logging.StreamHandler(self.stderr)

@@ -34,6 +34,11 @@ def when(t: float | None) -> str:
 
 
 
+def one(env: Environment, text: Any) -> str:
+    """A name from a host (a path, a delta id) inside a line: on that line, whatever it holds."""
+    return env.shown(text, one_line=True)
+
+
 def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
     from envbisect.state.deltas import Diff, fallback_sources, is_repo_file
 
@@ -47,14 +52,15 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
         env.out.print(result.last_good["line"])
     if env.quiet:  # -q: one line per delta (its id), or nothing
         for d in result.deltas:
-            env.out.print(d.id)
+            env.out.print(one(env, d.id))
         return
     env.out.print(head)
     if not result.deltas and not result.upgrades:
         env.out.print(Text("no deltas", style="green"))
     groups: dict[tuple[str, str], list] = {}
     for d in result.deltas:
-        title = f"{d.service} ({d.path})" if d.kind == "env" else ("repo " + d.path if d.kind == "git" else
+        path = one(env, d.path)
+        title = f"{d.service} ({path})" if d.kind == "env" else ("repo " + path if d.kind == "git" else
                                                                   "uncommitted changes in deployed repos"
                                                                   if is_repo_file(d) else "watched files")
         groups.setdefault((d.host, title), []).append(d)
@@ -62,7 +68,7 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
         env.out.print(Text(f"\n{host} · {title}", style="bold"))
         for d in items:
             j = d.to_json(masker)
-            name = d.key if d.kind == "env" else d.path
+            name = one(env, d.key if d.kind == "env" else d.path)
             if d.flag is not None:
                 # one flag of an argument string or a start command line: its values on each side
                 old, new = (env.shown(flag_values(d.flag, v), one_line=True)
@@ -75,20 +81,21 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
                 old, new = (env.shown(v, one_line=True)
                             for v in (j.get("old_shown", j["old"]), j.get("new_shown", j["new"])))
                 line = {"added": f"+ {name}={new}", "removed": f"- {name}",
-                        "changed": f"~ {name} {old} → {new}"}[d.change] if d.key else f"? {d.path} changed"
+                        "changed": f"~ {name} {old} → {new}"}[d.change] if d.key else f"? {name} changed"
             elif d.kind == "git":
                 line = f"~ HEAD {(d.old or '?')[:10]} → {(d.new or '?')[:10]}"
             elif d.kind == "key":  # one key of a structured file: its value as JSON text
                 old, new = (env.shown(v, one_line=True) for v in (j["old"], j["new"]))
-                line = {"added": f"+ {name} {d.key} = {new}", "removed": f"- {name} {d.key} (was {old})",
-                        "changed": f"~ {name} {d.key} {old} → {new}"}[d.change]
+                key = one(env, d.key)
+                line = {"added": f"+ {name} {key} = {new}", "removed": f"- {name} {key} (was {old})",
+                        "changed": f"~ {name} {key} {old} → {new}"}[d.change]
             else:
                 sym = {"added": "+", "removed": "-", "changed": "~"}[d.change]
                 line = f"{sym} {name}"
             style = {"added": "green", "removed": "red", "changed": "yellow"}[d.change]
             text = Text("  ")
             text.append(line, style=style)
-            text.append(f"   [{d.id}; from {d.baseline_source}]", style="dim")
+            text.append(f"   [{one(env, d.id)}; from {one(env, d.baseline_source)}]", style="dim")
             env.out.print(text)
             for det in j["detail"]:
                 env.out.print(Text(f"      {env.shown(det, one_line=True)}", style="dim"))
@@ -98,7 +105,7 @@ def render_diff(env: Environment, result, masker) -> None:  # noqa: ANN001
                                 " (the same variable or engine knob changed in several services; "
                                 "they may need to change together):"))
         for ids in result.links():
-            env.out.print("  " + " + ".join(ids))
+            env.out.print("  " + " + ".join(one(env, i) for i in ids))
     if result.drift:
         env.out.print(Text.assemble("\n", ("drift", "bold red"),
                                 ": running processes whose start environment differs from their env file"))
@@ -181,18 +188,19 @@ class Progress:
             self.total = data.get("total_deltas", self.total)
             eta = f" · ETA {fmt_s(data['eta_s'])}" if data.get("eta_s") else ""
             total = f"/~{data['expected_total']}" if data.get("expected_total") else ""
-            self.env.err.print(Text.assemble(bold(f"trial {data['n']}{total}"), f" · {data['purpose']} · "
-                                    f"{config_label(data['config'], self.total)}{eta}"))
+            purpose, config = one(self.env, data["purpose"]), one(self.env, config_label(data["config"], self.total))
+            self.env.err.print(Text.assemble(bold(f"trial {data['n']}{total}"), f" · {purpose} · {config}{eta}"))
         elif kind == "trial-end":
             t = data["trial"]
             style = {"pass": "green", "fail": "red", "start-failure": "red", "unresolved": "yellow"}[t.outcome]
             self.env.err.print(Text.assemble("  → ", (t.outcome.upper(), style),
                                     f"  restart {fmt_s(t.restart_s)}, probe {t.probe_s:.1f}s: "
-                                    f"{f'{t.cause}: ' if t.cause else ''}{t.reason}"))
+                                    f"{f'{t.cause}: ' if t.cause else ''}{one(self.env, t.reason)}"))
         elif kind == "step":
-            self.env.err.print(Text(f"    {data['message']}", style="dim"))
+            self.env.err.print(Text(f"    {one(self.env, data['message'])}", style="dim"))
         elif kind in ("interrupted", "restore-failed", "warning"):
-            self.env.err.print(Text(f"envbisect: {kind}: {data.get('error') or data.get('message')}", style="yellow"))
+            self.env.err.print(Text(f"envbisect: {kind}: {one(self.env, data.get('error') or data.get('message'))}",
+                                    style="yellow"))
         elif kind == "resumed":
             self.env.err.print(f"resuming run {data['run']} after {data['trials_done']} finished trial(s)")
 
@@ -205,12 +213,12 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
                                 f"   confidence {v.confidence:.2f}", f"   restarts {result.restarts}"))
     if result.culprit_deltas:
         word = "must all go" if v.kind == VerdictKind.CULPRIT else "fail only together"
-        env.out.print(f"  culprit(s), which {word}: " + ", ".join(result.culprit_deltas))
+        env.out.print(f"  culprit(s), which {word}: " + one(env, ", ".join(result.culprit_deltas)))
     commit = getattr(result, "commit", None)
     if commit is not None and commit.commit is not None:
         c = commit.commit
         env.out.print(f"  commit: {c.sha} {c.subject!r}" + (" (a merge: one step)" if c.merge else ""))
-        env.out.print(f"    author {c.author}; files: {', '.join(c.files) or '(none)'}")
+        env.out.print(f"    author {one(env, c.author)}; files: {one(env, ', '.join(c.files)) or '(none)'}")
         if c.merged_by:  # --split-merges: a branch commit is reverted with its merge in mind
             merge = next((x for x in commit.line if x.sha == c.merged_by), None)
             env.out.print(f"    brought in by the merge {c.merged_by[:12]}" + (f" {merge.subject!r}" if merge else ""))
@@ -242,7 +250,7 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
                        None: ("revert cost unknown", "bold yellow")}[g.safe]
         env.out.print(Text.assemble("  guard ", bold(g.probe), ": ", (word, style), f" - {g.text}"))
     if v.kind in (VerdictKind.INCONCLUSIVE, PENDING) and v.suspects:
-        env.out.print("  remaining suspects: " + ", ".join(f"{u} ({p:.0%})" for u, p in v.suspects[:8]))
+        env.out.print("  remaining suspects: " + ", ".join(f"{one(env, u)} ({p:.0%})" for u, p in v.suspects[:8]))
     if result.path_report:
         t = Table("layer", "target", "result", title="request path, layer by layer")
         for l in result.path_report.layers:
@@ -312,7 +320,8 @@ def render_plan(env: Environment, plan: dict) -> None:
     env.out.print(Text.assemble("\nplan: probe ", bold(plan["probe"]),
                             f"; {len(plan['units'])} unit(s) to bisect"))
     for u, ds in plan["units"].items():
-        env.out.print(f"  {u}" + (f"  = {' + '.join(ds)}" if len(ds) > 1 or ds[0] != u else ""))
+        env.out.print(f"  {one(env, u)}" + (f"  = {' + '.join(one(env, d) for d in ds)}" if len(ds) > 1 or ds[0] != u
+                                            else ""))
     for n in plan["notes"]:
         env.out.print(f"  note: {n}")
     env.out.print("  1. " + plan["premise_checks"][0] + f" ({plan['first_premise']})"
@@ -331,10 +340,12 @@ def render_change_plan(env: Environment, plan) -> None:  # noqa: ANN001 - runs.r
     co-restart and the probe that would follow."""
     word = {"revert": "would revert", "apply": "would apply"}[plan.action]
     for c in plan.changes:
-        env.out.print(Text.assemble(f"{word} ", bold(", ".join(c["deltas"]) or c["path"]),
-                                    f" on {c['host']}: {c['path']} ({'; '.join(c['what'])})"))
+        env.out.print(Text.assemble(f"{word} ", bold(one(env, ", ".join(c["deltas"]) or c["path"])),
+                                    f" on {c['host']}: {one(env, c['path'])} "
+                                    f"({one(env, '; '.join(c['what']))})"))
     for d in plan.already:
-        env.out.print(f"{d}: already {'reverted' if plan.action == 'revert' else 'applied'} on the hosts (no change)")
+        done = "reverted" if plan.action == "revert" else "applied"
+        env.out.print(f"{one(env, d)}: already {done} on the hosts (no change)")
     if plan.changes:
         env.out.print("then co-restart: stop " + " → ".join(reversed(plan.restart_order)) + ", start "
                       + " → ".join(plan.restart_order) + (f"; then probe {plan.probe}" if plan.probe else ""))
@@ -345,9 +356,9 @@ def render_restore_plan(env: Environment, res: RestoreResult) -> None:
     """`restore --dry-run`: what the journal of run RUN would put back, on which host."""
     for f in res.files:
         what = "its journaled bytes, mode, owner and times" if f["existed"] else "removed (it did not exist)"
-        env.out.print(f"would restore {f['host']}:{f['path']} from run {res.run}: {what}")
+        env.out.print(f"would restore {f['host']}:{one(env, f['path'])} from run {res.run}: {what}")
     for r in res.repos:
-        env.out.print(f"would restore {r['host']}:{r['path']} from run {res.run}: HEAD {str(r['head'])[:10]}")
+        env.out.print(f"would restore {r['host']}:{one(env, r['path'])} from run {res.run}: HEAD {str(r['head'])[:10]}")
     env.out.print("then co-restart: stop " + " → ".join(reversed(res.restart_order)) + ", start "
                   + " → ".join(res.restart_order))
     env.out.print("dry run: no host was touched")
@@ -363,7 +374,7 @@ def render_restore(env: Environment, res: RestoreResult, replica: str | None = N
                   f"co-restart: {res.co_restart}")
     if res.conflicts:
         env.out.print(f"{who}left as found (changed by someone else during the run): "
-                      + ", ".join(f"{c['host']}:{c['path']}" for c in res.conflicts))
+                      + ", ".join(f"{c['host']}:{one(env, c['path'])}" for c in res.conflicts))
 
 
 def render_timer(env: Environment, sch, done, *, write_hint: str, add_hint: str,  # noqa: ANN001
@@ -401,11 +412,11 @@ def render_change(env: Environment, res: ActionResult, probe_name: str | None, p
     report, a revert put back, the notes (--quiet: one line)."""
     word = "reverted" if res.action == "revert" else "applied"
     if env.quiet:
-        env.out.print(f"{word}: {', '.join(res.deltas)}: " + ("ok" if res.ok else "put back" if res.put_back
+        env.out.print(f"{word}: {one(env, ', '.join(res.deltas))}: " + ("ok" if res.ok else "put back" if res.put_back
                                                                else "NOT ok"))
         return
     restart = "ok" if res.restart.ok else "FAILED: " + res.restart.message
-    env.out.print(f"{word}: {', '.join(res.deltas)} (co-restart {restart})")
+    env.out.print(f"{word}: {one(env, ', '.join(res.deltas))} (co-restart {restart})")
     if res.probe_outcome:
         env.out.print(Text(f"probe {probe_name}: {res.probe_outcome.upper()} - {res.probe_reason}",
                            style="green" if res.probe_outcome == "pass" else "red"))
@@ -415,7 +426,7 @@ def render_change(env: Environment, res: ActionResult, probe_name: str | None, p
     if res.verify:
         render_verify(env, res.verify)
     if res.put_back:
-        env.out.print(Text(f"put back: {', '.join(res.deltas)} (probe after: {res.after_put_back}). "
+        env.out.print(Text(f"put back: {one(env, ', '.join(res.deltas))} (probe after: {res.after_put_back}). "
                            "They did not fix it: do not blame them.", style="bold yellow"))
     for n in res.notes:
         env.out.print(f"note: {n}")

@@ -60,12 +60,37 @@ def verified_copy(key: bytes | None, host: str, deployment: str, kind: str, raw:
     return doc
 
 
+def closed_locally(runs_dir: Path, deployment: str, run_id: str) -> bool:
+    """Does the store hold run `run_id`'s journal of `deployment`, closed? Then a host copy of that
+    run saying "active" is stale (a copy taken during the run and put back after it): the local
+    journal is authoritative."""
+    try:
+        paths = local_journal_paths(runs_dir, run_id)
+    except UsageError:
+        return False
+    for p in paths:
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("deployment") == deployment and doc.get("run_id") == run_id \
+                and doc.get("state") == "closed":
+            return True
+    return False
+
+
+def stale_note(host: str, run_id: str) -> str:
+    return (f"{host}: the host's journal copy of run {run_id} is stale: this store's journal of that run is closed "
+            "(its changes were undone); ignored")
+
+
 def find_journal(playbook: Playbook, transports: Mapping[str, Transport], runs_dir: Path,
-                 run_id: str | None = None) -> Journal | None:
+                 run_id: str | None = None, *, notes: list[str] | None = None) -> Journal | None:
     """The newest active journal for this deployment (or run `run_id`'s). The local store's is
     authoritative: when it has one, the host copies are not read. Only when it has none (the store
     lost it) are the hosts' copies used, each for its own host's resources and only when its HMAC
-    verifies with this store's key (`verified_copy`; otherwise one line, nothing used)."""
+    verifies with this store's key (`verified_copy`; otherwise one line, nothing used), and never
+    for a run whose journal the store holds closed (said in `notes`)."""
     if run_id is not None:
         rundir.check_run_id(run_id)
     cands = []
@@ -98,6 +123,10 @@ def find_journal(playbook: Playbook, transports: Mapping[str, Transport], runs_d
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise UsageError(f"{h}: the journal on the host is damaged ({e})") from None
         if j.state != "active":
+            continue
+        if closed_locally(runs_dir, playbook.name, j.run_id):
+            if notes is not None:
+                notes.append(stale_note(h, j.run_id))
             continue
         made_raw = unb64(got[1].get("content_b64"))
         made = verified_copy(key, h, playbook.name, "made", made_raw, j.run_id) if made_raw else None

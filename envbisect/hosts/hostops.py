@@ -63,7 +63,7 @@ def _answer(transport: Transport, res: CommandResult, what: str) -> dict[str, An
         raise RemoteError(f"{transport.host}: {what} failed ({transport.python}): {res.stderr_line()}")
     try:
         doc = json.loads(res.stdout)
-    except ValueError:
+    except (ValueError, RecursionError):  # a host's answer is data: nested past the parser's depth is not JSON
         raise RemoteError(f"{transport.host}: {what} printed something that is not JSON: {res.stdout[:80]!r}") from None
     if not isinstance(doc, dict):
         raise RemoteError(f"{transport.host}: {what} answered an unexpected document")

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from envbisect.errors import EnvbisectError, HostConflict, LockHeld, LockLost, RemoteError, UsageError
 from envbisect.hosts import faults
 from envbisect.hosts.collector import for_each_host
-from envbisect.hosts.host_copies import find_journal, host_copy, verified_copy
+from envbisect.hosts.host_copies import closed_locally, find_journal, host_copy, stale_note, verified_copy
 from envbisect.hosts.hostops import b64, run_ops, unb64
 from envbisect.hosts.journal_records import (Journal, RepoState, journal_dir, local_journal_paths, made_json,
                                              made_path, remote_paths, sha)
@@ -137,7 +137,12 @@ class HostEditor:
                 if not res.get("locked") and held.get("token") and holder_gone_here(held):
                     # a run of this machine whose process is gone: the host takes that record (by its
                     # token, so a lock taken meanwhile by someone else is judged afresh) as dead
-                    res = run_ops(t, [{**op, "dead_token": held["token"]}])[0]
+                    op = {**op, "dead_token": held["token"]}
+                    res = run_ops(t, [op])[0]
+                jr = res.get("journal_run")
+                if not res.get("locked") and jr and closed_locally(self.runs_root, self.playbook.name, jr):
+                    notes.append(stale_note(h, jr))  # the store closed that run: the host's copy is stale
+                    res = run_ops(t, [{**op, "stale_journal": jr}])[0]
                 if not res.get("locked"):
                     raise self._refusal(h, t, res)
                 if not dry:
@@ -412,7 +417,8 @@ class HostEditor:
                     self.live_repos.pop(key, None)
                     self.expect_repos[key] = self.expected_repo(key) | {want_repos[key]}
         self._first_error(outcomes)
-        raise_on_env_check(env_results, SecretMasker(self.playbook.secret_names, self.playbook.secret_values))
+        raise_on_env_check(env_results, SecretMasker(self.playbook.secret_names, self.playbook.secret_values,
+                                                     key=Store(self.runs_root.parent).mask_key()))
         return {h: (0 if isinstance(v, Exception) else v) for h, v in outcomes.items()} | \
             {h: 0 for h in self.transports if h not in outcomes}
 

@@ -216,7 +216,7 @@ class AgentSession:
             head = json.loads(line)
             lengths = (0, 0) if head.get("need_source") else \
                 (int(head.get("stdout") or 0), int(head.get("stderr") or 0))
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError, RecursionError):
             lengths = (-1, -1)
         if min(lengths) < 0:
             raise _Refused(f"something that is not its protocol: {line[:80]!r}")

@@ -15,14 +15,16 @@ terminal: control characters and escape sequences made visible) and :func:`encod
 that can be written as UTF-8: the bytes of a non-UTF-8 value shown as ``\\xNN``).
 
 A masked value keeps a harmless hint (a well-known token prefix such as ``hf_``)
-and the first 8 hex digits of the value's SHA-256, so two snapshots can show
-"this secret changed" without showing it::
+and the first 8 hex digits of a keyed hash of the value (HMAC-SHA256 with the
+masker's key: the store's, see ``Store.mask_key``), so two outputs of one store
+can show "this secret changed" without showing it::
 
     hf_••••(masked, sha256:1a2b3c4d)
     ••••(masked, sha256:5e6f7a8b)
 
-The hash of a low-entropy secret (a short password) can be brute-forced from
-those 32 bits; that is the price of seeing that a masked value changed.
+Without the key, the 8 hex digits of a short password cannot be matched
+against a dictionary (an unkeyed hash could, from a bundle). A masker given no
+key uses one made for this process.
 
 Most of this module is the table of secret name and value rules; the code itself is small.
 """
@@ -30,8 +32,10 @@ Most of this module is the table of secret name and value rules; the code itself
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
+import os
 import re
 from collections import Counter
 from fnmatch import fnmatchcase
@@ -178,13 +182,16 @@ def _cut_at_the_edges(text: str, value: str) -> Iterable[tuple[int, int]]:
         j = value.find(tail, j + 1)
 
 
-def mask_hash(value: str) -> str:
-    """First 8 hex digits of the SHA-256 of ``value`` (UTF-8; lone surrogates kept)."""
-    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+_PROCESS_KEY = os.urandom(32)  # the key of a masker given none: its hashes mean something in this process only
 
 
-def _mask(value: str) -> str:
-    return f"{_hint(value)}{MASK}(masked, sha256:{mask_hash(value)})"
+def mask_hash(value: str, key: bytes | None = None) -> str:
+    """First 8 hex digits of HMAC-SHA256(key, ``value``) (UTF-8; lone surrogates kept)."""
+    return hmac.new(key or _PROCESS_KEY, value.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:8]
+
+
+def _mask(value: str, key: bytes | None) -> str:
+    return f"{_hint(value)}{MASK}(masked, sha256:{mask_hash(value, key)})"
 
 
 # What _mask produces: never masked again, so redaction is idempotent and text
@@ -362,7 +369,9 @@ class SecretMasker:
     redact wherever they appear (empty/blank ones are ignored).
     """
 
-    def __init__(self, extra_names: Iterable[str] = (), extra_values: Iterable[str] = ()):
+    def __init__(self, extra_names: Iterable[str] = (), extra_values: Iterable[str] = (), *,
+                 key: bytes | None = None):
+        self.key = key  # of the hash a masked value shows (None: this process's own)
         self._extra_names = tuple(n.strip().upper() for n in extra_names if n and n.strip())
         vals = {v for v in extra_values if v and v.strip()}
         self._extra_values = tuple(sorted(vals, key=len, reverse=True))
@@ -467,7 +476,7 @@ class SecretMasker:
         if value is None or value == "" or _ALREADY_MASKED_RE.fullmatch(value):
             return value
         if self.is_secret_name(name) or self._hex_token(name, value.strip()):
-            return _mask(value)
+            return _mask(value, self.key)
         return self.redact_text(value)
 
     def redact_text(self, text: str) -> str:
@@ -497,7 +506,7 @@ class SecretMasker:
         last = 0
         for s, e, q in merged:
             out.append(text[last:s])
-            masked = _mask(text[s:e])
+            masked = _mask(text[s:e], self.key)
             out.append(f'"{masked}"' if q else masked)
             last = e
         out.append(text[last:])
@@ -577,7 +586,7 @@ class SecretMasker:
         if isinstance(o, (list, tuple)):
             return [self.redact_obj(v, key) for v in o]
         if key is not None and isinstance(o, (int, float)) and not isinstance(o, bool) and self.is_secret_name(key):
-            return _mask(str(o))
+            return _mask(str(o), self.key)
         return o
 
     def redact_json(self, o: Any, *, indent: int | None = 1, **kw: Any) -> str:

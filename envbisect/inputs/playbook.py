@@ -167,6 +167,8 @@ class Playbook:
     # [engine.versions]: the value it takes for each release installed side by side (an upgrade is then a delta)
     engine_switch: str | None = None
     engine_versions: Mapping[str, str] = field(default_factory=dict)
+    watch_cooldown: str = "1h"  # [watch] cooldown: the least time between two bisections of `envbisect watch`
+    watch_secret_file: str | None = None  # [watch] secret_file: the webhook's shared secret (absolute path)
 
     def services_on(self, host: str) -> list[Service]:
         return [s for s in self.services.values() if s.host == host]
@@ -212,6 +214,11 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
     watch_alerts = wr.str_list("alerts")
     if any(not a.strip() for a in watch_alerts):
         raise PlaybookError(path, "watch.alerts", "an alert name must not be empty")
+    watch_cooldown = wr.get("cooldown", str, "1h")
+    watch_secret_file = wr.get("secret_file", str, None)
+    if watch_secret_file is not None and not watch_secret_file.startswith("/"):
+        raise PlaybookError(path, "watch.secret_file", f"must be an absolute path on this machine, got "
+                                                       f"{watch_secret_file!r}")
     wr.finish()
     backups = _one_key(TableReader(path, "baseline", top.get("baseline", dict, {})), "backups", TableReader.str_list)
     sr = TableReader(path, "secrets", top.get("secrets", dict, {}))
@@ -230,7 +237,7 @@ def parse_playbook(data: Mapping[str, Any], path: Path) -> Playbook:
         watch_paths=watch, max_file_size=max_file_size, backups=backups, secret_names=secret_names,
         secret_values=secret_values, probes=probes, client_url=client_url, inventory_file=inventory_file,
         link_keys=link_keys, arg_keys=arg_keys, watch_alerts=watch_alerts, engine_switch=engine_switch,
-        engine_versions=engine_versions,
+        engine_versions=engine_versions, watch_cooldown=watch_cooldown, watch_secret_file=watch_secret_file,
     )
 
 

@@ -139,17 +139,29 @@ def secret_raw_values(run_dir: Path, masker: SecretMasker) -> set[str]:
 def default_masker(run_dir: Path) -> SecretMasker:
     """The masker of the run's playbook ([secrets] names/values) when it can be read, else the
     built-in rules only."""
-    doc = rundir.RunDir(Path(run_dir)).read_any(rundir.RUN) or {}
+    rd = rundir.RunDir(Path(run_dir))
+    doc = rd.read_any(rundir.RUN) or {}
+    key = _store_key(Path(run_dir))
     pb = doc.get("playbook")
     if pb and Path(pb).exists():
         try:
             from envbisect.inputs.playbook import load_playbook
 
             p = load_playbook(pb)
-            return SecretMasker(p.secret_names, p.secret_values)
+            return SecretMasker(p.secret_names, p.secret_values, key=key)
         except Exception:  # noqa: BLE001 - a broken playbook must not stop a postmortem
             pass
-    return SecretMasker()
+    return SecretMasker(key=key)
+
+
+def _store_key(run_dir: Path) -> bytes | None:
+    """The mask key of the store STORE/runs/ID belongs to (a fleet replica's folder is one deeper)."""
+    from envbisect.state.store import JOURNAL_KEY, Store
+
+    for root in (run_dir.parent.parent, run_dir.parent.parent.parent):
+        if (root / JOURNAL_KEY).is_file():
+            return Store(root).mask_key()
+    return None
 
 
 def make_redactor(run_dir: Path, masker: SecretMasker | None = None) -> Redactor:

@@ -48,7 +48,7 @@ class Deployment:
         self.playbook = bind_inventory(playbook, options.inventory)  # [hosts.NAME] inventory = ... -> ssh
         self.store = store
         self.options = options
-        self.masker = SecretMasker(playbook.secret_names, playbook.secret_values)
+        self.masker = SecretMasker(playbook.secret_names, playbook.secret_values, key=store.mask_key())
         self._taught: set[bytes] = set()  # env file bytes the masker has learned from
         self._transports: dict[str, Transport] | None = None
 

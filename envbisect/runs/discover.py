@@ -28,6 +28,7 @@ import os
 import re
 import shlex
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -78,6 +79,19 @@ def scan(transport: Transport, extra_match: Sequence[str] = ()) -> dict[str, Any
     doc = run_agent(transport, "discover.py", req, what="discovery")
     if not isinstance(doc.get("processes"), list):
         raise RemoteError(f"{transport.host}: discovery answered an unexpected document")
+    return doc
+
+
+def masked(doc: Any, masker: Any) -> Any:
+    """The findings with every string through the masker (runs.deployment's SecretMasker): before
+    the draft is written, so that what is masked is a host string, never the TOML quoting around it
+    (masking the draft's text could end a quoted string early)."""
+    if isinstance(doc, str):
+        return masker.redact_text(doc)
+    if isinstance(doc, dict):
+        return {k: masked(v, masker) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [masked(v, masker) for v in doc]
     return doc
 
 
@@ -263,9 +277,10 @@ def _start_stop(p: Mapping[str, Any], role: str, script: Mapping[str, Any] | Non
     if unit and unit.get("name"):
         ctl = "systemctl --user" if unit.get("user") else "systemctl"
         note = "" if unit.get("user") else "; check: a system unit needs root (or sudo) to start and stop"
-        return (Value(f"{ctl} start {unit['name']}", f"it runs as the systemd unit {unit['name']}{note}",
+        name = shlex.quote(str(unit["name"]))
+        return (Value(f"{ctl} start {name}", f"it runs as the systemd unit {unit['name']}{note}",
                       check=not unit.get("user")),
-                Value(f"{ctl} stop {unit['name']}", f"the systemd unit {unit['name']}", check=not unit.get("user")))
+                Value(f"{ctl} stop {name}", f"the systemd unit {unit['name']}", check=not unit.get("user")))
     scripts = [s for s in p.get("scripts") or [] if s.get("path")]
     if script is None or not script.get("path"):
         script = next((s for s in scripts if s.get("markers")), scripts[0] if scripts else None)
@@ -308,15 +323,18 @@ def _start_stop(p: Mapping[str, Any], role: str, script: Mapping[str, Any] | Non
                         check=pick not in want)
 
 
-def interpret(doc: Mapping[str, Any], *, under: str | None = None,
-              extra_match: Sequence[str] = ()) -> tuple[list[Service], list[dict[str, Any]], list[str]]:
-    """(services, repos, notes) from the agent's findings."""
+def interpret(doc: Mapping[str, Any], *, under: str | None = None, extra_match: Sequence[str] = (),
+              masker: Any = None) -> tuple[list[Service], list[dict[str, Any]], list[str]]:
+    """(services, repos, notes) from the agent's findings; with `masker`, the processes' strings
+    masked once they are picked (`under` is matched on the working directory as it is)."""
     by_name = {m["name"]: m for m in matchers(extra_match)}
     procs = [p for p in doc.get("processes") or [] if not p.get("child_of")]
     notes: list[str] = []
     if under:
         root = under.rstrip("/") or "/"
         procs = [p for p in procs if p.get("cwd") and (p["cwd"] == root or p["cwd"].startswith(root + "/"))]
+    if masker is not None:
+        doc, procs = masked(doc, masker), masked(procs, masker)
     if not procs:
         looked = ", ".join(m["name"] for m in by_name.values())
         where = f" under {under}" if under else ""
@@ -382,18 +400,19 @@ def start_order(services: list[Service]) -> list[str | list[str]]:
     engines = [s.name for s in services if s.role in ("prefill", "decode")]
     if not {"prefill", "decode"} <= {s.role for s in services}:
         return [s.name for s in services]
-    order: list[str | list[str]] = []
-    for s in services:
-        if s.name not in engines:
-            order.append(s.name)
-        elif s.name == engines[0]:
-            order.append(engines)
-    return order
+    return [engines, *(s.name for s in services if s.name not in engines)]
+
+
+_UNSHOWN = re.compile(r"[\x80-\x9f\u2028\u2029]")  # left raw by TOML's quoting; a terminal acts on them
 
 
 def _toml(v: Any) -> str:
+    """`v` as a TOML value, through tomlkit's quoting: a string is one line whatever it holds (C0
+    controls and DEL escaped by tomlkit, C1 controls and line separators by \\uXXXX here)."""
+    import tomlkit
+
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
+        return _UNSHOWN.sub(lambda m: f"\\u{ord(m.group(0)):04x}", tomlkit.string(v).as_string())
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -403,8 +422,23 @@ def _toml(v: Any) -> str:
     raise TypeError(type(v))
 
 
+def _controls(text: str) -> bool:
+    return any(unicodedata.category(c) == "Cc" or c in "\u2028\u2029" for c in text)
+
+
 def _comment(text: str) -> str:
-    return " ".join(str(text).split())
+    """Text for a comment, on one line; dropped when it holds control characters (a host string
+    with a line break would end the comment and start TOML of its own)."""
+    text = str(text)
+    if _controls(text):
+        return "(not shown: it holds control characters)"
+    return " ".join(text.split())
+
+
+def _shown(text: Any) -> str:
+    """A host string inside a comment: quoted as a TOML string, or dropped when it holds control
+    characters."""
+    return "(a name holding control characters)" if _controls(str(text)) else _toml(str(text))
 
 
 class _Draft:
@@ -435,7 +469,7 @@ class _Draft:
 
 
 def _bare(name: str) -> str:
-    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _toml(name)
 
 
 def host_key(spec: str) -> str:
@@ -456,7 +490,8 @@ def draft(doc: Mapping[str, Any], services: Sequence[Service], repos: Sequence[M
     when = datetime.fromtimestamp(float(doc.get("now") or time.time()), timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     pd = any(s.role in ("prefill", "decode") for s in services)
     dep_name = name or f"{host}-sglang{'-pd' if pd else ''}"
-    d.add(f"# envbisect playbook draft: `envbisect {command}` read what runs on {doc.get('hostname', host)} "
+    d.add(f"# envbisect playbook draft: `envbisect {_comment(command)}` read what runs on "
+          f"{_shown(doc.get('hostname', host))} "
           f"at {when}",
           f"# ({len(services)} SGLang process(es): {', '.join(f'{s.name} pid {s.pid}' for s in services)}).",
           "# Nothing was changed on the host. Reference: docs/playbook.md.",
@@ -472,9 +507,11 @@ def draft(doc: Mapping[str, Any], services: Sequence[Service], repos: Sequence[M
                                                          "   # pass the inventory with --inventory FILE"))
     else:
         d.add(f"ssh = {_toml(ssh)}")
-    d.add(f"python = {_toml(python)}   # ran the discovery there (Python {doc.get('python_version', '?')})", "")
+    d.add(f"python = {_toml(python)}   # ran the discovery there (Python {_comment(doc.get('python_version', '?'))})",
+          "")
     for s in services:
-        d.add(f"# {s.role}: pid {s.pid}, found as {s.matcher}" + (f", working directory {s.cwd}" if s.cwd else ""))
+        d.add(f"# {s.role}: pid {s.pid}, found as {s.matcher}" + (f", working directory {_shown(s.cwd)}" if s.cwd
+                                                                  else ""))
         for n in s.notes:
             d.add(f"# note: {_comment(n)}")
         d.add(f"[services.{_bare(s.name)}]", f"host = {_toml(host)}")
@@ -493,8 +530,9 @@ def draft(doc: Mapping[str, Any], services: Sequence[Service], repos: Sequence[M
     for r in repos:
         head = (r.get("branch") or "detached") + ("@" + r["head"][:10] if r.get("head") else "")
         d.add("[[repos]]", f"host = {_toml(host)}",
-              f"path = {_toml(r['path'])}   # {_comment(r.get('found_from', ''))}; {head}"
-              + (f"; origin {r['remote']}" if r.get("remote") else ""), "")
+              f"path = {_toml(r['path'])}   # " + _comment(f"{r.get('found_from', '')}; {head}"
+                                                          + (f"; origin {r['remote']}" if r.get("remote") else "")),
+              "")
     if not repos:
         d.add("# TODO (optional): the deployed git checkouts (none found above the services' working directories",
               "# or the code they run)", "# [[repos]]", f"# host = {_toml(host)}", '# path = "/srv/sglang/src"', "")

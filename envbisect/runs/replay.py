@@ -102,8 +102,14 @@ def find_run(runs_root: Path, run_id: str | None, deployment: str | None = None)
 
 # ----------------------------------------------------------------------------- the log
 
+def _unit_word(unit: str) -> str:
+    """A unit as the log shows it: on one line, control characters made visible (a delta id holds a
+    host's file name), quoted as a shell word; parse_log reads it back as this same text."""
+    return printable(unit, keep_newlines=False)
+
+
 def _config_text(units: Sequence[str]) -> str:
-    return " ".join(shlex.quote(u) for u in sorted(units)) if units else BASELINE
+    return " ".join(shlex.quote(_unit_word(u)) for u in sorted(units)) if units else BASELINE
 
 
 def _one_line(masker: SecretMasker, text: str) -> str:
@@ -129,7 +135,7 @@ def render_log(ev: RunEvidence, masker: SecretMasker | None = None) -> str:
     grouped = {u: ds for u, ds in ev.units.items() if ds != (u,)}
     if grouped:
         out.append("# units of several deltas:")
-        out += [f"#   {u} = {' '.join(ds)}" for u, ds in sorted(grouped.items())]
+        out += [f"#   {_unit_word(u)} = {' '.join(_unit_word(d) for d in ds)}" for u, ds in sorted(grouped.items())]
     out += [f"run {ev.run_id}", f"deployment {ev.deployment}"]
     width = max((len(_config_text(t.units)) for t in ev.trials), default=8)
     for t in ev.trials:
@@ -284,7 +290,7 @@ def _changes(ev: RunEvidence, edited: EditedLog, by: str, now: float) -> tuple[C
             t = check_correctable(ev.run_id, ev.doc, ev.trials, ln.trial, "correct")
         except UsageError as e:
             raise UsageError(f"{where}: {e}") from None
-        if set(ln.units) != set(t.units):
+        if set(ln.units) != {_unit_word(u) for u in t.units}:
             raise UsageError(f"{where}: trial {t.n} ran {_config_text(t.units)}, the log says "
                              f"{_config_text(ln.units)}; "
                              "a configuration is what ran and cannot be edited (delete the line to drop the trial)")

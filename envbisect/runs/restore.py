@@ -50,7 +50,10 @@ def restore_deployment(dep: Deployment, *, run_id: str | None = None, break_lock
     Resources someone else changed meanwhile are left as found and listed under "conflicts".
     `dry_run`: say what would be put back, and whether the lock could be taken; write nothing."""
     ev = on_event or (lambda _k, _d: None)
-    journal = find_journal(dep.playbook, dep.transports, dep.store.runs_dir, run_id)
+    stale: list[str] = []
+    journal = find_journal(dep.playbook, dep.transports, dep.store.runs_dir, run_id, notes=stale)
+    for note in stale:
+        ev("warning", {"message": note})
     if journal is None:
         why = f"run {run_id} has no active journal" if run_id else "no active journal for this deployment"
         return RestoreResult(False, reason=f"{why}: nothing to undo", dry_run=dry_run)

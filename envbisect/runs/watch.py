@@ -18,33 +18,33 @@ The rules `decide` follows:
   probe could not tell: exit 125, a lost connection) breaks the streak, it is no symptom.
 - An incident is the pass->fail transition (named by the last passing snapshot) or an alert's
   fingerprint + startsAt; one that was acted on is remembered and never acted on again.
+- An alert is a reason to probe, not evidence: a firing alert asks for one observation now
+  (`Act.CONFIRM`), and only a `fail` of the watch's own probe makes it a trigger.
+- At most one bisection per `[watch] cooldown` (default 1 h): an alert in the cooldown is said and
+  dropped, a failing probe streak acts when the cooldown is over.
 - An un-restored journal (or another run holding the deployment lock) means: say so once, keep the
   trigger pending, act on the next cycle after it is cleared.
 """
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import json
 import os
 import queue
-import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from envbisect.errors import LockHeld, UsageError
 from envbisect.runs.schedule import (Schedule, absolute_path, cron_expression, cron_word, envbisect_command,
                                      one_line_word, slug, systemd_present, systemd_word, unit_dir)
+from envbisect.runs.webhook import Alert, AlertListener, load_secret, parse_listen, parse_webhook
 
-MAX_BODY = 1 << 20  # bytes: an Alertmanager group notification is a few KiB; more is refused (413)
 MAX_INCIDENTS = 200  # remembered incident ids (the oldest are forgotten first)
 
 
@@ -60,45 +60,37 @@ class Observation:
 
 
 @dataclass(frozen=True)
-class Alert:
-    """One alert of an Alertmanager webhook notification (version "4")."""
-
-    alertname: str
-    status: str  # firing | resolved
-    fingerprint: str = ""
-    starts_at: str = ""
-    group_key: str = ""
-    receiver: str = ""
-
-    @property
-    def incident(self) -> str:
-        if self.fingerprint:
-            return f"alert:{self.fingerprint}@{self.starts_at}"
-        return f"alert-group:{self.group_key}@{self.starts_at}"
-
-
-@dataclass(frozen=True)
 class WatchState:
     armed: bool = False  # a pass was observed since the last bisection
     fails: int = 0  # consecutive "fail" observations
     last_pass: str | None = None  # the snapshot id of the newest passing observation
     incidents: tuple[str, ...] = ()  # acted on (never again)
     blocked: str | None = None  # the incident waiting for a journal to be restored (said once)
+    bisected_at: float | None = None  # epoch seconds of the last bisection started: the cooldown runs from it
 
     def to_json(self) -> dict[str, Any]:
         return {"armed": self.armed, "fails": self.fails, "last_pass": self.last_pass,
-                "incidents": list(self.incidents), "blocked": self.blocked}
+                "incidents": list(self.incidents), "blocked": self.blocked, "bisected_at": self.bisected_at}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "WatchState":
+        at = doc.get("bisected_at")
         return cls(armed=bool(doc.get("armed")), fails=int(doc.get("fails") or 0), last_pass=doc.get("last_pass"),
-                   incidents=tuple(str(i) for i in doc.get("incidents") or ()), blocked=doc.get("blocked"))
+                   incidents=tuple(str(i) for i in doc.get("incidents") or ()), blocked=doc.get("blocked"),
+                   bisected_at=None if at is None else float(at))
+
+    def cooling(self, now: float, cooldown_s: float) -> float | None:
+        """When the cooldown after the last bisection ends, while it runs; else None."""
+        if self.bisected_at is None or now >= self.bisected_at + cooldown_s:
+            return None
+        return self.bisected_at + cooldown_s
 
 
 class Act(Enum):
     NOTHING = "nothing"
     BISECT = "bisect"
     WAIT = "wait"  # a trigger, but a journal is un-restored (or another run holds the lock)
+    CONFIRM = "confirm"  # an alert: probe now; only the watch's own failing probe makes it a trigger
 
 
 @dataclass(frozen=True)
@@ -114,15 +106,19 @@ FAILS_TO_ACT = 2
 
 
 def decide(state: WatchState, event: Observation | Alert, *, journal_open: bool = False,
-           alerts: Sequence[str] = ()) -> tuple[WatchState, Decision]:
+           alerts: Sequence[str] = (), now: float = 0.0, cooldown_s: float = 0.0,
+           confirmed: Observation | None = None) -> tuple[WatchState, Decision]:
     """The new state and what to do about `event`. `journal_open`: a bisection could not start now
-    (an un-restored journal, or another run's lock). `alerts`: the alertnames that may trigger."""
+    (an un-restored journal, or another run's lock). `alerts`: the alertnames that may trigger.
+    `now`, `cooldown_s`: the time (epoch seconds) and the least time between two bisections.
+    `confirmed`: for an alert, the watch's own observation made because of it (Act.CONFIRM)."""
     if isinstance(event, Observation):
-        return _observed(state, event, journal_open)
-    return _alerted(state, event, journal_open, alerts)
+        return _observed(state, event, journal_open, now, cooldown_s)
+    return _alerted(state, event, journal_open, alerts, now, cooldown_s, confirmed)
 
 
-def _observed(state: WatchState, o: Observation, journal_open: bool) -> tuple[WatchState, Decision]:
+def _observed(state: WatchState, o: Observation, journal_open: bool, now: float,
+              cooldown_s: float) -> tuple[WatchState, Decision]:
     if o.outcome == "pass":
         return (dataclasses.replace(state, armed=True, fails=0, last_pass=o.snapshot or state.last_pass),
                 Decision(Act.NOTHING, "the probe passed" + ("" if state.armed else "; armed again")))
@@ -137,10 +133,22 @@ def _observed(state: WatchState, o: Observation, journal_open: bool) -> tuple[Wa
     if fails < FAILS_TO_ACT:
         return new, Decision(Act.NOTHING, f"the probe failed ({fails} of {FAILS_TO_ACT} in a row)")
     incident = f"probe:{state.last_pass or '?'}"
-    return _trigger(new, incident, "probe", f"the probe failed {fails} times in a row after a pass", journal_open)
+    why = f"the probe failed {fails} times in a row after a pass"
+    ends = state.cooling(now, cooldown_s)
+    if ends is not None and incident not in state.incidents:
+        return new, Decision(Act.NOTHING, f"{why}; {_cooling(state, ends)}: acting after it", incident=incident)
+    return _trigger(new, incident, "probe", why, journal_open)
 
 
-def _alerted(state: WatchState, a: Alert, journal_open: bool, alerts: Sequence[str]) -> tuple[WatchState, Decision]:
+def _cooling(state: WatchState, ends: float) -> str:
+    def at(t: float) -> str:
+        return time.strftime("%H:%M:%S", time.localtime(t))
+
+    return f"in the cooldown after the bisection at {at(state.bisected_at or 0)} (until {at(ends)}, [watch] cooldown)"
+
+
+def _alerted(state: WatchState, a: Alert, journal_open: bool, alerts: Sequence[str], now: float, cooldown_s: float,
+             confirmed: Observation | None) -> tuple[WatchState, Decision]:
     if a.status != "firing":
         return state, Decision(Act.NOTHING, f"alert {a.alertname} is {a.status}")
     if a.alertname not in alerts:
@@ -148,10 +156,22 @@ def _alerted(state: WatchState, a: Alert, journal_open: bool, alerts: Sequence[s
     if a.incident in state.incidents:
         return state, Decision(Act.NOTHING, f"alert {a.alertname} ({a.incident}) was acted on already",
                                incident=a.incident)
+    ends = state.cooling(now, cooldown_s)
+    if ends is not None:
+        return state, Decision(Act.NOTHING, f"alert {a.alertname}: {_cooling(state, ends)}: logged, not acted on",
+                               incident=a.incident)
     if not state.armed:
         return state, Decision(Act.NOTHING, f"alert {a.alertname}: no pass observed since the last bisection",
                                incident=a.incident)
-    return _trigger(state, a.incident, "alert", f"alert {a.alertname} is firing", journal_open)
+    if confirmed is None:
+        return state, Decision(Act.CONFIRM, f"alert {a.alertname} is firing: probing to confirm it",
+                               incident=a.incident, trigger="alert")
+    if confirmed.outcome != "fail":
+        return state, Decision(Act.NOTHING, f"alert {a.alertname} is firing, but the watch's probe says "
+                                            f"{confirmed.outcome} ({confirmed.reason}): not acted on",
+                               incident=a.incident)
+    return _trigger(state, a.incident, "alert", f"alert {a.alertname} is firing and the probe confirms it "
+                                                f"({confirmed.reason})", journal_open)
 
 
 def _trigger(state: WatchState, incident: str, trigger: str, why: str,
@@ -165,110 +185,19 @@ def _trigger(state: WatchState, incident: str, trigger: str, why: str,
     return state, Decision(Act.BISECT, why, incident=incident, trigger=trigger)
 
 
-def acted(state: WatchState, incident: str) -> WatchState:
-    """After a bisection of `incident`: remembered, and disarmed until a pass is observed again."""
+def acted(state: WatchState, incident: str, now: float | None = None) -> WatchState:
+    """After a bisection of `incident` started at `now`: remembered, disarmed until a pass is
+    observed again, and the cooldown runs from `now`."""
     kept = tuple(i for i in state.incidents if i != incident)[-(MAX_INCIDENTS - 1):] + (incident,)
-    return dataclasses.replace(state, armed=False, fails=0, incidents=kept, blocked=None)
+    return dataclasses.replace(state, armed=False, fails=0, incidents=kept, blocked=None,
+                               bisected_at=state.bisected_at if now is None else now)
 
 
-# --- Alertmanager's webhook ----------------------------------------------------------------------
+def watch_cooldown(pb: Any) -> float:
+    """`[watch] cooldown` in seconds: the least time between two bisections of the watch."""
+    from envbisect.state.prune import parse_duration
 
-def parse_webhook(body: bytes) -> list[Alert]:
-    """The alerts of an Alertmanager webhook notification (version "4"). ValueError: not one."""
-    try:
-        doc = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"not JSON: {e}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("alerts"), list):
-        raise ValueError("not an Alertmanager webhook notification (no alerts list)")
-    if str(doc.get("version", "4")) != "4":
-        raise ValueError(f"webhook version {doc.get('version')!r}: envbisect reads version 4")
-    out = []
-    for a in doc["alerts"]:
-        if not isinstance(a, dict) or not isinstance(a.get("labels"), dict):
-            raise ValueError("an alert without labels")
-        out.append(Alert(alertname=str(a["labels"].get("alertname", "")), status=str(a.get("status") or
-                                                                                        doc.get("status") or ""),
-                         fingerprint=str(a.get("fingerprint") or ""), starts_at=str(a.get("startsAt") or ""),
-                         group_key=str(doc.get("groupKey") or ""), receiver=str(doc.get("receiver") or "")))
-    return out
-
-
-def parse_listen(spec: str, *, allow_remote: bool) -> tuple[str, int]:
-    """HOST:PORT for --listen; a non-loopback HOST only with `allow_remote`."""
-    m = re.fullmatch(r"\[?([^\]]*?)\]?:(\d{1,5})", spec.strip())
-    if not m or not m.group(1) or int(m.group(2)) > 65535:
-        raise UsageError(f"--listen {spec}: give HOST:PORT, e.g. 127.0.0.1:9798")
-    host, port = m.group(1), int(m.group(2))
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        raise UsageError(f"--listen {spec}: HOST must be an IP address or localhost") from None
-    if not loopback and not allow_remote:
-        raise UsageError(f"--listen {spec}: {host} is not a loopback address; anyone who reaches it could start a "
-                         "bisection: add --listen-remote to mean it (and put it behind your firewall)")
-    return host, port
-
-
-class AlertListener:
-    """A small HTTP server for Alertmanager's webhook: each POST's alerts go on `alerts` (a queue the
-    watch loop reads between cycles). Bodies over MAX_BODY are refused unread (413)."""
-
-    def __init__(self, host: str, port: int, log: Callable[[str], None]):
-        self.alerts: "queue.Queue[Alert]" = queue.Queue()
-        me = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                try:
-                    n = int(self.headers.get("Content-Length") or "-1")
-                except ValueError:
-                    n = -1
-                if n < 0:
-                    return self._answer(411, "Content-Length required")
-                if n > MAX_BODY:
-                    self.close_connection = True
-                    return self._answer(413, f"body over {MAX_BODY} bytes")
-                try:
-                    got = parse_webhook(self.rfile.read(n))
-                except ValueError as e:
-                    log(f"webhook from {self.client_address[0]} refused: {e}")
-                    return self._answer(400, str(e))
-                for a in got:
-                    me.alerts.put(a)
-                return self._answer(200, f"{len(got)} alert(s) received")
-
-            def do_GET(self) -> None:  # noqa: N802
-                self._answer(200, "envbisect watch: POST Alertmanager webhook notifications here")
-
-            def _answer(self, code: int, text: str) -> None:
-                data = (text + "\n").encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *a: Any) -> None:
-                pass
-
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-
-        class Server(ThreadingHTTPServer):
-            address_family = family
-            daemon_threads = True
-
-        try:
-            self.server = Server((host, port), Handler)
-        except OSError as e:
-            raise UsageError(f"--listen {host}:{port}: {e.strerror or e}") from None
-        self.address = self.server.server_address[:2]
-        self._thread = threading.Thread(target=self.server.serve_forever, name="envbisect-watch-listen", daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    return parse_duration(pb.watch_cooldown, f"{pb.path}: [watch] cooldown")
 
 
 # --- the store side: lock and remembered state ---------------------------------------------------
@@ -445,6 +374,8 @@ class Watcher:
                 raise UsageError(f"--listen: {pb.path} names no alerts: add [watch] alerts = [\"AlertName\", ...] "
                                  "(only those trigger a bisection)")
         self.deployment, self.alerts = pb.name, pb.watch_alerts
+        self.cooldown_s = watch_cooldown(pb)
+        secret = load_secret(pb.watch_secret_file, str(pb.path)) if self.opts.listen else ""
         lock = WatchLock(self.store_root, pb.name)
         note = lock.acquire()
         if note:
@@ -456,7 +387,7 @@ class Watcher:
             state = load_state(self.store_root, pb.name, Store(self.store_root))
             summary.state = state
             if self.opts.listen:
-                self.listener = AlertListener(*self.opts.listen, log=self.say)
+                self.listener = AlertListener(*self.opts.listen, log=self.say, secret=secret, alerts=self.alerts)
                 host, port = self.listener.address
                 self.event("watch-listen", {"url": f"http://{host}:{port}/"})
                 self.say(f"listening for Alertmanager webhooks on http://{host}:{port}/ "
@@ -490,12 +421,7 @@ class Watcher:
 
         try:
             with self.open_deployment() as dep:
-                snap = dep.snapshot("watch", probe=dep.playbook.probes[self.opts.probe])
-                o = snap.probe
-                obs = Observation(o.outcome, snap.id, o.reason)
-                self.event("watch-observation", {"snapshot": snap.id, "outcome": o.outcome, "reason": o.reason})
-                self.say(f"{time.strftime('%H:%M:%S')} probe {o.name}: {o.outcome} ({o.reason}); snapshot {snap.id}")
-                state = self._handle(dep, state, obs, summary)
+                state = self._handle(dep, state, self._observe(dep), summary)
                 if self.pending is not None:  # Alertmanager repeats it only after repeat_interval
                     state = self._handle(dep, state, self.pending, summary)
                 return state
@@ -504,6 +430,15 @@ class Watcher:
             self.say(f"{time.strftime('%H:%M:%S')} could not observe the stack: {e}")
             new, _ = decide(state, Observation("unresolved", None, str(e)))
             return self._save(new)
+
+    def _observe(self, dep: Any, because: str | None = None) -> Observation:
+        snap = dep.snapshot("watch", probe=dep.playbook.probes[self.opts.probe])
+        o = snap.probe
+        self.event("watch-observation", {"snapshot": snap.id, "outcome": o.outcome, "reason": o.reason,
+                                         **({"because": because} if because else {})})
+        self.say(f"{time.strftime('%H:%M:%S')} probe {o.name}: {o.outcome} ({o.reason}); snapshot {snap.id}"
+                 + (f" (to confirm {because})" if because else ""))
+        return Observation(o.outcome, snap.id, o.reason)
 
     def _wait(self, state: WatchState, summary: WatchSummary) -> WatchState:
         """Until the next cycle: alerts are handled as they come."""
@@ -535,11 +470,16 @@ class Watcher:
         return None
 
     def _handle(self, dep: Any, state: WatchState, event: Observation | Alert, summary: WatchSummary) -> WatchState:
-        new, d = decide(state, event, alerts=self.alerts)
+        how = {"alerts": self.alerts, "now": time.time(), "cooldown_s": self.cooldown_s}
+        new, d = decide(state, event, **how)
+        if d.act is Act.CONFIRM and isinstance(event, Alert):  # an alert is a reason to probe, not evidence
+            self.say(f"{time.strftime('%H:%M:%S')} {d.reason}")
+            how["confirmed"] = self._confirm(dep, event)
+            new, d = decide(state, event, **how)
         if d.act is Act.BISECT:  # only now is the journal looked at (an SSH round trip per host)
             blocked = self._journal_block(dep)
             if blocked:
-                new, d = decide(state, event, journal_open=True, alerts=self.alerts)
+                new, d = decide(state, event, journal_open=True, **how)
                 d = dataclasses.replace(d, reason=f"{d.reason}; cannot start: {blocked}")
         if isinstance(event, Alert) or d.act is not Act.NOTHING:
             self.say(f"{time.strftime('%H:%M:%S')} {d.reason}")
@@ -553,11 +493,19 @@ class Watcher:
                                         "trigger": d.trigger, "reason": d.reason}})
             return self._save(new)
         if d.act is Act.BISECT:
-            self._save(acted(new, d.incident))  # remembered first: a crash mid-bisection never repeats it
+            done = self._save(acted(new, d.incident, now=time.time()))  # first: a crash mid-bisection never repeats it
             rec = self._bisect(dep, d)
             summary.bisections.append(rec)
-            return acted(new, d.incident)
+            return done
         return self._save(new)
+
+    def _confirm(self, dep: Any, alert: Alert) -> Observation:
+        from envbisect.errors import EnvbisectError
+
+        try:
+            return self._observe(dep, because=f"alert {alert.alertname}")
+        except EnvbisectError as e:
+            return Observation("unresolved", None, str(e))
 
     def _bisect(self, dep: Any, d: Decision) -> dict[str, Any]:
         from envbisect.errors import EnvbisectError
@@ -630,6 +578,11 @@ def make_service(*, playbook: Path, store: Path, ssh_config: str | None, invento
     for word in [*args, *watch_args, every, str(absolute_path(store) / "watch.log")]:
         one_line_word(word)  # a line break in --notify CMD would be a crontab job or unit setting of its own
     kind = kind or ("systemd" if systemd_present() else "cron")
+    if "--listen" in watch_args and kind == "systemd":
+        if not pb.watch_secret_file:  # the unit does not see this shell's ENVBISECT_WATCH_SECRET
+            raise UsageError(f"--listen in a service needs the webhook secret in a file: add [watch] secret_file = "
+                             f"\"/path\" to {pb_path} (the service does not see your environment)")
+        load_secret(pb.watch_secret_file, str(pb_path))
     unit = f"envbisect-watch-{slug(pb.name)}"
     if kind == "systemd":
         command = envbisect_command() + args + ["watch", "--every", every, *watch_args]

@@ -9,6 +9,7 @@ second-parent commits are asked for (`bisect --split-merges`).
 """
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import tempfile
@@ -19,6 +20,9 @@ from typing import Any, Iterator
 import contextlib
 
 from envbisect.errors import RemoteError
+from envbisect.inputs.masking import printable
+
+SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # a SHA-1 or SHA-256 object name, as git prints it
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,11 @@ class LineCommit:
         return f"{self.sha[:12]} {self.subject!r} by {self.author}"
 
 
+def git_says_text(stderr: bytes) -> str:
+    lines = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else "failed"
+
+
 def git_says(e: Exception) -> str:
     """What git said, in one line: the last non-empty line of its stderr (GitPython wraps it as
     ``stderr: '...'``, so its own last line is the closing quote), else the error's own first line."""
@@ -49,12 +58,23 @@ def git_says(e: Exception) -> str:
 
 
 class NotALine(Exception):
-    """The HEAD move is not a forward move along first parents (a rewind, a reset elsewhere)."""
+    """The HEAD move is not a forward move along first parents (a rewind, a reset elsewhere), or its
+    ends are not commits git can read: the commit line's own note, never an error of the run."""
+
+
+def checked_sha(sha: str, what: str) -> str:
+    """`sha` when it is 40 (or 64) lowercase hex digits, as a host's git reports a HEAD; NotALine
+    otherwise. Only such a string reaches git on the controller (`--output=FILE` is an option)."""
+    if isinstance(sha, str) and SHA.fullmatch(sha):
+        return sha
+    raise NotALine(f"{what} {printable(str(sha)[:80], keep_newlines=False)!r} is not a commit id (40 or 64 hex "
+                   "digits)")
 
 
 @contextlib.contextmanager
 def mirror(transport, repo_path: str, head: str) -> Iterator[Path]:  # noqa: ANN001
     """A local bare repository holding every object reachable from `head` on the host."""
+    checked_sha(head, "the HEAD the host reports")
     cmd = f"git -C {shlex.quote(repo_path)} pack-objects --revs --stdout -q"
     res = transport.run(cmd, stdin=(head + "\n").encode(), timeout=300)
     if not res.ok:
@@ -66,8 +86,11 @@ def mirror(transport, repo_path: str, head: str) -> Iterator[Path]:  # noqa: ANN
         if p.returncode != 0:
             raise RemoteError(f"{transport.host}: the pack of {repo_path} could not be indexed: "
                               f"{p.stderr.decode('utf-8', 'replace').strip()[-200:]}")
-        subprocess.run(["git", "-C", str(dest), "update-ref", "refs/heads/envbisect-head", head], check=True,
-                       capture_output=True)
+        p = subprocess.run(["git", "-C", str(dest), "update-ref", "refs/heads/envbisect-head", head],
+                           capture_output=True)
+        if p.returncode != 0:
+            raise NotALine(f"{head[:12]} is not in the mirror of {repo_path}: git says "
+                           f"{printable(git_says_text(p.stderr), keep_newlines=False)}")
         yield dest
 
 
@@ -77,14 +100,22 @@ def first_parent_line(mirror_dir: Path, base: str, head: str, *, split_merges: b
     along that branch's first parents, oldest first), each a step checked out as it was committed."""
     import git  # GitPython: imported here so the rest of envbisect does not pay for it
 
+    checked_sha(base, "the baseline HEAD")
+    checked_sha(head, "the current HEAD")
     repo = git.Repo(str(mirror_dir))
     try:
-        commits = list(repo.iter_commits(f"{base}..{head}", first_parent=True))
+        return _walk(repo, base, head, split_merges)
     except git.GitCommandError as e:
         if "Invalid revision range" in git_says(e):  # the mirror holds what HEAD reaches: base is not in it
             raise NotALine(f"{base[:12]} (the baseline commit) is not an ancestor of the current HEAD {head[:12]} "
                            "(a reset, a rebase or a force-push?): there is no line of commits between them") from e
-        raise NotALine(f"{base[:12]}..{head[:12]}: {git_says(e)}") from e
+        raise NotALine(f"{base[:12]}..{head[:12]}: {printable(git_says(e), keep_newlines=False)}") from e
+    except (git.GitError, ValueError) as e:  # UnsafeOptionError, a damaged object: the line's note
+        raise NotALine(f"{base[:12]}..{head[:12]}: {printable(str(e), keep_newlines=False)[:300]}") from e
+
+
+def _walk(repo, base: str, head: str, split_merges: bool) -> list[LineCommit]:  # noqa: ANN001
+    commits = list(repo.iter_commits(f"{base}..{head}", first_parent=True))
     commits.reverse()
     if not commits or not commits[0].parents or commits[0].parents[0].hexsha != base:
         raise NotALine(f"{head[:12]} is not a first-parent descendant of {base[:12]} (a rewind or a reset?)")

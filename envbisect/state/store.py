@@ -10,6 +10,7 @@ import dataclasses
 import fcntl
 import functools
 import hashlib
+import hmac
 import json
 import os
 import tempfile
@@ -129,6 +130,17 @@ class Store:
         if len(key) < 32:
             raise StoreError(f"{path}: damaged journal key ({len(key)} bytes, expected 32)")
         return key
+
+    def mask_key(self) -> bytes | None:
+        """The key of the hash a masked value shows (inputs/masking.py), derived from the journal key
+        so that every output of this store hashes a secret alike, and no bundle's hash can be matched
+        against a dictionary. None when the store does not exist yet or its key cannot be read (the
+        masker then uses a key of its process)."""
+        try:
+            key = self.journal_key(create=self.root.is_dir())
+        except StoreError:
+            return None
+        return None if key is None else hmac.new(key, b"envbisect: the hash of a masked value", "sha256").digest()
 
     # blobs --------------------------------------------------------------------------------
     def put_blob(self, data: bytes) -> str:

@@ -46,7 +46,7 @@ def reply_text(body: str) -> str | None:
         doc = json.loads(body)
         choice = doc["choices"][0]
         text = choice.get("message", {}).get("content") if "message" in choice else choice.get("text")
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
         return None
     return text if isinstance(text, str) else None
 

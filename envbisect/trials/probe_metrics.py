@@ -18,13 +18,14 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from envbisect.hosts import bounded_http
 from envbisect.hosts.transport import Transport
+from envbisect.inputs.masking import printable
 from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Outcome
 from envbisect.trials.probe_request import ProbeRun, RequestRecord, send
@@ -56,6 +57,8 @@ def read_family(text: str, series: str, labels: Iterable[tuple[str, str]] = ()) 
                 continue
             if fam.type == "histogram":
                 if s.name.endswith("_bucket"):
+                    if "le" not in s.labels:  # a page is a server's answer: malformed is "cannot read", not a crash
+                        raise ValueError(f"{s.name}: a histogram bucket without an le label")
                     le = float(s.labels["le"])
                     buckets[le] = buckets.get(le, 0.0) + s.value
                 elif s.name.endswith("_count"):
@@ -221,17 +224,29 @@ def window_text(seconds: float) -> str:
     return f"{max(1, math.floor(seconds))}s"
 
 
-def promql_value(doc: Mapping) -> float | None:
-    """The number of an /api/v1/query answer: a scalar, or a vector of exactly one sample."""
-    if doc.get("status") != "success":
+def promql_value(doc: Any) -> float | None:
+    """The number of an /api/v1/query answer: a scalar, or a vector of exactly one sample; None for
+    anything else, whatever its shape (an answer is data from a server, not a promise)."""
+    if not isinstance(doc, Mapping) or doc.get("status") != "success" or not isinstance(doc.get("data"), Mapping):
         return None
-    data = doc.get("data") or {}
+    data = doc["data"]
     res = data.get("result")
-    if data.get("resultType") == "scalar" and isinstance(res, list) and len(res) == 2:
-        return float(res[1])
-    if data.get("resultType") == "vector" and isinstance(res, list) and len(res) == 1:
-        return float(res[0]["value"][1])
+    try:
+        if data.get("resultType") == "scalar" and isinstance(res, list) and len(res) == 2:
+            return float(res[1])
+        if data.get("resultType") == "vector" and isinstance(res, list) and len(res) == 1:
+            return float(res[0]["value"][1])
+    except (TypeError, KeyError, IndexError, ValueError):
+        return None
     return None
+
+
+def _no_number(doc: Any) -> str:
+    """Why an answer holds no number, on one line."""
+    error = doc.get("error") if isinstance(doc, Mapping) else None
+    why = str(error) if error else "the answer is not one number: " + json.dumps(
+        doc.get("data") if isinstance(doc, Mapping) else doc, default=str)[:160]
+    return printable(why, keep_newlines=False)[:300]
 
 
 def promql_sample(probe: Probe, url_base: tuple[str, str, str], prom_base: str, t0: float) -> ProbeRun:
@@ -264,8 +279,7 @@ def promql_sample(probe: Probe, url_base: tuple[str, str, str], prom_base: str, 
                             tuple(recs), time.monotonic() - t0, target)
     value = promql_value(doc)
     if value is None or math.isnan(value):
-        why = doc.get("error") or f"the answer is not one number: {str(doc.get('data'))[:160]}"
-        return ProbeRun(probe.name, probe.kind, Outcome.CANNOT_TEST, f"{query}: {why}", tuple(recs),
+        return ProbeRun(probe.name, probe.kind, Outcome.CANNOT_TEST, f"{query}: {_no_number(doc)}", tuple(recs),
                         time.monotonic() - t0, target)
     window = f"{time.strftime('%H:%M:%S', time.gmtime(start))}-{time.strftime('%H:%M:%S', time.gmtime(end))} UTC"
     return ProbeRun(probe.name, probe.kind, Outcome.PASS, f"{query} = {value:.4g} over {window} ({len(recs)} "
@@ -299,4 +313,7 @@ def _prom_query(c: httpx.Client, prom_base: str, params: dict[str, str], deadlin
     ans = bounded_http.request(c, "GET", str(url), deadline_s=deadline_s, max_body=bounded_http.EVIDENCE_MAX_BODY)
     if ans.cut:
         raise ValueError(ans.cut_note())
-    return json.loads(ans.body)
+    try:
+        return json.loads(ans.body)
+    except RecursionError:
+        raise ValueError("the answer is JSON nested too deeply") from None

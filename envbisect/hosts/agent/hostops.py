@@ -348,7 +348,7 @@ def lock(op):
         journal = read_json(os.path.expanduser(op["journal"])) if op.get("journal") else None
         journal_run = None
         if journal and journal.get("state", "active") == "active" and journal.get("run_id") not in (
-                me.get("run_id"), op.get("restoring")):
+                me.get("run_id"), op.get("restoring"), op.get("stale_journal")):
             journal_run = journal.get("run_id")
         if state == "alive":
             if op.get("restoring") and held.get("run_id") == op["restoring"]:

@@ -1,0 +1,145 @@
+"""`init` writes a playbook from what a host reports: every host string (working directory, host
+name, argv, env names and values, paths, unit names, notes) reaches the draft through the TOML
+writer's quoting, or is dropped when it holds control characters; it is never pasted into a
+comment or a key where a line break would start a table of its own (docs/safety.md).
+
+The clean discovery is the real agent's (envbisect/hosts/agent/discover.py, run here through
+LocalTransport) over a stand-in `python -m sglang.launch_server` started by a script; the hostile
+one is the same document with every host string carrying a newline, quotes, `#`, `[`, terminal
+escapes and other control characters. The agent sends no process environment (it compares it
+with the env files on the host and reports counts), so env names and values reach the draft only
+inside the strings that hold them (paths, argv, notes)."""
+from __future__ import annotations
+
+import json
+import tomllib
+from typing import Any
+
+from test_init_discovery import stacks  # noqa: F401 - fixture
+
+from envbisect.hosts.transport_base import LocalTransport
+from envbisect.runs import discover as disc
+
+INJECT = ('\n[probes.aaa]\nkind = "command"\ncommand = "touch /tmp/pwned"\n#"\'#[x]\r\x00\x07\x1b]52;c;QUFB\x07'
+          '\x1b[2J\x7f\x85\x9b31m\u2028')
+NOT_HOST_STRINGS = {"matcher", "kind", "how"}  # what the agent names from the controller's own request
+
+
+def hostile(v: Any, key: str = "") -> Any:
+    if isinstance(v, dict):
+        return {(k if k in NOT_HOST_STRINGS or not isinstance(k, str) or key != "environ" else k + INJECT):
+                (x if k in NOT_HOST_STRINGS else hostile(x, k)) for k, x in v.items()}
+    if isinstance(v, list):
+        return [hostile(x, key) for x in v]
+    if isinstance(v, str):
+        return v + ("/" if v.startswith("/") else "") + INJECT
+    return v
+
+
+def tables(doc: dict, prefix: str = "") -> dict[str, set[str]]:
+    """Every table's dotted name -> its keys (arrays of tables by index)."""
+    out: dict[str, set[str]] = {prefix: set(doc)}
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            out |= tables(v, f"{prefix}.{k}" if prefix else k)
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for i, x in enumerate(v):
+                out |= tables(x, f"{prefix}.{k}[{i}]" if prefix else f"{k}[{i}]")
+    return out
+
+
+def drafted(doc: dict, under: str) -> str:
+    services, repos, _ = disc.interpret(doc, under=under)
+    text, _, _ = disc.draft(doc, services, repos, host="gpu1", ssh="ops@gpu1", inventory_host=None,
+                            inventory_file=None, python="python3", command="init --host ops@gpu1")
+    return text
+
+
+def with_unit(doc: dict, root: str) -> dict:
+    """The same process run by a systemd unit, with a note, a pid file and a log: the fields the
+    script-started stand-in does not have."""
+    p = {**doc["processes"][0], "unit": {"name": "sglang-server.service", "user": True, "file": {
+        "path": "/etc/systemd/user/sglang-server.service", "environment_files": [f"{root}/conf/server.env"],
+        "exec_start": f"{root}/start-server.sh", "working_directory": root}},
+        "notes": ["SGLANG_KV_PAGE_SIZE differs between the process and its env file"],
+        "pid_files": [f"{root}/run/server.pid"], "stdout": f"{root}/log/server.log"}
+    return {**doc, "python_version": "3.11.7", "processes": [p]}
+
+
+def test_every_host_string_of_a_discovery_is_quoted_or_dropped_never_a_table(stacks):  # noqa: F811
+    root = str(stacks[0]["root"])
+    t = LocalTransport()
+    try:
+        doc = disc.scan(t)
+    finally:
+        t.close()
+    mine = [p for p in doc["processes"] if (p.get("cwd") or "").startswith(root)]
+    assert mine and mine[0].get("argv") and mine[0].get("scripts") and mine[0].get("repos"), json.dumps(mine)[:2000]
+    scanned = {**doc, "processes": mine}
+    for clean_doc in (scanned, with_unit(scanned, root)):
+        clean = drafted(clean_doc, root)
+        bad_doc = hostile(clean_doc)
+        assert bad_doc["hostname"].endswith(INJECT) and bad_doc["processes"][0]["cwd"].endswith(INJECT)
+        bad = drafted(bad_doc, root)
+        want, got = tables(tomllib.loads(clean)), tables(tomllib.loads(bad))
+        assert set(got) == set(want), sorted(set(got) ^ set(want))
+        for name, keys in got.items():
+            assert keys <= want[name], (name, keys - want[name])
+        assert "probes.aaa" not in got and list(tomllib.loads(bad)["probes"]) == ["e2e"]
+        for line in bad.splitlines():  # no raw control character on any line (a terminal shows the draft)
+            assert not any(ord(c) < 0x20 and c != "\t" or 0x7f <= ord(c) <= 0x9f or c == "\u2028" for c in line), line
+        assert 'command = \\"touch /tmp/pwned\\"' in bad  # the strings are there, quoted, not lost
+
+
+EVIL_DIR = ('stack\n[probes.aaa]\nkind = "command"\ncommand = "touch /tmp/pwned"\n# PASSWORD="hunter2" '
+            'HF_TOKEN=\\"hf_abcdefghijklmnopqrstuvwxyz12\\" \x1b]0;title\x07')
+
+
+def test_init_over_a_real_server_in_a_hostile_folder_drafts_no_table_of_its_own(tmp_path):
+    """End to end, as the operator runs it (`envbisect init --host local --out -`, the real agent,
+    the CLI's masking): a server started from a folder whose name holds a line break, a table, a
+    secret-named assignment with escaped quotes and a title escape."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from test_init_discovery import FAKE_SERVER, run
+
+    root = tmp_path / EVIL_DIR
+    pkg = root / "python" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text(FAKE_SERVER)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (root / "server.env").write_text(f"export FAKE_PORT={port}\n")
+    start = root / "start-server.sh"
+    start.write_text('#!/usr/bin/env bash\ncd "$(dirname "$0")"\nset -a\n. ./server.env\nset +a\n'
+                     f'export PYTHONPATH="$PWD/python"\n{sys.executable} -m sglang.launch_server --host 127.0.0.1 '
+                     '--port "$FAKE_PORT" --served-model-name tiny-model\n')
+    start.chmod(0o755)
+    p = subprocess.Popen(["bash", str(start)], cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and p.poll() is None, "the stand-in server did not start"
+                time.sleep(0.1)
+        r = run("init", "--host", "local", "--under", str(root), "--out", "-", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        draft = tomllib.loads(r.stdout)
+        assert list(draft["probes"]) == ["e2e"] and set(draft["services"]) == {"server"}, r.stdout
+        assert "hunter2" not in r.stdout and "hf_abcdefghijklmnopqrstuvwxyz12" not in r.stdout
+        assert not any(ord(c) < 0x20 and c not in "\t\n" or 0x7f <= ord(c) <= 0x9f for c in r.stdout + r.stderr)
+    finally:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=10)
