@@ -41,8 +41,9 @@ from __future__ import annotations
 
 from envbisect.outcome import Outcome
 from envbisect.search.policy import POLICIES, Policy, parse_policy
+from envbisect.search.incident import Incident
 from envbisect.search.strategy import Search
-from envbisect.search.types import (Dependency, Hypothesis, Observation, Prior, TrialKind, TrialRequest, Verdict,
+from envbisect.search.types import (Dependency, Fault, Hypothesis, Observation, Prior, TrialKind, TrialRequest, Verdict,
                                     restart_bound)
 
 __all__ = [
@@ -58,5 +59,7 @@ __all__ = [
     "parse_policy",
     "Hypothesis",
     "Search",
+    "Incident",
+    "Fault",
     "restart_bound",
 ]

@@ -180,6 +180,8 @@ def explain(j: Judge, post: Belief, terms: list[int]) -> str:
     label = ", ".join(j.names(j.all & ~fix))
     if j.status(fix, post) == "pass":
         facts.append(f"current without {label} passed{cite(j, fix)}")
+    elif j.another_fault(fix):
+        facts.append(f"current without {label} failed another way (trial {j.other[fix][0]}): a fault of its own")
     else:
         inferred.append(f"no other delta breaks the stack too (current without {label} was not tested; "
                         "several independent culprits are rare a priori)")

@@ -94,6 +94,8 @@ class Judge:
     needs: Mapping[int, int] = field(default_factory=lambda: _frozen({}))
     needs_found: tuple[tuple[int, int], ...] = ()
     dependency_given_up: bool = False
+    skipped: frozenset[int] = frozenset()  # configs that failed differently with no dependency behind it
+    masking: int = 0  # the deltas behind them: a config holding one fails another way unless masked
     # twins (hints.py): a unit -> its members (bits, the one to test first first), until it is split;
     # then split: the unit -> its members' mask (every config that held the unit holds them)
     twins: Mapping[int, tuple[int, ...]] = field(default_factory=lambda: _frozen({}))
@@ -162,6 +164,19 @@ class Judge:
         return dataclasses.replace(self, needs=_frozen(needs), needs_found=self.needs_found + ((e, partners),),
                                    order=tuple(order))
 
+    def with_skip(self, mask: int, e: int) -> "Judge":
+        """``mask`` failed differently and no partner cures it: skipped (another fault's failure).
+        ``e``, the delta behind it, moves to the end of the bisection order, so the prefixes that
+        look for the symptom's culprit leave it out as long as they can (a twin's side stays)."""
+        order = self.order
+        if e in order and not any((m >> e) & 1 for m in self.split.values()):
+            order = tuple(u for u in order if u != e) + (e,)
+        return dataclasses.replace(self, skipped=self.skipped | {mask}, order=order, masking=self.masking | (1 << e))
+
+    def another_fault(self, mask: int) -> bool:
+        """``mask`` failed differently, and no dependency is behind it: another fault shows there."""
+        return mask in self.other and mask not in self.configs and (mask in self.skipped or bool(mask & self.masking))
+
     def without_dependency_search(self) -> "Judge":
         return dataclasses.replace(self, dependency_given_up=True)
 
@@ -184,7 +199,8 @@ class Judge:
             grown, order=tuple(order),
             configs=_frozen({grown.expand(m): ev for m, ev in self.configs.items()}),
             resolved=tuple((grown.expand(m), k, f) for m, k, f in self.resolved),
-            other=_frozen({grown.expand(m): ts for m, ts in self.other.items()}))
+            other=_frozen({grown.expand(m): ts for m, ts in self.other.items()}),
+            skipped=frozenset(grown.expand(m) for m in self.skipped))
 
     def failed_restarted(self, term: int) -> bool:
         """A config that holds ``term`` failed after a co-restart (not only as the stack was running)."""
@@ -224,7 +240,8 @@ class Judge:
         return dataclasses.replace(
             self, split=_frozen(split), order=tuple(order), configs=_frozen(kept),
             resolved=tuple((back(m), k, f) for m, k, f in self.resolved if back(m) is not None),
-            other=_frozen({back(m): ts for m, ts in self.other.items() if back(m) is not None}))
+            other=_frozen({back(m): ts for m, ts in self.other.items() if back(m) is not None}),
+            skipped=frozenset(b for b in map(back, self.skipped) if b is not None))
 
     def expand(self, mask: int) -> int:
         """``mask`` with every split twin replaced by its members."""
@@ -346,7 +363,9 @@ class Judge:
         independent culprit (judged in the next frame)."""
         p_top, top = post.ranked()[0]
         conf = p_top * self.accepted_conf()
-        if top.kind in (SINGLE, PAIR):
+        # current without the term failing another way is another fault's: whether the symptom has a
+        # further culprit is asked there, once that fault is found (search/incident.py)
+        if top.kind in (SINGLE, PAIR) and not self.another_fault(self.fix_mask(post.term(top))):
             conf *= self.belief(extra=post.term(top)).p_nothing()
         return p_top, top, conf
 

@@ -277,6 +277,13 @@ class Search:
                 if isinstance(dep, dependency.Need):
                     self._learn(dep)
                     continue
+                if isinstance(dep, dependency.Skip):
+                    old = j
+                    self._judge = j = j.with_skip(dep.mask, dep.needy)
+                    g = getattr(self._stage, "g", None)
+                    if g is not None and j.order != old.order:
+                        self._stage = dataclasses.replace(self._stage, g=j.order.index(old.order[g]))
+                    continue
                 if isinstance(dep, dependency.GiveUp):
                     self._judge = j = j.without_dependency_search()
                 elif dep is not None:

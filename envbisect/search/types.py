@@ -120,6 +120,22 @@ class Verdict:
     explanation: str
     terms: tuple[tuple[str, ...], ...] = ()
     dependencies: tuple["Dependency", ...] = ()  # deltas that fail differently without a partner
+    # the incident's faults, one per fingerprint, in the order they showed (search/incident.py)
+    faults: tuple["Fault", ...] = ()
+    stack_state: object = None  # a fingerprint only the running stack showed (a breaker's 503)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One problem of an incident: the culprits whose configurations fail with ``sign`` (an opaque
+    fingerprint), as the problem's own search concluded (``verdict``). ``left_out``: deltas the fix
+    of this problem left out besides the culprits (they need one of them to start)."""
+
+    culprits: tuple[str, ...]
+    terms: tuple[tuple[str, ...], ...]
+    sign: object
+    verdict: "Verdict"
+    left_out: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
