@@ -27,6 +27,7 @@ import operator
 from typing import Callable, Hashable, Mapping, Sequence
 
 from envbisect.outcome import VerdictKind
+from envbisect.search import explain
 from envbisect.search.strategy import Search
 from envbisect.search.types import Fault, Observation, TrialKind, TrialRequest, Verdict
 
@@ -62,11 +63,11 @@ class Incident:
         return sum(0 if o.free else 1 for o, _ in self.history)
 
     def next(self) -> TrialRequest | Verdict:
-        if self._corestart is not None:
-            return self._corestart
-        nxt = self.search.next()
+        nxt = self._corestart or self.search.next()
         if isinstance(nxt, Verdict):
             return self._verdict(nxt)
+        if self.max_trials is not None and self.trials >= self.max_trials and not nxt.free:
+            return self._verdict(explain.final(self.search.evidence, "budget", confident=False))
         return nxt
 
     def observe(self, obs: Observation, sign: Hashable | None = None) -> None:
@@ -193,9 +194,12 @@ class Incident:
                   and all(u in j.index for u in o.config) and j.down(j.mask(o.config)) == j.mask(o.config)]
         if not second:
             return
+        # the next problem is what current without the culprits shows, when it was run
+        second.sort(key=lambda os: os[0].config != fixed)
         self.faults.append(Fault(tuple(v.culprits), v.terms, self.symptom, v, tuple(sorted(left_out))))
         self.symptom, self.provisional = second[0][1], False
         self._rebuild()
+        self._maybe_next_problem()  # the trials run so far may settle the new problem too
 
     def _verdict(self, last: Verdict) -> Verdict:
         if not self.faults:

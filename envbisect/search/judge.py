@@ -10,6 +10,7 @@ one. Units are bit positions and configurations are masks (``1 << unit``), as in
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
@@ -17,6 +18,11 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from envbisect.search.belief import PAIR, SINGLE, Belief, HypClass, bits
 from envbisect.search.types import Observation, Prior, TrialKind, TrialRequest
+
+
+# the failure rate a fix check rules out at the verdict's confidence: an intermittent culprit left
+# behind a deterministic one fails about this often (issue 39: a 30% pool-size hang behind CTAS)
+FIX_RATE = 0.3
 
 
 @dataclass(frozen=True)
@@ -391,8 +397,20 @@ class Judge:
         ev = self.configs.get(mask)
         return ev.trials[0] if ev is not None and ev.trials else 0
 
+    def fix_floor(self) -> int:
+        """Runs that rule out a fault showing in `FIX_RATE` of them at the verdict's confidence."""
+        floor = math.ceil(math.log(1.0 - self.rules.confidence) / math.log(1.0 - FIX_RATE))
+        return min(self.rules.max_probes, max(self.rules.base_probes, floor))
+
     def probes(self, mask: int, post: Belief) -> int:
-        """Fewest runs (>= base_probes) after which a pass leaves P(config bad) <= tau."""
+        """Fewest runs (>= base_probes) after which a pass leaves P(config bad) <= tau. After a
+        culprit was accepted, a configuration without it asks about a further culprit whose rate the
+        first one taught nothing about: at least `fix_floor` runs."""
+        if self.terms and not mask & self.accepted():
+            return max(self._probes(mask, post), self.fix_floor())
+        return self._probes(mask, post)
+
+    def _probes(self, mask: int, post: Belief) -> int:
         pb = post.p_bad(mask)
         if pb <= 0:
             return self.rules.base_probes
@@ -430,14 +448,14 @@ class Judge:
             TrialKind.RETEST)
 
     def fix_request(self, mask: int, purpose: str, post: Belief) -> TrialRequest:
-        """The fix (current minus the culprits) must pass believably on its own: as many runs as a
-        pass of a config at even odds of being bad needs, given the intermittency learnt so far.
-        The posterior alone would accept it after base_probes runs (a further culprit is a priori
-        unlikely), and with a fault that shows in 30% of runs a bad config passes 3 runs a third
-        of the time: a second culprit would be missed that often. Probe runs are cheap next to
-        restarts; a deterministic fault keeps base_probes."""
+        """The fix (current minus the culprits) must pass believably on its own, whatever the
+        culprits taught about intermittency: a deterministic culprit says nothing about how often a
+        second one fails. So it runs at least as many probes as rule out a fault that shows in
+        `FIX_RATE` of the runs at the verdict's confidence (0.7^9 < 0.05: 9 runs at 95%), and as
+        many as a pass of a config at even odds of being bad needs, given the intermittency learnt
+        so far. Probe runs are cheap next to restarts."""
         req = self.request(mask, purpose, post, TrialKind.CONFIRM)
-        runs = max(req.probes, self.pass_runs(post))
+        runs = min(self.rules.max_probes, max(req.probes, self.pass_runs(post), self.fix_floor()))
         return dataclasses.replace(req, probes=runs) if runs != req.probes else req
 
     def bisect(self, post: Belief, length: int, cfg: Callable[[int], int], label: str,

@@ -130,7 +130,13 @@ class Search:
         j = self._judge
         if isinstance(self._pending, TrialRequest):
             m = j.mask(self._pending.config)
-            if m in j.other and j.status(m, j.belief()) == "other":
+            last = self._last_request
+            if (obs.other and last is not None and self._pending.config == last.config == obs.config
+                    and self._pending.purpose == last.purpose):
+                # the same question, answered by a failure of another kind: asking again cannot change
+                # the posterior (a restart loop on production otherwise)
+                self._pending = explain.final(j, "repeated", confident=False)
+            elif m in j.other and j.status(m, j.belief()) == "other":
                 # it would fail differently again: no evidence to gain (the dependency search gave up),
                 # and a verdict needing it (the fix, under require_fix) was not observed: inconclusive
                 self._pending = explain.final(j, "other", confident=False)
