@@ -44,7 +44,7 @@ from envbisect.search.policy import POLICIES, Policy, parse_policy
 from envbisect.search.incident import Incident
 from envbisect.search.strategy import Search
 from envbisect.search.types import (Dependency, Fault, Hypothesis, Observation, Prior, TrialKind, TrialRequest, Verdict,
-                                    restart_bound)
+                                    default_budget, restart_bound)
 
 __all__ = [
     "Outcome",
@@ -62,4 +62,5 @@ __all__ = [
     "Incident",
     "Fault",
     "restart_bound",
+    "default_budget",
 ]

@@ -133,8 +133,7 @@ def step(s: Judge, post: Belief) -> TrialRequest | Need | Skip | GiveUp | None:
     if any((m >> e) & 1 and m & ~x for m in s.split.values()):
         return Skip(x, e)  # a side of an auto-linked unit without the other: the unit is judged whole
     name = s.units[e]
-    # a partner is outside x: x held the rest and still failed differently
-    cands = s.ranked(s.all & ~x) or s.ranked(s.all & ~base)
+    cands = s.ranked(s.all & ~base)
     collected = 0  # cures found that were not all it needs: they stay while the rest is searched
     while cands:
         fixed = base | collected
@@ -153,6 +152,8 @@ def step(s: Judge, post: Belief) -> TrialRequest | Need | Skip | GiveUp | None:
         c = clean(s, check)
         if c is None:
             return s.request(check, f"dependency: does {name} start with {s.units[p]}?", post, TrialKind.DEPENDENCY)
+        if c and not passed(s, check) and base in s.early:
+            return Need(e, 1 << p)  # it did not start without p, and with p it started: the symptom masks nothing
         if c and not passed(s, check):
             found = _masked_cure(s, e, p, post)
             if found is not None:
@@ -210,6 +211,9 @@ def describe(s: Judge) -> tuple[Dependency, ...]:
             without = a & ~(1 << e)
             with_ = s.up(a | partners)
             if clean(s, without) is True or without == 0:
+                if a in s.early and clean(s, with_):  # with the partners it started
+                    cite = (s.other[a][0], s.trial_of(without), s.trial_of(with_))
+                    break
                 if not passed(s, with_) and passed(s, s.up((1 << e) | partners)):
                     with_ = s.up((1 << e) | partners)
                 if passed(s, with_) or (clean(s, with_) and passed(s, partners)):

@@ -34,20 +34,29 @@ from envbisect.search.types import Fault, Observation, TrialKind, TrialRequest, 
 MakeSearch = Callable[[list[str], "int | None"], Search]
 
 
+def start_layer(sign: Hashable) -> int:
+    """0 for a start failure (a service that did not start), 1 for any failure of a request."""
+    return 0 if getattr(sign, "kind", sign) in ("start", "start-failure") else 1
+
+
 class Incident:
     """Bisect ``units`` for every fault the incident shows. ``make_search(units, max_trials)`` builds
     one problem's search; ``same(a, b)``: whether two fingerprints are the same failure."""
 
     def __init__(self, units: Sequence[str], make_search: MakeSearch, *, max_trials: int | None = None,
                  same: Callable[[Hashable, Hashable], bool] = operator.eq, max_faults: int = 4,
-                 owners: Mapping[str, Sequence[str]] | None = None) -> None:
+                 owners: Mapping[str, Sequence[str]] | None = None,
+                 describe: Callable[[Hashable], str] = str, layer: Callable[[Hashable], int] = start_layer) -> None:
         self.units = tuple(units)
         self.owners = {u: tuple(m) for u, m in (owners or {}).items()}  # a twin -> its members
+        self.describe = describe
+        self.layer = layer  # where along a trial a failure happens: a start failure comes before any request
         self.make_search = make_search
         self.max_trials = max_trials
         self.same = same
         self.max_faults = max_faults
         self.history: list[tuple[Observation, Hashable | None]] = []
+        self.marked: list[bool] = []  # the caller judged it another failure (a record without fingerprints)
         self.faults: list[Fault] = []
         self.stack_state: Hashable | None = None  # a fingerprint only the running stack showed
         self.symptom: Hashable | None = None
@@ -72,11 +81,13 @@ class Incident:
 
     def observe(self, obs: Observation, sign: Hashable | None = None) -> None:
         """One trial: ``obs`` as run (a failure of any kind failed; ``other`` is read as failed too),
-        ``sign`` the fingerprint of its failure (None: a pass, or a failure nothing describes)."""
+        ``sign`` the fingerprint of its failure (None: ``obs.sign``; a pass, or nothing describes it)."""
+        sign = obs.sign if sign is None else sign
         failed = obs.failed or obs.other
         raw = dataclasses.replace(obs, other=False, failed=failed, failures=max(obs.failures, int(failed)),
                                   trial=obs.trial if obs.trial is not None else len(self.history) + 1)
         self.history.append((raw, sign if failed else None))
+        self.marked.append(obs.other)
         self._corestart = None
         current = frozenset(self._current())
         if failed and raw.config == current and not self.faults and self._learn(raw, sign):
@@ -91,6 +102,17 @@ class Incident:
                                                stop_after=self.search.premise_failures, kind=TrialKind.CONFIRM)
                 return
         self._maybe_next_problem()
+
+    @property
+    def evidence(self):  # noqa: ANN201 - judge.Judge
+        """The active problem's evidence (what `Search.evidence` is for one symptom)."""
+        return self.search.evidence
+
+    def pass_runs(self) -> int:
+        return self.search.pass_runs()
+
+    def marginals(self) -> dict[str, float]:
+        return self.search.marginals()
 
     def invariant_holds(self, verdict: Verdict) -> bool:
         """The culprits named are a set whose removal from current was observed to pass, and each
@@ -144,10 +166,19 @@ class Incident:
         return False
 
     def _judged(self, raw: Observation, sign: Hashable | None) -> Observation:
-        """``raw`` as the active problem's search reads it: a failure of another kind is `other`."""
-        if raw.failed and not self._same(sign, self.symptom):
-            return dataclasses.replace(raw, other=True)
-        return raw
+        """``raw`` as the active problem's search reads it: a failure of another kind is `other`.
+        Where the fingerprints cannot tell (a record without them), the caller's own judgement
+        against the first symptom stands for the first problem."""
+        if not raw.failed:
+            return raw
+        if sign is None or self.symptom is None:
+            i = next((k for k, (o, _) in enumerate(self.history) if o is raw), None)
+            marked = i is not None and self.marked[i] and not self.faults
+            before = sign is not None and self.layer(sign) < (1 if self.symptom is None else self.layer(self.symptom))
+            return dataclasses.replace(raw, other=True, before=before) if marked else raw
+        if self._same(sign, self.symptom):
+            return raw
+        return dataclasses.replace(raw, other=True, before=self.layer(sign) < self.layer(self.symptom))
 
     def _feed(self, search: Search, gone: set[str]) -> None:
         for raw, sign in self.history:
@@ -208,7 +239,8 @@ class Incident:
             return dataclasses.replace(last, faults=self._own(last), stack_state=self.stack_state)
         faults = tuple(self.faults) + self._own(last)
         found = [f for f in faults if f.verdict.kind in (VerdictKind.CULPRIT, VerdictKind.INTERACTION)]
-        texts = " ".join(f"Fault {i} ({f.sign}): {f.verdict.explanation}" for i, f in enumerate(faults, 1))
+        texts = " ".join(f"Fault {i} ({self.describe(f.sign)}): {f.verdict.explanation}"
+                         for i, f in enumerate(faults, 1))
         deps = tuple(d for f in faults for d in f.verdict.dependencies)
         conf = 1.0
         for f in faults:

@@ -102,6 +102,7 @@ class Judge:
     dependency_given_up: bool = False
     skipped: frozenset[int] = frozenset()  # configs that failed differently with no dependency behind it
     masking: int = 0  # the deltas behind them: a config holding one fails another way unless masked
+    early: frozenset[int] = frozenset()  # configs that failed differently before the symptom could show
     # twins (hints.py): a unit -> its members (bits, the one to test first first), until it is split;
     # then split: the unit -> its members' mask (every config that held the unit holds them)
     twins: Mapping[int, tuple[int, ...]] = field(default_factory=lambda: _frozen({}))
@@ -139,7 +140,8 @@ class Judge:
         if obs.other:
             other = dict(self.other)
             other[mask] = other.get(mask, ()) + (trial,)
-            return dataclasses.replace(self, restarts=restarts, other=_frozen(other))
+            early = self.early | {mask} if obs.before else self.early
+            return dataclasses.replace(self, restarts=restarts, other=_frozen(other), early=early)
         if obs.unresolved:
             return dataclasses.replace(self, restarts=restarts)
         configs = dict(self.configs)
@@ -206,7 +208,8 @@ class Judge:
             configs=_frozen({grown.expand(m): ev for m, ev in self.configs.items()}),
             resolved=tuple((grown.expand(m), k, f) for m, k, f in self.resolved),
             other=_frozen({grown.expand(m): ts for m, ts in self.other.items()}),
-            skipped=frozenset(grown.expand(m) for m in self.skipped))
+            skipped=frozenset(grown.expand(m) for m in self.skipped),
+            early=frozenset(grown.expand(m) for m in self.early))
 
     def failed_restarted(self, term: int) -> bool:
         """A config that holds ``term`` failed after a co-restart (not only as the stack was running)."""
@@ -247,7 +250,8 @@ class Judge:
             self, split=_frozen(split), order=tuple(order), configs=_frozen(kept),
             resolved=tuple((back(m), k, f) for m, k, f in self.resolved if back(m) is not None),
             other=_frozen({back(m): ts for m, ts in self.other.items() if back(m) is not None}),
-            skipped=frozenset(b for b in map(back, self.skipped) if b is not None))
+            skipped=frozenset(b for b in map(back, self.skipped) if b is not None),
+            early=frozenset(b for b in map(back, self.early) if b is not None))
 
     def expand(self, mask: int) -> int:
         """``mask`` with every split twin replaced by its members."""

@@ -209,11 +209,28 @@ class Search:
         if retry is not None:
             return retry
         if self.max_trials is not None and self.trials >= self.max_trials:
-            return explain.final(self._judge, "budget")
+            return self._at_budget()
         premise = self._premises()
         if premise is not None:
             return premise
         return self._structured()
+
+    def _at_budget(self) -> Verdict:
+        """Out of restarts: the confident verdict, unless a check its policy requires (the fix seen
+        passing, a failure after a co-restart, a pass re-tested) is still a trial away."""
+        j = self._judge
+        premise = self._premises()
+        if isinstance(premise, Verdict):
+            return premise
+        post = j.belief()
+        if premise is None and post.z > 0:
+            _p, top, conf = j.assess(post)
+            if conf >= self.confidence:
+                pending = (checks.fluke_check(j, post, top) or checks.solo_pass_check(j, post, top)
+                           or checks.fix_observed(j, post, top) or checks.restart_proof(j, post, top))
+                if pending is None:
+                    return explain.verdict(j, post, top, conf)
+        return explain.final(j, "budget", confident=False)
 
     def _retry(self) -> TrialRequest | Verdict | None:
         """An unresolved trial is retried (once, or `retries` times), then the search gives up."""
