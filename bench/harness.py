@@ -275,7 +275,8 @@ class Lab:
         """(passes, failures, the fingerprint of the first failure) of one trial of ``config`` in a
         world of several faults (`Case.signs`): each run shows the first term it holds that fires."""
         c = self.case
-        if not (c.signs or c.detections or c.apart or c.running):  # one symptom: the families as they were
+        several = any(getattr(c, k, None) for k in ("signs", "detections", "apart", "running"))
+        if not several:  # one symptom: the families as they were (an incident mix's case has none of these)
             passes, failures = self.trial(config, runs, stop_after, free)
             return passes, failures, ("symptom" if failures else None)
         config = frozenset(config)

@@ -205,3 +205,32 @@ def test_not_config_with_a_hanging_engine_names_that_engine(scenario):
     direct = {l["layer"]: l["ok"] for l in path["layers"] if l["informational"]}
     assert direct == {"direct: prefill": True, "direct: decode": False}, path["layers"]
     assert "decode also fails when asked directly" in path["conclusion"], path["conclusion"]
+
+
+def test_a_hang_masking_a_500_names_both_each_with_its_fingerprint(scenario):
+    """Issue 34: prefill's SGLANG_CHUNKED_PREFILL_SIZE makes requests hang; decode's
+    SGLANG_DISAGGREGATION_NUM_RESERVED_DECODE_TOKENS makes them fail with HTTP 500 once the hang is
+    gone. Current hangs (the 500 is masked); current without the hang answers 500: a second fault,
+    bisected in the same run, never a dependency of the first. `revert --verdict --verify` passes."""
+    s = scenario(rules=rules(
+        {"service": "prefill", "when": {"SGLANG_CHUNKED_PREFILL_SIZE": "16384"}, "fault": "hang"},
+        {"service": "decode", "when": {"SGLANG_DISAGGREGATION_NUM_RESERVED_DECODE_TOKENS": "4096"}, "fault": "5xx"}))
+    s.baseline()
+    plant(s.sim, INNOCENT[:2] + [("prefill", "SGLANG_CHUNKED_PREFILL_SIZE", "16384")] + INNOCENT[2:4]
+          + [("decode", "SGLANG_DISAGGREGATION_NUM_RESERVED_DECODE_TOKENS", "4096")] + INNOCENT[4:]
+          + [("router", "ROUTER_EXTRA", "1"), ("decode", "NCCL_SOCKET_IFNAME", "eth1")])
+    before = tree_fingerprint(s.sim)
+    r = s.cli("bisect", "--against", "good", "--probe", "e2e")
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "faults (each with its own fingerprint):" in r.stdout and "dependencies" not in r.stdout, r.stdout
+    assert "`prefill:SGLANG_CHUNKED_PREFILL_SIZE`: hang" in r.stdout, r.stdout
+    assert ("`decode:SGLANG_DISAGGREGATION_NUM_RESERVED_DECODE_TOKENS`: HTTP 5" in r.stdout
+            and "once the faults before it are reverted" in r.stdout), r.stdout
+    assert "restart budget: " in r.stderr
+    assert tree_fingerprint(s.sim) == before
+    rv = s.cli("revert", "--verdict", "--verify", "--json")
+    assert rv.returncode == 0, rv.stdout + rv.stderr
+    doc = json.loads(rv.stdout)
+    assert set(doc["deltas"]) == {"prefill:SGLANG_CHUNKED_PREFILL_SIZE",
+                                  "decode:SGLANG_DISAGGREGATION_NUM_RESERVED_DECODE_TOKENS"} and doc["ok"], doc

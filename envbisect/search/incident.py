@@ -114,6 +114,11 @@ class Incident:
     def marginals(self) -> dict[str, float]:
         return self.search.marginals()
 
+    def __getattr__(self, name: str):  # noqa: ANN204 - the rest of `Search`'s API, of the active problem
+        if name == "search":
+            raise AttributeError(name)
+        return getattr(self.search, name)
+
     def invariant_holds(self, verdict: Verdict) -> bool:
         """The culprits named are a set whose removal from current was observed to pass, and each
         delta that trial left out besides them is named or seen innocent (in a trial that passed

@@ -401,17 +401,19 @@ class Judge:
         ev = self.configs.get(mask)
         return ev.trials[0] if ev is not None and ev.trials else 0
 
-    def fix_floor(self) -> int:
-        """Runs that rule out a fault showing in `FIX_RATE` of them at the verdict's confidence."""
-        floor = math.ceil(math.log(1.0 - self.rules.confidence) / math.log(1.0 - FIX_RATE))
+    def fix_floor(self, doubt: float | None = None) -> int:
+        """Runs that rule out a fault showing in `FIX_RATE` of them, leaving ``doubt`` (the verdict's:
+        1 - confidence, unless given)."""
+        doubt = 1.0 - self.rules.confidence if doubt is None else doubt
+        floor = math.ceil(math.log(doubt) / math.log(1.0 - FIX_RATE))
         return min(self.rules.max_probes, max(self.rules.base_probes, floor))
 
     def probes(self, mask: int, post: Belief) -> int:
         """Fewest runs (>= base_probes) after which a pass leaves P(config bad) <= tau. After a
         culprit was accepted, a configuration without it asks about a further culprit whose rate the
-        first one taught nothing about: at least `fix_floor` runs."""
-        if self.terms and not mask & self.accepted():
-            return max(self._probes(mask, post), self.fix_floor())
+        first one taught nothing about: at least the runs that rule out `FIX_RATE` at tau."""
+        if self.terms and not mask & self.accepted():  # a pass built on: as sure as any (tau)
+            return max(self._probes(mask, post), self.fix_floor(self.rules.tau))
         return self._probes(mask, post)
 
     def _probes(self, mask: int, post: Belief) -> int:
