@@ -234,3 +234,21 @@ def test_a_hang_masking_a_500_names_both_each_with_its_fingerprint(scenario):
     doc = json.loads(rv.stdout)
     assert set(doc["deltas"]) == {"prefill:SGLANG_CHUNKED_PREFILL_SIZE",
                                   "decode:SGLANG_DISAGGREGATION_NUM_RESERVED_DECODE_TOKENS"} and doc["ok"], doc
+
+
+def test_a_must_match_pair_whose_sides_alone_hang_is_named_as_one_culprit(scenario):
+    """Issue 34: SGLANG_KV_PAGE_SIZE 64 -> 128 in prefill and decode: together HTTP 500 (the
+    symptom), either side alone a layout mismatch (a hang). The auto-linked pair is the culprit;
+    splitting it refines a verdict, never erases it (it was inconclusive at 50/50)."""
+    s = scenario(rules=rules({"service": "decode", "when": {"SGLANG_KV_PAGE_SIZE": "128"},
+                              "when_peer": {"SGLANG_KV_PAGE_SIZE": "128"}, "fault": "5xx"}))
+    s.baseline()
+    plant(s.sim, INNOCENT[:3] + [("prefill", "SGLANG_KV_PAGE_SIZE", "128"), ("decode", "SGLANG_KV_PAGE_SIZE", "128")]
+          + INNOCENT[3:])
+    before = tree_fingerprint(s.sim)
+    r = s.cli("bisect", "--against", "good", "--probe", "e2e")
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "culprit(s), which must all go: prefill:SGLANG_KV_PAGE_SIZE, decode:SGLANG_KV_PAGE_SIZE" in r.stdout, r.stdout
+    assert "dependencies" not in r.stdout, r.stdout
+    assert tree_fingerprint(s.sim) == before
