@@ -252,3 +252,39 @@ def test_a_must_match_pair_whose_sides_alone_hang_is_named_as_one_culprit(scenar
     assert "culprit(s), which must all go: prefill:SGLANG_KV_PAGE_SIZE, decode:SGLANG_KV_PAGE_SIZE" in r.stdout, r.stdout
     assert "dependencies" not in r.stdout, r.stdout
     assert tree_fingerprint(s.sim) == before
+
+
+def test_traffic_that_trips_the_real_routers_breaker_still_gives_the_culprit(scenario):
+    """Issue 39: decode's SGLANG_ENABLE_TORCH_COMPILE=1 answers HTTP 500; user traffic before the
+    bisection opens the real sglang-router's circuit breaker, so the running stack answers 503. The
+    503 is the stack's state; every fresh start answers 500. It once looped on "confirm after a
+    co-restart" without end; now the culprit, within the restart budget, exit 0."""
+    import urllib.error
+    import urllib.request
+
+    from envbisect.search import default_budget
+
+    s = scenario(rules=rules({"service": "decode", "when": {"SGLANG_ENABLE_TORCH_COMPILE": "1"}, "fault": "5xx"}))
+    s.baseline()
+    plant(s.sim, INNOCENT[:1] + [("decode", "SGLANG_ENABLE_TORCH_COMPILE", "1")] + INNOCENT[1:2])
+    statuses = []
+    for _ in range(30):  # user requests hit the broken stack until the breaker opens
+        req = urllib.request.Request(s.sim.chat_url, method="POST", headers={"Content-Type": "application/json"},
+                                     data=json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                                      "max_tokens": 4}).encode())
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                statuses.append(resp.status)
+        except urllib.error.HTTPError as e:
+            statuses.append(e.code)
+        if statuses[-1] == 503:
+            break
+    assert statuses[-1] == 503, statuses  # the breaker is open: the running stack answers 503
+    before = tree_fingerprint(s.sim)
+    r = s.cli("bisect", "--against", "good", "--probe", "e2e", "--json", timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["culprits"] == ["decode:SGLANG_ENABLE_TORCH_COMPILE"], doc["explanation"]
+    assert doc["restarts"] <= default_budget(3)
+    assert "503" in (doc["stack_state"] or ""), doc["stack_state"]
+    assert tree_fingerprint(s.sim) == before
