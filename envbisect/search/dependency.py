@@ -166,7 +166,7 @@ def step(s: Judge, post: Belief) -> TrialRequest | Need | Skip | GiveUp | None:
         # keep it and look for e's partner among the deltas before it
         collected |= 1 << p
         cands = cands[: j - 1]
-    if collected and passed(s, s.up(base | collected)):
+    if collected and (base in s.early or passed(s, s.up(base | collected))):
         return Need(e, collected)
     return Skip(x, e)
 
