@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envbisect.outcome import VerdictKind  # noqa: E402
 from envbisect.runs.bisect import BisectRun, make_units  # noqa: E402
+from envbisect.runs.symptom import incident_for  # noqa: E402
 from envbisect.state.corrections import Corrections  # noqa: E402
 from envbisect.state.deltas import Delta  # noqa: E402
 from envbisect.search import POLICIES, Observation, Search, Verdict  # noqa: E402
@@ -84,6 +85,15 @@ class Case:
     linked: tuple[str, ...] = ()  # two deltas with the same key and change (envbisect links them)
     # deltas that fail differently from the symptom without a partner: (needy, its partners)
     needs: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # several faults (issue 34, 39): the fingerprint each term fails with, in precedence order (the
+    # first term a config holds shows: a hang masks a 500); empty: one symptom for all
+    signs: tuple[str, ...] = ()
+    # per term, how often it shows per probe run (empty: ``detection`` for every term)
+    detections: tuple[float, ...] = ()
+    # failures that are no culprit's (term, fingerprint), after the terms: a must-match pair's side
+    # alone breaks the layout another way
+    apart: tuple[tuple[tuple[str, ...], str], ...] = ()
+    running: str | None = None  # what the running stack answers instead (a router breaker's 503)
 
     @property
     def deltas(self) -> list[str]:
@@ -262,6 +272,40 @@ class Lab:
         config = frozenset(config)
         return any(e in config and not set(ps) <= config for e, ps in self.case.needs)
 
+    def signed(self, config: Iterable[str], runs: int, stop_after: int = 1,
+               free: bool = False, kind: str = "") -> tuple[int, int, str | None]:
+        """(passes, failures, the fingerprint of the first failure) of one trial of ``config`` in a
+        world of several faults (`Case.signs`): each run shows the first term it holds that fires."""
+        c = self.case
+        several = any(getattr(c, k, None) for k in ("signs", "detections", "apart", "running"))
+        if not several:  # one symptom: the families as they were (an incident mix's case has none of these)
+            passes, failures = self.trial(config, runs, stop_after, free, kind)
+            return passes, failures, ("symptom" if failures else None)
+        config = frozenset(config)
+        if free:
+            self.free += 1
+        else:
+            self.restarts += 1
+            self.meter.restart(config, kind)
+        if free and c.running is not None and self.bad(config):
+            self.probes += 1
+            return 0, 1, c.running
+        modes = [(t, c.signs[i] if c.signs else "symptom", c.detections[i] if c.detections else c.detection)
+                 for i, t in enumerate(self._terms)] + [(frozenset(t), sg, 1.0) for t, sg in c.apart]
+        passes = failures = 0
+        sign = None
+        for _ in range(max(1, runs)):
+            self.probes += 1
+            got = next((sg for t, sg, rate in modes if t <= config and self.rng.random() < rate), None)
+            if got is None:
+                passes += 1
+                continue
+            sign, failures = sign or got, failures + 1
+            if failures >= stop_after:
+                break
+        self.meter.probed(failures == 0)
+        return passes, failures, sign
+
     def trial(self, config: Iterable[str], runs: int, stop_after: int = 1, free: bool = False,
               kind: str = "") -> tuple[int, int]:
         """(passes, failures) of one trial of ``config``; counts a restart unless ``free``."""
@@ -376,7 +420,9 @@ def run_envbisect(lab: Lab, policy: str, auto_link: bool = True, split_twins: bo
     deltas = [as_delta(d) for d in lab.case.deltas]
     units, _notes = make_units(deltas, (), auto_link)
     twins = twins_of(units) if split_twins else {}
-    search = POLICIES[policy].search(list(units), **({"twins": twins} if twins else {}))
+    # as BisectRun runs it: one search per fingerprint (search/incident.py), no budget here, so the
+    # bench can check the default budget (search.default_budget) against every run's restarts
+    search = incident_for(list(units), POLICIES[policy].search, None, options={"twins": twins} if twins else {})
     lab.meter = Meter(planned=True)
     while True:
         step = search.next()
@@ -388,16 +434,17 @@ def run_envbisect(lab: Lab, policy: str, auto_link: bool = True, split_twins: bo
         # BisectRun asks running_stack_unverified); otherwise current is co-restarted
         free = step.free and lab.running_verified
         kind = str(getattr(step.kind, "value", step.kind))
-        if lab.other(config):  # the run's SymptomWatch marks it: another failure, no evidence
+        if lab.other(config):  # a start failure: another failure, its own fingerprint
             if not free:
                 lab.restarts += 1
                 lab.meter.restart(config, kind)
             lab.meter.probed(False)
-            search.observe(Observation(step.config, other=True, free=free))
+            search.observe(Observation(step.config, other=True, free=free, sign="start"))
         else:
-            passes, failures = lab.trial(config, step.probes, step.stop_after, free=free, kind=kind)
-            search.observe(Observation(step.config, passes, failures=failures, free=free))
+            passes, failures, sign = lab.signed(config, step.probes, step.stop_after, free=free, kind=kind)
+            search.observe(Observation(step.config, passes, failures=failures, free=free, sign=sign))
         lab.spent[kind] += lab.restarts - before
+    lab.faults = len(step.faults) or 1
     verdict, refined = step, {}
     if twins:
         from envbisect.search.hints import fold

@@ -16,6 +16,10 @@ Benchmarks (see bench/README.md):
             machine with per-restart and per-sample noise: the real search and the real perf judge
   other     another failure (issue 21): one culprit and random dependencies among the deltas (a delta
             that, present without its partner, fails differently from the symptom); oracle
+  faults    several faults, several fingerprints (issues 34, 39): masked second and third culprits, a
+            must-match pair whose sides fail differently apart, a running stack in a breaker's 503, an
+            intermittent culprit behind a deterministic one; right, guilty unnamed, innocent named,
+            restarts against the default budget (oracle)
   fleet     rounds to a verdict with R = 1, 2, 4 replicas running trials side by side (oracle), and
             1 against 2 simulated PD replicas over a real sshd (not with --quick)
 
@@ -316,7 +320,7 @@ def main() -> int:
                     help="n <= 32, fewer samples, one end-to-end case; perf: n = 8 only")
     ap.add_argument("--workers", type=int, default=2, help="processes for the oracle benchmark (default 2)")
     ap.add_argument("--only", default="",
-                    help="comma-separated subset of: snapshot,e2e,search,incidents,perf,other,fleet")
+                    help="comma-separated subset of: snapshot,e2e,search,incidents,perf,other,faults,fleet")
     ap.add_argument("--mix-twins", action=argparse.BooleanOptionalAction, default=True,
                     help="incidents: the search is given the twins on the mix, as BisectRun does (default); "
                          "--no-mix-twins: every guilty twin is split after the verdict instead (bench/README.md)")
@@ -329,7 +333,7 @@ def main() -> int:
         import restart_cost
 
         restart_cost.MODEL = restart_cost.from_run(args.restart_durations)
-    known = ("snapshot", "e2e", "search", "incidents", "perf", "other", "fleet")
+    known = ("snapshot", "e2e", "search", "incidents", "perf", "other", "faults", "fleet")
     only = set(args.only.split(",")) if args.only else set(known)
     if only - set(known):
         ap.error(f"--only: unknown {', '.join(sorted(only - set(known)))} (one of {', '.join(known)})")
@@ -431,6 +435,20 @@ def main() -> int:
             errors.append(f"other: {e}")
             traceback.print_exc()
             targets.add(False, "another-failure benchmark ran", f"{type(e).__name__}: {e}")
+    if "faults" in only:
+        banner("faults: several faults, several fingerprints (oracle, the real search, one per fingerprint)")
+        try:
+            import bench_faults
+
+            res = bench_faults.measure(args.quick, args.workers, log=log)
+            write_json("faults.json", {**meta, **res})
+            tables["faults"] = bench_faults.table(res)
+            print(tables["faults"], flush=True)
+            bench_faults.targets(res, targets.add)
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"faults: {e}")
+            traceback.print_exc()
+            targets.add(False, "several-faults benchmark ran", f"{type(e).__name__}: {e}")
     if "fleet" in only:
         banner("fleet: rounds to a verdict with R replicas side by side (oracle, real search and round planner)")
         try:

@@ -10,8 +10,10 @@ from search_oracle import answer
 
 from envbisect.search import POLICIES, Verdict
 
-# computed on 8246623..cc23e47 (before "another failure" existed); see the module docstring
-EXPECTED = "f8ce89c8d36814ce4c04717c52d2d713fe3440628bd1a79074430af307ccb150"
+# computed with the fix check and the later frames' trials sized to rule out a fault that shows in
+# 30% of runs (judge.FIX_RATE); with FIX_RATE at 0.99 (no floor) it is f8ce89c8d368...ccb150, the hash
+# of 8246623..cc23e47 (before "another failure" existed), so nothing else changed here
+EXPECTED = "327e1a1597948db8172ccc631230f5f741a0c7089860bceb0edcf8ea8a9ec4a4"
 
 
 def _cases(count: int = 600):

@@ -205,3 +205,86 @@ def test_not_config_with_a_hanging_engine_names_that_engine(scenario):
     direct = {l["layer"]: l["ok"] for l in path["layers"] if l["informational"]}
     assert direct == {"direct: prefill": True, "direct: decode": False}, path["layers"]
     assert "decode also fails when asked directly" in path["conclusion"], path["conclusion"]
+
+
+def test_a_hang_masking_a_500_names_both_each_with_its_fingerprint(scenario):
+    """Issue 34: prefill's SGLANG_CHUNKED_PREFILL_SIZE makes requests hang; decode's
+    SGLANG_DISAGGREGATION_NUM_RESERVED_DECODE_TOKENS makes them fail with HTTP 500 once the hang is
+    gone. Current hangs (the 500 is masked); current without the hang answers 500: a second fault,
+    bisected in the same run, never a dependency of the first. `revert --verdict --verify` passes."""
+    s = scenario(rules=rules(
+        {"service": "prefill", "when": {"SGLANG_CHUNKED_PREFILL_SIZE": "16384"}, "fault": "hang"},
+        {"service": "decode", "when": {"SGLANG_DISAGGREGATION_NUM_RESERVED_DECODE_TOKENS": "4096"}, "fault": "5xx"}))
+    s.baseline()
+    plant(s.sim, INNOCENT[:2] + [("prefill", "SGLANG_CHUNKED_PREFILL_SIZE", "16384")] + INNOCENT[2:4]
+          + [("decode", "SGLANG_DISAGGREGATION_NUM_RESERVED_DECODE_TOKENS", "4096")] + INNOCENT[4:]
+          + [("router", "ROUTER_EXTRA", "1"), ("decode", "NCCL_SOCKET_IFNAME", "eth1")])
+    before = tree_fingerprint(s.sim)
+    r = s.cli("bisect", "--against", "good", "--probe", "e2e")
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "faults (each with its own fingerprint):" in r.stdout and "dependencies" not in r.stdout, r.stdout
+    assert "`prefill:SGLANG_CHUNKED_PREFILL_SIZE`: hang" in r.stdout, r.stdout
+    assert ("`decode:SGLANG_DISAGGREGATION_NUM_RESERVED_DECODE_TOKENS`: HTTP 5" in r.stdout
+            and "once the faults before it are reverted" in r.stdout), r.stdout
+    assert "restart budget: " in r.stderr
+    assert tree_fingerprint(s.sim) == before
+    rv = s.cli("revert", "--verdict", "--verify", "--json")
+    assert rv.returncode == 0, rv.stdout + rv.stderr
+    doc = json.loads(rv.stdout)
+    assert set(doc["deltas"]) == {"prefill:SGLANG_CHUNKED_PREFILL_SIZE",
+                                  "decode:SGLANG_DISAGGREGATION_NUM_RESERVED_DECODE_TOKENS"} and doc["ok"], doc
+
+
+def test_a_must_match_pair_whose_sides_alone_hang_is_named_as_one_culprit(scenario):
+    """Issue 34: SGLANG_KV_PAGE_SIZE 64 -> 128 in prefill and decode: together HTTP 500 (the
+    symptom), either side alone a layout mismatch (a hang). The auto-linked pair is the culprit;
+    splitting it refines a verdict, never erases it (it was inconclusive at 50/50)."""
+    s = scenario(rules=rules({"service": "decode", "when": {"SGLANG_KV_PAGE_SIZE": "128"},
+                              "when_peer": {"SGLANG_KV_PAGE_SIZE": "128"}, "fault": "5xx"}))
+    s.baseline()
+    plant(s.sim, INNOCENT[:3] + [("prefill", "SGLANG_KV_PAGE_SIZE", "128"), ("decode", "SGLANG_KV_PAGE_SIZE", "128")]
+          + INNOCENT[3:])
+    before = tree_fingerprint(s.sim)
+    r = s.cli("bisect", "--against", "good", "--probe", "e2e")
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "culprit(s), which must all go: prefill:SGLANG_KV_PAGE_SIZE, decode:SGLANG_KV_PAGE_SIZE" in r.stdout, r.stdout
+    assert "dependencies" not in r.stdout, r.stdout
+    assert tree_fingerprint(s.sim) == before
+
+
+def test_traffic_that_trips_the_real_routers_breaker_still_gives_the_culprit(scenario):
+    """Issue 39: decode's SGLANG_ENABLE_TORCH_COMPILE=1 answers HTTP 500; user traffic before the
+    bisection opens the real sglang-router's circuit breaker, so the running stack answers 503. The
+    503 is the stack's state; every fresh start answers 500. It once looped on "confirm after a
+    co-restart" without end; now the culprit, within the restart budget, exit 0."""
+    import urllib.error
+    import urllib.request
+
+    from envbisect.search import default_budget
+
+    s = scenario(rules=rules({"service": "decode", "when": {"SGLANG_ENABLE_TORCH_COMPILE": "1"}, "fault": "5xx"}))
+    s.baseline()
+    plant(s.sim, INNOCENT[:1] + [("decode", "SGLANG_ENABLE_TORCH_COMPILE", "1")] + INNOCENT[1:2])
+    statuses = []
+    for _ in range(30):  # user requests hit the broken stack until the breaker opens
+        req = urllib.request.Request(s.sim.chat_url, method="POST", headers={"Content-Type": "application/json"},
+                                     data=json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                                      "max_tokens": 4}).encode())
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                statuses.append(resp.status)
+        except urllib.error.HTTPError as e:
+            statuses.append(e.code)
+        if statuses[-1] == 503:
+            break
+    assert statuses[-1] == 503, statuses  # the breaker is open: the running stack answers 503
+    before = tree_fingerprint(s.sim)
+    r = s.cli("bisect", "--against", "good", "--probe", "e2e", "--json", timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["culprits"] == ["decode:SGLANG_ENABLE_TORCH_COMPILE"], doc["explanation"]
+    assert doc["restarts"] <= default_budget(3)
+    assert "503" in (doc["stack_state"] or ""), doc["stack_state"]
+    assert tree_fingerprint(s.sim) == before

@@ -236,6 +236,13 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
     if sym:
         env.out.print(f"  symptom: {sym['text']} (trial {sym['trial']}); trials that failed another way are no "
                       "evidence about it")
+    faults = getattr(result, "faults", ())
+    if len(faults) > 1:
+        env.out.print(Text("  faults (each with its own fingerprint):", style="bold"))
+        for f in faults:
+            env.out.print(f"    {f['text']}")
+    if getattr(result, "stack_state", None):
+        env.out.print(f"  {result.stack_state}")
     deps = getattr(result, "dependencies", ())
     if deps:
         env.out.print(Text("  dependencies (another failure, not the symptom):", style="bold"))

@@ -38,8 +38,9 @@ from envbisect.runs.plan import (ApartTest, BisectOptions, check_original_is_cur
 from envbisect.runs.result import VERDICT_EXIT, BisectResult, CommitVerdict, GuardResult
 from envbisect.runs.restore import restore_deployment
 from envbisect.runs.signals import install_signal_handlers, shield_signals
-from envbisect.runs.symptom import SymptomWatch, dependency_records, leave_pairs_whole
-from envbisect.search import POLICIES, Search, TrialKind, TrialRequest, Verdict
+from envbisect.runs.symptom import (SymptomWatch, dependency_records, fault_records, incident_for, leave_pairs_whole,
+                                    stack_state_text)
+from envbisect.search import POLICIES, Search, TrialKind, TrialRequest, Verdict, default_budget
 from envbisect.search.hints import Hints, twins_of
 from envbisect.state import rundir
 from envbisect.state.commitline import LineCommit, NotALine
@@ -378,8 +379,12 @@ class BisectRun:
         extra = {"retries": PERF_RETRIES} if s.probe.is_perf else {}
         if self.search_factory is None:
             extra.update(self.hints.search_options())
-        return make_search(unit_ids, confidence=self.opts.confidence, max_trials=self.opts.max_trials,
-                           base_probes=s.probe.repeat, **extra)
+        budget = self.opts.max_trials or default_budget(len(unit_ids))
+        if self.opts.max_trials is None:
+            self.on_event("step", {"message": f"restart budget: {budget} (the default for {len(unit_ids)} unit(s); "
+                                              "--max-trials overrides)"})
+        return incident_for(unit_ids, make_search, budget, judged=not s.probe.is_perf,  # type: ignore[return-value]
+                            options={"confidence": self.opts.confidence, "base_probes": s.probe.repeat, **extra})
 
     def _search(self, search: Search, runner: TrialRunner, s: Session, reference: Trial | None,
                 notes: list[str]) -> Verdict:
@@ -398,6 +403,10 @@ class BisectRun:
             if trial.cause is Cause.PROBE_BROKEN:  # no evidence: stop (and restore, in _loop)
                 raise ProbeBroken(broken_line(s.probe, f"trial {trial.n}: {trial.reason}", restored=True))
             search.observe(observation(trial))
+            refined = getattr(search, "symptom", None)
+            if getattr(search, "stack_state", None) is not None and self.watch and self.watch.fingerprint != refined:
+                self.watch.fingerprint, self.watch.learnt_from = refined, trial.n  # learnt from a fresh start
+                self._save_symptom(self.watch)
             if trial.cause is Cause.CANNOT_TEST and getattr(runner.perf, "wants_reference", False):
                 self._reference_start(runner, search, s)
             if trial.cause is Cause.SSH_LOST:
@@ -542,7 +551,8 @@ class BisectRun:
         watch = self.watch
         result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, s.units, found.path_report,
                               drift_hint, final, tuple(notes), found.refined, found.guard, self.corrections,
-                              watch.to_json() if watch else None, found.dependencies, found.proof, found.commit)
+                              watch.to_json() if watch else None, found.dependencies, found.proof, found.commit,
+                              tuple(fault_records(verdict, s.units, found.refined)), stack_state_text(verdict))
         RunDir(self.run_dir).write(rundir.VERDICT, self.dep.masker.redact_json(result.to_json()))
         return result
 

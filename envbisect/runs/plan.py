@@ -18,6 +18,7 @@ from envbisect.search import Observation, Policy, TrialKind, TrialRequest, Verdi
 from envbisect.search import parse_policy as search_policy
 from envbisect.state.deltas import Delta, Diff, linked_units, same_change
 from envbisect.trials.runner import Trial
+from envbisect.trials.symptom import of_trial
 
 
 @dataclass(frozen=True)
@@ -292,14 +293,16 @@ def check_original_is_current(original, current, deltas: Sequence[Delta]) -> Non
 
 
 def observation(t: Trial) -> Observation:
-    """A trial as the search sees it."""
+    """A trial as the search sees it, with the fingerprint of its failure (search/incident.py
+    judges it against each problem's symptom)."""
+    sign = of_trial(t) if t.outcome.failed else None
     if t.symptom == "other":  # failed differently from the symptom: no evidence about it (runs/symptom.py)
-        return Observation(frozenset(t.units), other=True, free=t.free, trial=t.n)
+        return Observation(frozenset(t.units), other=True, free=t.free, trial=t.n, sign=sign)
     if t.outcome is Outcome.UNRESOLVED:
         return Observation(frozenset(t.units), passes=0, failed=False, unresolved=True, free=t.free, trial=t.n)
     failed = t.outcome.failed
     return Observation(frozenset(t.units), passes=t.passes, failed=failed, failures=max(t.failures, int(failed)),
-                       free=t.free, trial=t.n)
+                       free=t.free, trial=t.n, sign=sign)
 
 
 def culprit_deltas(verdict: Verdict, units: Mapping[str, tuple[str, ...]],

@@ -33,12 +33,12 @@ from envbisect.errors import ExitStatus, StoreError, UsageError
 from envbisect.inputs.masking import SecretMasker, printable
 from envbisect.outcome import Leave, Outcome, VerdictKind
 from envbisect.runs.baseline_proof import not_reproduced, proof_from_record, unresolved_causes
-from envbisect.runs.symptom import dependency_records
+from envbisect.runs.symptom import dependency_records, fault_records, incident_for, stack_state_text
 from envbisect.runs.drift import drift_hints
 from envbisect.runs.plan import judge_apart, linked_to_refine, observation
 from envbisect.runs.result import VERDICT_EXIT, BisectResult, GuardResult
 from envbisect.runs.corrections import NOT_SEARCHED, check_correctable, feed, perf_reference, recorded_refine
-from envbisect.search import Policy, TrialKind, TrialRequest, Verdict, parse_policy
+from envbisect.search import Policy, TrialKind, TrialRequest, Verdict, default_budget, parse_policy
 from envbisect.search.hints import Hints
 from envbisect.state import rundir
 from envbisect.state.corrections import (AS_RECORDED, CHANGEABLE, RETRACTED, Correction, Corrections,
@@ -334,8 +334,9 @@ def replay_evidence(ev: RunEvidence, corrections: Corrections, *, base_probes: i
     cfg = _search_settings(ev, base_probes)
     units = ev.units
     hints = Hints.from_json((ev.doc.get("search") or {}).get("hints"))  # the run's twins and suspicion
-    search = cfg["policy"].search(list(units), confidence=cfg["confidence"], max_trials=cfg["max_trials"],
-                                  base_probes=cfg["base_probes"], retries=cfg["retries"], **hints.search_options())
+    settings = dict(confidence=cfg["confidence"], base_probes=cfg["base_probes"], retries=cfg["retries"])
+    search = incident_for(list(units), cfg["policy"].search, cfg["max_trials"] or default_budget(len(units)),
+                          options={**settings, **hints.search_options()})
     try:
         unused = feed(search, ev.trials, corrections, observation)
     except ValueError as e:  # a unit the run does not know, a pass without a passed run
@@ -404,7 +405,8 @@ def replay_evidence(ev: RunEvidence, corrections: Corrections, *, base_probes: i
     final = next((t for t in reversed(ev.trials) if t.kind is TrialKind.FINAL), None)
     result = BisectResult(ev.run_id, verdict, ev.trials, state_left, units, None, drift, final, tuple(notes),
                           refined, guard, corrections, ev.doc.get("symptom"),
-                          tuple(dependency_records(verdict, units, ev.trials)), proof)
+                          tuple(dependency_records(verdict, units, ev.trials)), proof,
+                          faults=tuple(fault_records(verdict, units, refined)), stack_state=stack_state_text(verdict))
     return Replay(source, result, tuple(needs), changes, unused)
 
 

@@ -40,6 +40,8 @@ class BisectResult:
     dependencies: tuple[Mapping[str, Any], ...] = ()  # deltas that fail differently without a partner
     baseline_proof: BaselineProof | None = None  # not-config (or inconclusive for want of it): runs/baseline_proof.py
     commit: "CommitVerdict | None" = None  # a guilty HEAD move searched commit by commit (_refine_commits)
+    faults: tuple[Mapping[str, Any], ...] = ()  # several faults: each one's culprits and fingerprint
+    stack_state: str | None = None  # a fingerprint only the running stack showed (runs/symptom.py)
 
     @property
     def culprit_deltas(self) -> tuple[str, ...]:
@@ -73,6 +75,7 @@ class BisectResult:
             "dependencies": [dict(d) for d in self.dependencies],
             "baseline_proof": self.baseline_proof.to_json() if self.baseline_proof else None,
             "commit": self.commit.to_json() if self.commit else None,
+            "faults": [dict(f) for f in self.faults], "stack_state": self.stack_state,
         }
 
     def _trial_json(self, t: Trial) -> dict[str, Any]:

@@ -11,9 +11,9 @@ judged and every failure counts, as before.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from envbisect.search import TrialKind, Verdict
+from envbisect.search import Incident, Search, TrialKind, Verdict
 from envbisect.trials.runner import Trial
 from envbisect.trials.symptom import Fingerprint, of_trial, shows
 
@@ -103,4 +103,56 @@ def leave_pairs_whole(keep: Sequence[str], dropped: set[str], dependencies: Sequ
     return keep, notes
 
 
-__all__ = ["SymptomWatch", "dependency_records", "leave_pairs_whole"]
+def same_failure(a: object, b: object) -> bool:
+    """Two fingerprints are the same failure (None: nothing describes it, taken at its word)."""
+    if a is None or b is None:
+        return True
+    return a.same(b) if isinstance(a, Fingerprint) and isinstance(b, Fingerprint) else a == b
+
+
+def incident_for(units: Sequence[str], make_search: Callable[..., Search], budget: int | None, *,
+                 judged: bool = True, options: Mapping[str, object] | None = None) -> Incident:
+    """The run's search: one problem per fingerprint (search/incident.py). ``make_search(units,
+    max_trials=, **options)`` builds one problem's search, the twins and suspicion of ``options``
+    narrowed to its units; ``judged``: the probe has a symptom to compare (a perf probe's failure
+    is "slower", one kind)."""
+    options = dict(options or {})
+    narrowed = ("twins", "suspicion")  # unit -> ...: only the problem's own units
+
+    def problem(us: list[str], max_trials: int | None) -> Search:
+        kw = {k: ({u: w for u, w in v.items() if u in us} if k in narrowed else v) for k, v in options.items()}
+        return make_search(us, max_trials=max_trials, **kw)
+
+    twins: Mapping[str, Sequence[str]] = options.get("twins") or {}  # type: ignore[assignment]
+    return Incident(list(units), problem, max_trials=budget, same=same_failure if judged else (lambda a, b: True),
+                    owners=twins, describe=lambda fp: fp.describe() if isinstance(fp, Fingerprint) else "a failure")
+
+
+def fault_records(verdict: Verdict, units: Mapping[str, Sequence[str]],
+                  refined: Mapping[str, Sequence[str]]) -> list[dict]:
+    """Each fault of the incident in delta ids with its fingerprint, as the CLI and the report say it:
+    "`prefill:X` hangs requests; `decode:Y` returns HTTP 500 once the first is fixed"."""
+    out = []
+    for i, f in enumerate(verdict.faults):
+        if not f.culprits:
+            continue
+        ids = [d for u in f.culprits for d in refined.get(u, units.get(u, (u,)))]
+        fp = f.sign if isinstance(f.sign, Fingerprint) else None
+        what = fp.describe() if fp is not None else "the symptom"
+        when = "" if i == 0 else " once the faults before it are reverted"
+        out.append({"culprits": ids, "fingerprint": fp.to_json() if fp is not None else None,
+                    "text": f"{' + '.join(f'`{d}`' for d in ids)}: {what}{when}"})
+    return out
+
+
+def stack_state_text(verdict: Verdict) -> str | None:
+    """A fingerprint only the running stack showed, said as the stack's state."""
+    fp = verdict.stack_state
+    if not isinstance(fp, Fingerprint):
+        return None
+    return (f"the running stack answered {fp.describe()} (trial 1): the stack's state, not the configuration's "
+            "symptom; no fresh start of any configuration failed that way")
+
+
+__all__ = ["SymptomWatch", "dependency_records", "leave_pairs_whole", "same_failure", "incident_for",
+           "fault_records", "stack_state_text"]

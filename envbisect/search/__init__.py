@@ -41,9 +41,10 @@ from __future__ import annotations
 
 from envbisect.outcome import Outcome
 from envbisect.search.policy import POLICIES, Policy, parse_policy
+from envbisect.search.incident import Incident
 from envbisect.search.strategy import Search
-from envbisect.search.types import (Dependency, Hypothesis, Observation, Prior, TrialKind, TrialRequest, Verdict,
-                                    restart_bound)
+from envbisect.search.types import (Dependency, Fault, Hypothesis, Observation, Prior, TrialKind, TrialRequest, Verdict,
+                                    default_budget, restart_bound)
 
 __all__ = [
     "Outcome",
@@ -58,5 +59,8 @@ __all__ = [
     "parse_policy",
     "Hypothesis",
     "Search",
+    "Incident",
+    "Fault",
     "restart_bound",
+    "default_budget",
 ]

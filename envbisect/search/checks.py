@@ -85,8 +85,8 @@ def fix_observed(j: Judge, post: Belief, top: HypClass) -> TrialRequest | None:
         return None
     term = post.term(top)
     vf = j.fix_mask(term)
-    if j.status(vf, post) == "pass":
-        return None
+    if j.status(vf, post) == "pass" or j.another_fault(vf):
+        return None  # skipped: it failed another way, a fault of its own (search/incident.py)
     names = ", ".join(j.names(j.accepted() | term))
     return j.fix_request(vf, f"confirm: current without {names} (the fix) must pass", post)
 

@@ -38,6 +38,16 @@ class Need:
 
 
 @dataclass(frozen=True)
+class Skip:
+    """Configuration ``mask`` failed differently and no delta of it is cured by a partner: its
+    failure is not a dependency (a second fault, masked where the symptom shows). Skipped from now
+    on, as `git bisect skip` does; an `Incident` bisects it as a problem of its own."""
+
+    mask: int
+    needy: int
+
+
+@dataclass(frozen=True)
 class GiveUp:
     """The configurations that failed differently cannot be explained: skip them from now on."""
 
@@ -56,10 +66,17 @@ def clean(s: Judge, mask: int) -> bool | None:
     return False if mask in s.other else None
 
 
+def passed(s: Judge, mask: int) -> bool:
+    """Seen passing. A trial that failed with the symptom shows nothing about a delta that fails
+    differently: the symptom can mask its failure, so only a pass shows it is cured."""
+    ev = s.configs.get(mask)
+    return ev is not None and ev.resolved > 0 and not ev.failed
+
+
 def unexplained(s: Judge) -> int | None:
     """The first configuration that failed differently which no known dependency explains."""
     for mask in s.other:
-        if clean(s, mask) is True or s.down(mask) != mask:
+        if clean(s, mask) is True or s.down(mask) != mask or mask in s.skipped or mask & s.masking:
             continue
         return mask
     return None
@@ -95,7 +112,7 @@ def _bisect_edge(s: Judge, length: int, cfg: Callable[[int], int], want_clean_lo
     return hi, None
 
 
-def step(s: Judge, post: Belief) -> TrialRequest | Need | GiveUp | None:
+def step(s: Judge, post: Belief) -> TrialRequest | Need | Skip | GiveUp | None:
     """The next request of the dependency search, a `Need` found, `GIVE_UP`, or None when every
     configuration that failed differently is explained (or the search gave up on it)."""
     if s.dependency_given_up:
@@ -113,12 +130,20 @@ def step(s: Judge, post: Belief) -> TrialRequest | Need | GiveUp | None:
                                "without a partner?", post, TrialKind.DEPENDENCY)
     e = seq[k - 1]
     base = needy_cfg(k)
+    if any((m >> e) & 1 and m & ~x for m in s.split.values()):
+        return Skip(x, e)  # a side of an auto-linked unit without the other: the unit is judged whole
     name = s.units[e]
     cands = s.ranked(s.all & ~base)
     collected = 0  # cures found that were not all it needs: they stay while the rest is searched
     while cands:
         fixed = base | collected
         cure_cfg = lambda j: s.up(fixed | _mask(cands[:j]))  # noqa: E731
+        every = clean(s, cure_cfg(len(cands)))
+        if every is False:
+            break  # every candidate added, it still fails differently: no cure among them
+        if every is None:
+            return s.request(cure_cfg(len(cands)), f"dependency: does {name} fail differently with every other "
+                                                    "delta that did not show the symptom?", post, TrialKind.DEPENDENCY)
         j, run = _bisect_edge(s, len(cands), cure_cfg, want_clean_low=False)
         if run is not None:
             return s.request(run, f"dependency: which delta does {name} need?", post, TrialKind.DEPENDENCY)
@@ -127,15 +152,43 @@ def step(s: Judge, post: Belief) -> TrialRequest | Need | GiveUp | None:
         c = clean(s, check)
         if c is None:
             return s.request(check, f"dependency: does {name} start with {s.units[p]}?", post, TrialKind.DEPENDENCY)
+        if c and not passed(s, check) and base in s.early:
+            return Need(e, 1 << p)  # it did not start without p, and with p it started: the symptom masks nothing
+        if c and not passed(s, check):
+            found = _masked_cure(s, e, p, post)
+            if found is not None:
+                return found
+            cands = [u for u in cands if u != p]
+            continue
         if c:
             return Need(e, 1 << p)
         # p cured something the deltas before it needed (another needy delta), or is not all e needs:
         # keep it and look for e's partner among the deltas before it
         collected |= 1 << p
         cands = cands[: j - 1]
-    if collected:
+    if collected and (base in s.early or passed(s, s.up(base | collected))):
         return Need(e, collected)
-    return GIVE_UP
+    return Skip(x, e)
+
+
+def _masked_cure(s: Judge, e: int, p: int, post: Belief) -> TrialRequest | Need | None:
+    """The prefix with p showed the symptom, which can mask what e does: p cures e only if e and p
+    passed without the rest, or p shows no symptom without e (then the symptom with both is e's own
+    fault, once it starts). Sides of one auto-linked unit are no dependency: the unit is judged
+    whole (a must-match pair fails differently apart). None: p is no cure seen."""
+    if any((m >> e) & 1 and (m >> p) & 1 for m in s.split.values()):
+        return None
+    if passed(s, s.up((1 << e) | (1 << p))):
+        return Need(e, 1 << p)
+    solo = s.up(1 << p)
+    if solo == 0 or (solo >> e) & 1:
+        return None
+    if passed(s, solo):
+        return Need(e, 1 << p)
+    if clean(s, solo) is None:
+        return s.request(solo, f"dependency: does {s.units[p]} show the symptom without {s.units[e]}?", post,
+                         TrialKind.DEPENDENCY)
+    return None
 
 
 def _mask(units: Sequence[int]) -> int:
@@ -158,7 +211,12 @@ def describe(s: Judge) -> tuple[Dependency, ...]:
             without = a & ~(1 << e)
             with_ = s.up(a | partners)
             if clean(s, without) is True or without == 0:
-                if clean(s, with_) is True:
+                if a in s.early and clean(s, with_):  # with the partners it started
+                    cite = (s.other[a][0], s.trial_of(without), s.trial_of(with_))
+                    break
+                if not passed(s, with_) and passed(s, s.up((1 << e) | partners)):
+                    with_ = s.up((1 << e) | partners)
+                if passed(s, with_) or (clean(s, with_) and passed(s, partners)):
                     cite = (s.other[a][0], s.trial_of(without), s.trial_of(with_))
                     break
         who = " + ".join(pnames)
@@ -176,4 +234,4 @@ def _said(trial: int) -> str:
     return f"trial {trial}" if trial else "the baseline"
 
 
-__all__ = ["step", "describe", "unexplained", "clean", "Need", "GiveUp", "GIVE_UP"]
+__all__ = ["step", "describe", "unexplained", "clean", "passed", "Need", "Skip", "GiveUp", "GIVE_UP"]

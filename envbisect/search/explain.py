@@ -75,6 +75,8 @@ def final(j: Judge, reason: str, confident: bool = True) -> Verdict:
         "nothing about the deltas; the configuration without them cannot be tested against it)",
         "other": "Configurations the search needed failed differently from the symptom, and which delta needs "
         "a partner could not be told",
+        "repeated": "The same trial was asked again after it failed differently from the symptom, which "
+        "no answer to it can change (nothing new to learn)",
         "contradiction": "The observations fit none of the modelled hypotheses (e.g. three deltas that fail "
         "only together, or a fault that comes and goes between restarts)",
     }[reason]
@@ -180,6 +182,8 @@ def explain(j: Judge, post: Belief, terms: list[int]) -> str:
     label = ", ".join(j.names(j.all & ~fix))
     if j.status(fix, post) == "pass":
         facts.append(f"current without {label} passed{cite(j, fix)}")
+    elif j.another_fault(fix):
+        facts.append(f"current without {label} failed another way (trial {j.other[fix][0]}): a fault of its own")
     else:
         inferred.append(f"no other delta breaks the stack too (current without {label} was not tested; "
                         "several independent culprits are rare a priori)")

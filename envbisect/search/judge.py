@@ -10,6 +10,7 @@ one. Units are bit positions and configurations are masks (``1 << unit``), as in
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
@@ -17,6 +18,11 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from envbisect.search.belief import PAIR, SINGLE, Belief, HypClass, bits
 from envbisect.search.types import Observation, Prior, TrialKind, TrialRequest
+
+
+# the failure rate a fix check rules out at the verdict's confidence: an intermittent culprit left
+# behind a deterministic one fails about this often (issue 39: a 30% pool-size hang behind CTAS)
+FIX_RATE = 0.3
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,9 @@ class Judge:
     needs: Mapping[int, int] = field(default_factory=lambda: _frozen({}))
     needs_found: tuple[tuple[int, int], ...] = ()
     dependency_given_up: bool = False
+    skipped: frozenset[int] = frozenset()  # configs that failed differently with no dependency behind it
+    masking: int = 0  # the deltas behind them: a config holding one fails another way unless masked
+    early: frozenset[int] = frozenset()  # configs that failed differently before the symptom could show
     # twins (hints.py): a unit -> its members (bits, the one to test first first), until it is split;
     # then split: the unit -> its members' mask (every config that held the unit holds them)
     twins: Mapping[int, tuple[int, ...]] = field(default_factory=lambda: _frozen({}))
@@ -131,7 +140,8 @@ class Judge:
         if obs.other:
             other = dict(self.other)
             other[mask] = other.get(mask, ()) + (trial,)
-            return dataclasses.replace(self, restarts=restarts, other=_frozen(other))
+            early = self.early | {mask} if obs.before else self.early
+            return dataclasses.replace(self, restarts=restarts, other=_frozen(other), early=early)
         if obs.unresolved:
             return dataclasses.replace(self, restarts=restarts)
         configs = dict(self.configs)
@@ -162,6 +172,19 @@ class Judge:
         return dataclasses.replace(self, needs=_frozen(needs), needs_found=self.needs_found + ((e, partners),),
                                    order=tuple(order))
 
+    def with_skip(self, mask: int, e: int) -> "Judge":
+        """``mask`` failed differently and no partner cures it: skipped (another fault's failure).
+        ``e``, the delta behind it, moves to the end of the bisection order, so the prefixes that
+        look for the symptom's culprit leave it out as long as they can (a twin's side stays)."""
+        order = self.order
+        if e in order and not any((m >> e) & 1 for m in self.split.values()):
+            order = tuple(u for u in order if u != e) + (e,)
+        return dataclasses.replace(self, skipped=self.skipped | {mask}, order=order, masking=self.masking | (1 << e))
+
+    def another_fault(self, mask: int) -> bool:
+        """``mask`` failed differently, and no dependency is behind it: another fault shows there."""
+        return mask in self.other and mask not in self.configs and (mask in self.skipped or bool(mask & self.masking))
+
     def without_dependency_search(self) -> "Judge":
         return dataclasses.replace(self, dependency_given_up=True)
 
@@ -184,7 +207,9 @@ class Judge:
             grown, order=tuple(order),
             configs=_frozen({grown.expand(m): ev for m, ev in self.configs.items()}),
             resolved=tuple((grown.expand(m), k, f) for m, k, f in self.resolved),
-            other=_frozen({grown.expand(m): ts for m, ts in self.other.items()}))
+            other=_frozen({grown.expand(m): ts for m, ts in self.other.items()}),
+            skipped=frozenset(grown.expand(m) for m in self.skipped),
+            early=frozenset(grown.expand(m) for m in self.early))
 
     def failed_restarted(self, term: int) -> bool:
         """A config that holds ``term`` failed after a co-restart (not only as the stack was running)."""
@@ -224,7 +249,9 @@ class Judge:
         return dataclasses.replace(
             self, split=_frozen(split), order=tuple(order), configs=_frozen(kept),
             resolved=tuple((back(m), k, f) for m, k, f in self.resolved if back(m) is not None),
-            other=_frozen({back(m): ts for m, ts in self.other.items() if back(m) is not None}))
+            other=_frozen({back(m): ts for m, ts in self.other.items() if back(m) is not None}),
+            skipped=frozenset(b for b in map(back, self.skipped) if b is not None),
+            early=frozenset(b for b in map(back, self.early) if b is not None))
 
     def expand(self, mask: int) -> int:
         """``mask`` with every split twin replaced by its members."""
@@ -346,7 +373,9 @@ class Judge:
         independent culprit (judged in the next frame)."""
         p_top, top = post.ranked()[0]
         conf = p_top * self.accepted_conf()
-        if top.kind in (SINGLE, PAIR):
+        # current without the term failing another way is another fault's: whether the symptom has a
+        # further culprit is asked there, once that fault is found (search/incident.py)
+        if top.kind in (SINGLE, PAIR) and not self.another_fault(self.fix_mask(post.term(top))):
             conf *= self.belief(extra=post.term(top)).p_nothing()
         return p_top, top, conf
 
@@ -372,8 +401,22 @@ class Judge:
         ev = self.configs.get(mask)
         return ev.trials[0] if ev is not None and ev.trials else 0
 
+    def fix_floor(self, doubt: float | None = None) -> int:
+        """Runs that rule out a fault showing in `FIX_RATE` of them, leaving ``doubt`` (the verdict's:
+        1 - confidence, unless given)."""
+        doubt = 1.0 - self.rules.confidence if doubt is None else doubt
+        floor = math.ceil(math.log(doubt) / math.log(1.0 - FIX_RATE))
+        return min(self.rules.max_probes, max(self.rules.base_probes, floor))
+
     def probes(self, mask: int, post: Belief) -> int:
-        """Fewest runs (>= base_probes) after which a pass leaves P(config bad) <= tau."""
+        """Fewest runs (>= base_probes) after which a pass leaves P(config bad) <= tau. After a
+        culprit was accepted, a configuration without it asks about a further culprit whose rate the
+        first one taught nothing about: at least the runs that rule out `FIX_RATE` at tau."""
+        if self.terms and not mask & self.accepted():  # a pass built on: as sure as any (tau)
+            return max(self._probes(mask, post), self.fix_floor(self.rules.tau))
+        return self._probes(mask, post)
+
+    def _probes(self, mask: int, post: Belief) -> int:
         pb = post.p_bad(mask)
         if pb <= 0:
             return self.rules.base_probes
@@ -411,14 +454,14 @@ class Judge:
             TrialKind.RETEST)
 
     def fix_request(self, mask: int, purpose: str, post: Belief) -> TrialRequest:
-        """The fix (current minus the culprits) must pass believably on its own: as many runs as a
-        pass of a config at even odds of being bad needs, given the intermittency learnt so far.
-        The posterior alone would accept it after base_probes runs (a further culprit is a priori
-        unlikely), and with a fault that shows in 30% of runs a bad config passes 3 runs a third
-        of the time: a second culprit would be missed that often. Probe runs are cheap next to
-        restarts; a deterministic fault keeps base_probes."""
+        """The fix (current minus the culprits) must pass believably on its own, whatever the
+        culprits taught about intermittency: a deterministic culprit says nothing about how often a
+        second one fails. So it runs at least as many probes as rule out a fault that shows in
+        `FIX_RATE` of the runs at the verdict's confidence (0.7^9 < 0.05: 9 runs at 95%), and as
+        many as a pass of a config at even odds of being bad needs, given the intermittency learnt
+        so far. Probe runs are cheap next to restarts."""
         req = self.request(mask, purpose, post, TrialKind.CONFIRM)
-        runs = max(req.probes, self.pass_runs(post))
+        runs = min(self.rules.max_probes, max(req.probes, self.pass_runs(post), self.fix_floor()))
         return dataclasses.replace(req, probes=runs) if runs != req.probes else req
 
     def bisect(self, post: Belief, length: int, cfg: Callable[[int], int], label: str,

@@ -179,7 +179,7 @@ class SplitTwin(_Stage):
             if st in ("untested", "weak"):
                 return ev.request(alone, f"confirm: does {ev.units[m]} break the stack alone, without the other "
                                          f"side of {ev.units[self.twin]}?", post, TrialKind.CONFIRM)
-        moved = self._together(ev, post)
+        moved = self._apart(ev, post) or self._together(ev, post)
         if moved is not None:
             return moved
         together = ev.up(self._term(ev))
@@ -193,6 +193,15 @@ class SplitTwin(_Stage):
         for m in self._members(ev):
             term |= 1 << m
         return term
+
+    def _apart(self, ev: EvidenceReader, post: Belief) -> "Move | None":
+        """A side alone failed another way (a must-match pair: either side alone breaks the layout)
+        and none alone showed the symptom: the sides cannot be told apart, so the twin is one unit
+        again. Splitting refines a verdict, never erases it."""
+        sts = [ev.status(ev.up(1 << m), post) for m in self._members(ev)]
+        if "other" not in sts or "fail" in sts or any(st in ("untested", "weak") for st in sts):
+            return None
+        return Fold(self.twin, self.g) if ev.foldable(self.twin) else CheckTerm(self._term(ev))
 
     def _together(self, ev: EvidenceReader, post: Belief) -> "Move | None":
         """Every member passed alone: they fail only together, or (passing together too) the

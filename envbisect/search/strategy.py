@@ -130,7 +130,13 @@ class Search:
         j = self._judge
         if isinstance(self._pending, TrialRequest):
             m = j.mask(self._pending.config)
-            if m in j.other and j.status(m, j.belief()) == "other":
+            last = self._last_request
+            if (obs.other and last is not None and self._pending.config == last.config == obs.config
+                    and self._pending.purpose == last.purpose):
+                # the same question, answered by a failure of another kind: asking again cannot change
+                # the posterior (a restart loop on production otherwise)
+                self._pending = explain.final(j, "repeated", confident=False)
+            elif m in j.other and j.status(m, j.belief()) == "other":
                 # it would fail differently again: no evidence to gain (the dependency search gave up),
                 # and a verdict needing it (the fix, under require_fix) was not observed: inconclusive
                 self._pending = explain.final(j, "other", confident=False)
@@ -203,11 +209,28 @@ class Search:
         if retry is not None:
             return retry
         if self.max_trials is not None and self.trials >= self.max_trials:
-            return explain.final(self._judge, "budget")
+            return self._at_budget()
         premise = self._premises()
         if premise is not None:
             return premise
         return self._structured()
+
+    def _at_budget(self) -> Verdict:
+        """Out of restarts: the confident verdict, unless a check its policy requires (the fix seen
+        passing, a failure after a co-restart, a pass re-tested) is still a trial away."""
+        j = self._judge
+        premise = self._premises()
+        if isinstance(premise, Verdict):
+            return premise
+        post = j.belief()
+        if premise is None and post.z > 0:
+            _p, top, conf = j.assess(post)
+            if conf >= self.confidence:
+                pending = (checks.fluke_check(j, post, top) or checks.solo_pass_check(j, post, top)
+                           or checks.fix_observed(j, post, top) or checks.restart_proof(j, post, top))
+                if pending is None:
+                    return explain.verdict(j, post, top, conf)
+        return explain.final(j, "budget", confident=False)
 
     def _retry(self) -> TrialRequest | Verdict | None:
         """An unresolved trial is retried (once, or `retries` times), then the search gives up."""
@@ -276,6 +299,13 @@ class Search:
                 dep = dependency.step(j, post)
                 if isinstance(dep, dependency.Need):
                     self._learn(dep)
+                    continue
+                if isinstance(dep, dependency.Skip):
+                    old = j
+                    self._judge = j = j.with_skip(dep.mask, dep.needy)
+                    g = getattr(self._stage, "g", None)
+                    if g is not None and j.order != old.order:
+                        self._stage = dataclasses.replace(self._stage, g=j.order.index(old.order[g]))
                     continue
                 if isinstance(dep, dependency.GiveUp):
                     self._judge = j = j.without_dependency_search()

@@ -4,7 +4,7 @@ promises (restart_bound). Pure data, no I/O. The policies, which name priors, ar
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Iterable
 
@@ -39,6 +39,12 @@ class Observation:
     # the caller's number for this trial, which the explanation cites; None: the order observed
     # (they differ when a trial was run before the search asked for it, as a perf reference is)
     trial: int | None = None
+    # the fingerprint of its failure (opaque; None: a pass, or nothing describes it), which an
+    # `Incident` judges against each problem's symptom; a `Search` never reads it
+    sign: object = field(default=None, compare=False)
+    # with ``other``: it failed before the symptom could show (a service did not start): a config that
+    # then shows the symptom with a partner added has started, so the partner cured it (no mask)
+    before: bool = False
 
     def __post_init__(self) -> None:
         if self.other:
@@ -120,6 +126,22 @@ class Verdict:
     explanation: str
     terms: tuple[tuple[str, ...], ...] = ()
     dependencies: tuple["Dependency", ...] = ()  # deltas that fail differently without a partner
+    # the incident's faults, one per fingerprint, in the order they showed (search/incident.py)
+    faults: tuple["Fault", ...] = ()
+    stack_state: object = None  # a fingerprint only the running stack showed (a breaker's 503)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One problem of an incident: the culprits whose configurations fail with ``sign`` (an opaque
+    fingerprint), as the problem's own search concluded (``verdict``). ``left_out``: deltas the fix
+    of this problem left out besides the culprits (they need one of them to start)."""
+
+    culprits: tuple[str, ...]
+    terms: tuple[tuple[str, ...], ...]
+    sign: object
+    verdict: "Verdict"
+    left_out: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -214,3 +236,12 @@ def restart_bound(n: int, kind: str = VerdictKind.CULPRIT) -> int:
     raise ValueError(f"unknown kind {kind!r}")
 
 
+
+
+def default_budget(n: int) -> int:
+    """The restart budget of a bisection that was given none: three times the bound for two
+    independent culprits, plus the premises' restart and three. The bench's worst cases (masked
+    second and third faults, intermittent culprits, a must-match pair, a running stack in a bad
+    state) stay within it (bench/run.py checks "no run over its budget"); an unattended run never
+    restarts production without end."""
+    return 3 * restart_bound(max(n, 2), "several") + 4
