@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from envbisect.errors import RemoteError
-from envbisect.hosts.restart import fetch, health_ok
+from envbisect.hosts.urls import fetch, health_ok
 from envbisect.hosts.transport import LocalTransport
 from envbisect.inputs.playbook import Probe
 from envbisect.sim.ports import free_port

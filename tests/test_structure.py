@@ -180,3 +180,21 @@ def test_verdict_kinds_are_spelled_in_the_enum_alone(measured):
 
 def test_no_line_is_over_120_characters(measured):
     assert measured.long_lines == [], "\n".join(measured.long_lines)
+
+
+def test_the_url_helpers_have_one_home():
+    """split_url, fetch and health_ok live in hosts/urls.py, beside bounded_http, and are imported from there
+    (the simulator, envbisect/sim, is test scaffolding with names of its own)."""
+    helpers, wrong = {"split_url", "fetch", "health_ok"}, []
+    for path in sorted((ROOT / "envbisect").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("envbisect/sim/"):
+            continue
+        for node in structure.ast.walk(structure.ast.parse(path.read_text(), rel)):
+            ast = structure.ast
+            if isinstance(node, ast.FunctionDef) and node.name in helpers and rel != "envbisect/hosts/urls.py":
+                wrong.append(f"{rel}: defines {node.name}")
+            if isinstance(node, structure.ast.ImportFrom) and node.module and node.module != "envbisect.hosts.urls" \
+                    and node.module.startswith("envbisect.") and helpers & {a.name for a in node.names}:
+                wrong.append(f"{rel}: imports {sorted(helpers & {a.name for a in node.names})} from {node.module}")
+    assert not wrong, wrong

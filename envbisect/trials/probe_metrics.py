@@ -291,7 +291,7 @@ def run_prometheus_probe(probe: Probe, transport: Transport, url: str, t0: float
     or the Prometheus server, each through its own forward (loopback-bound servers are reachable)."""
     from urllib.parse import urlsplit
 
-    from envbisect.hosts.restart import split_url
+    from envbisect.hosts.urls import split_url
 
     def based(u: str, fh: str, fp: int) -> str:
         return f"{urlsplit(u).scheme or 'http'}://{fh}:{fp}"

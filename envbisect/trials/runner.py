@@ -312,7 +312,7 @@ def capture_evidence(playbook: Playbook, transports: Mapping[str, Transport], ou
     never turn a trial into a failure. Written raw (0600); the bundle redacts secrets. The log
     tails of one host come in one round trip."""
     from envbisect.hosts.hostops import run_ops, unb64
-    from envbisect.hosts.restart import fetch
+    from envbisect.hosts.urls import fetch
     from envbisect.state.store import write_private
 
     def failed(name: str, e: BaseException) -> None:
