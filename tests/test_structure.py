@@ -198,3 +198,13 @@ def test_the_url_helpers_have_one_home():
                     and node.module.startswith("envbisect.") and helpers & {a.name for a in node.names}:
                 wrong.append(f"{rel}: imports {sorted(helpers & {a.name for a in node.names})} from {node.module}")
     assert not wrong, wrong
+
+
+def test_bounded_http_reaches_httpx_and_httpcore_through_their_public_api():
+    """No `obj._name` on an object not its own (httpx's client `_transport`/`_mounts`, a pool's backend)."""
+    path = ROOT / "envbisect" / "hosts" / "bounded_http.py"
+    ast = structure.ast
+    private = [f"line {n.lineno}: .{n.attr}" for n in ast.walk(ast.parse(path.read_text()))
+               if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")
+               and not (isinstance(n.value, ast.Name) and n.value.id in ("self", "_deadline"))]
+    assert not private, private
