@@ -42,7 +42,7 @@ from unittest import mock
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-import envbisect.trials.perf as trial_perf  # noqa: E402
+import envbisect.trials.perf_trial as trial_perf  # noqa: E402
 from envbisect.inputs.playbook import Probe  # noqa: E402
 from envbisect.outcome import Outcome  # noqa: E402
 from envbisect.runs.plan import make_units, observation as _observation  # noqa: E402

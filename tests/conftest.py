@@ -158,7 +158,7 @@ import subprocess as _groups_subprocess  # noqa: E402
 import sys as _groups_sys  # noqa: E402
 import types as _groups_types  # noqa: E402
 
-import envbisect.sim.deployment as _sim_deployment  # noqa: E402
+import envbisect.sim.stack as _sim_deployment  # noqa: E402
 
 try:
     import sshd as _sshd_module  # noqa: E402

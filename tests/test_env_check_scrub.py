@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 import envbisect.hosts.agent as agent
-from envbisect.hosts.hostops import agent_source, run_ops
+from envbisect.hosts.agent_calls import agent_source, run_ops
 from envbisect.hosts.transport import LocalTransport
 
 

@@ -208,3 +208,18 @@ def test_bounded_http_reaches_httpx_and_httpcore_through_their_public_api():
                if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")
                and not (isinstance(n.value, ast.Name) and n.value.id in ("self", "_deadline"))]
     assert not private, private
+
+
+# a file name used in two rooms, and why it may be for now
+SHARED_FILE_NAMES = {"symptom.py": "runs/ and trials/: renamed after the verdict work (issue 36) lands"}
+
+
+def test_no_file_name_appears_in_two_rooms():
+    """A module's file name says what it is once in the package (Python's own __init__/__main__ aside)."""
+    rooms: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "envbisect").rglob("*.py")):
+        if not (path.name.startswith("__") and path.name.endswith("__.py")):
+            rooms.setdefault(path.name, []).append(path.relative_to(ROOT / "envbisect").as_posix())
+    twice = {name: where for name, where in rooms.items() if len(where) > 1 and name not in SHARED_FILE_NAMES}
+    assert not twice, twice
+    assert all(len(rooms.get(name, ())) > 1 for name in SHARED_FILE_NAMES), "a name allowed twice is unique now"

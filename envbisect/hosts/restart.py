@@ -30,7 +30,7 @@ from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wa
 
 from envbisect.hosts import faults
 from envbisect.errors import RemoteError
-from envbisect.hosts.hostops import run_ops, unb64
+from envbisect.hosts.agent_calls import run_ops, unb64
 from envbisect.inputs.playbook import Playbook, Service
 from envbisect.hosts.transport import Transport
 from envbisect.hosts.urls import forwarded_health as _get, split_url

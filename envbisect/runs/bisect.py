@@ -28,7 +28,7 @@ from envbisect.outcome import Cause, Leave, Outcome, VerdictKind
 from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_proof, not_reproduced, restart_facts,
                                           unresolved_causes)
 from envbisect.runs.commit_line import read_lines, search_line
-from envbisect.runs.corrections import check_correctable, feed, recorded_refine
+from envbisect.runs.corrected_evidence import check_correctable, feed, recorded_refine
 from envbisect.runs.deployment import Deployment, capture_environment
 from envbisect.runs.drift import drift_hints, with_drift
 from envbisect.runs.plan import (ApartTest, BisectOptions, check_original_is_current, culprit_deltas, dry_run_plan,

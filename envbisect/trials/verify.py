@@ -81,7 +81,7 @@ def _perf_layer(p: Probe, transports: Mapping[str, Transport]) -> ProbeRun:
     no measurement of a speed)."""
     import statistics
 
-    from envbisect.trials.perf import sample
+    from envbisect.trials.perf_trial import sample
 
     t0 = time.monotonic()
     runs, broken = sample(p, transports, p.samples)
