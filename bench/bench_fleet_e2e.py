@@ -19,7 +19,7 @@ from envbisect.runs.bisect import BisectOptions  # noqa: E402
 from envbisect.runs.deployment import ConnectOptions, Deployment  # noqa: E402
 from envbisect.runs.fleet import FleetRun  # noqa: E402
 from envbisect.inputs.playbook import load_playbook  # noqa: E402
-from envbisect.sim.deployment import build  # noqa: E402
+from envbisect.sim.stack import build  # noqa: E402
 from envbisect.state.store import Store  # noqa: E402
 from sshd import start_sshd  # noqa: E402
 

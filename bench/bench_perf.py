@@ -18,7 +18,7 @@ The bisection is played as `envbisect bisect` plays one with a perf probe (runs/
 `_perf_reference` and `_loop`): the baseline is started and measured first (trial 1, its samples
 the reference), then the default-policy `Search` is driven through `next()`/`observe()`; its
 baseline premise is answered by that trial, every other request is one start of that
-configuration. A started configuration is judged by envbisect's own `trials.perf.PerfJudge` (the
+configuration. A started configuration is judged by envbisect's own `trials.perf_trial.PerfJudge` (the
 probe's 3 samples, more while `search.perf.next_step` says they can still decide, up to 16, else
 unresolved, which the search retries with a new start, after a new start of the baseline when the
 judge asks for one, as runs/bisect.py does), whose only simulated part is
@@ -42,7 +42,7 @@ from unittest import mock
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-import envbisect.trials.perf as trial_perf  # noqa: E402
+import envbisect.trials.perf_trial as trial_perf  # noqa: E402
 from envbisect.inputs.playbook import Probe  # noqa: E402
 from envbisect.outcome import Outcome  # noqa: E402
 from envbisect.runs.plan import make_units, observation as _observation  # noqa: E402

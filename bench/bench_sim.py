@@ -1,6 +1,6 @@
 """End to end on the simulated PD deployment over a real sshd: what envbisect itself costs per trial.
 
-The simulated deployment (envbisect.sim.deployment: real sglang-router, simulated prefill and
+The simulated deployment (envbisect.sim.stack: real sglang-router, simulated prefill and
 decode workers) runs behind a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py); envbisect connects
 to it with paramiko like to any host.  A culprit (or an interacting pair) is planted among
 innocent changes, a baseline snapshot is taken before, and `BisectRun(...).start(diff)` runs the
@@ -53,7 +53,7 @@ import envbisect.hosts.transport as eb_transport  # noqa: E402
 from envbisect.runs.bisect import BisectOptions, BisectRun  # noqa: E402
 from envbisect.runs.deployment import ConnectOptions, Deployment  # noqa: E402
 from envbisect.inputs.playbook import load_playbook  # noqa: E402
-from envbisect.sim.deployment import build  # noqa: E402
+from envbisect.sim.stack import build  # noqa: E402
 from envbisect.state.store import Store  # noqa: E402
 from sshd import start_sshd  # noqa: E402
 

@@ -68,9 +68,11 @@ rc=0
 # cores pays; ENVBISECT_TEST_WORKERS overrides (0: no xdist, serial). tests/conftest.py puts the
 # longest tests first (tests/durations.json), and the tests are handed out one at a time
 # (--maxschedchunk 1), so a worker that finishes takes the next longest and none of the long tests
-# starts last.
+# starts last. The tests of a file with an expensive module fixture go to one worker together
+# (tests/conftest.py's scheduler, SHARED_MODULE_FIXTURES), where the file's first test stands in
+# that order (--no-loadscope-reorder).
 workers="${ENVBISECT_TEST_WORKERS:-5}"
-xdist=(-n "$workers" --dist load --maxschedchunk 1)
+xdist=(-n "$workers" --dist load --no-loadscope-reorder --maxschedchunk 1)
 [ "$workers" = "0" ] && xdist=()
 .venv/bin/python -m pytest -q -p no:cacheprovider "${xdist[@]}" "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then

@@ -158,7 +158,7 @@ import subprocess as _groups_subprocess  # noqa: E402
 import sys as _groups_sys  # noqa: E402
 import types as _groups_types  # noqa: E402
 
-import envbisect.sim.deployment as _sim_deployment  # noqa: E402
+import envbisect.sim.stack as _sim_deployment  # noqa: E402
 
 try:
     import sshd as _sshd_module  # noqa: E402
@@ -284,12 +284,55 @@ def _durations() -> dict[str, float]:
         return {}
 
 
+# test files whose tests share one expensive module fixture, and what it is: the xdist scheduler below
+# hands each such file's tests to one worker together, which builds the fixture once, not on every worker
+SHARED_MODULE_FIXTURES = {"tests/test_bundle.py": "one bisection on the simulated stack (`run`)"}
+
+
+def expensive_module_fixture(item: pytest.Item, groups: frozenset[str]) -> str | None:
+    """The name of a module-scoped fixture of this sim or sshd test's own file, if it uses one."""
+    info = getattr(item, "_fixtureinfo", None)
+    path = getattr(item, "path", None)
+    if info is None or path is None or not groups & {"sim", "sshd"}:
+        return None
+    for name, defs in info.name2fixturedefs.items():
+        for fd in defs:
+            code = getattr(fd.func, "__code__", None)
+            if fd.scope == "module" and code is not None and _SshdPath(code.co_filename) == _SshdPath(path):
+                return name
+    return None
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist load`, except that the tests of a file in SHARED_MODULE_FIXTURES are one work unit,
+    handed out where the file's first test stands in the longest-first order (with
+    `--no-loadscope-reorder`). xdist's own `--dist loadgroup` does not group under pytest 9.2: it
+    renames node ids through `_nodeid`, which pytest no longer reads (pytest-xdist issue 1386)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if path in SHARED_MODULE_FIXTURES else nodeid
+
+        def _reschedule(self, node: object) -> None:
+            if not node.shutting_down and self.workqueue and self._pending_of(self.assigned_work[node]) >= 2:  # type: ignore[attr-defined,index]
+                return  # two tests pending at most, as `--dist load --maxschedchunk 1` keeps
+            super()._reschedule(node)
+
+    return SharedFixtureScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its groups, and run the longest tests first (as recorded in
     tests/durations.json, else by group: a sim test takes tens of seconds, a unit test
-    milliseconds). scripts/test.sh hands tests to the xdist workers one at a time in this order, so
-    no long test starts last and finishes alone while the other workers idle. The sort is stable
-    and the same on every worker, as xdist requires."""
+    milliseconds). scripts/test.sh hands tests to the xdist workers one at a time in this order
+    (`--maxschedchunk 1`), so no long test starts last and finishes alone while the other workers
+    idle; the tests of a file with an expensive module fixture (SHARED_MODULE_FIXTURES, checked
+    here) are handed out together. The sort is stable and the same on every worker, as xdist
+    requires."""
     seconds = _durations()
     estimate: dict[str, float] = {}
     for item in items:
@@ -297,6 +340,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for group in sorted(groups):
             if item.get_closest_marker(group) is None:
                 item.add_marker(group)
+        fixture = expensive_module_fixture(item, groups)
+        where = item.nodeid.split("::", 1)[0]
+        if fixture and where not in SHARED_MODULE_FIXTURES:
+            raise pytest.UsageError(f"{where} shares the module fixture {fixture!r} across sim/sshd tests: "
+                                    "name it in SHARED_MODULE_FIXTURES (tests/conftest.py)")
         estimate[item.nodeid] = seconds.get(item.nodeid, max(_GROUP_SECONDS[g] for g in groups))
     items.sort(key=lambda it: -estimate[it.nodeid])
 

@@ -11,7 +11,7 @@ import pytest
 
 from envbisect.errors import RemoteError
 from envbisect.hosts.collector import collect_host, take_snapshot
-from envbisect.hosts.hostops import run_agent, run_agent_on_each
+from envbisect.hosts.agent_calls import run_agent, run_agent_on_each
 from envbisect.hosts.transport import SSHTransport, Transport
 from envbisect.inputs.playbook import Host, load_playbook
 from hosttree import HostTree, make_tree

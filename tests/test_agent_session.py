@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from envbisect.errors import RemoteError
-from envbisect.hosts.hostops import run_agent, run_ops
+from envbisect.hosts.agent_calls import run_agent, run_ops
 from envbisect.hosts.transport import LocalTransport, SSHTransport
 from envbisect.inputs.playbook import Host
 

@@ -18,7 +18,7 @@ import pytest
 
 from envbisect.report.markdown import render_markdown
 from envbisect.report.record import load_run
-from envbisect.sim.deployment import DEFAULT_RULES
+from envbisect.sim.stack import DEFAULT_RULES
 from test_bisect_sim import INNOCENT, plant, scenario, tree_fingerprint  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]

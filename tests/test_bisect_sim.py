@@ -19,7 +19,7 @@ from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.inputs.playbook import load_playbook
 from envbisect.runs.replay import load_evidence, parse_log, render_log, replay_log
 from envbisect.search import TrialKind, restart_bound
-from envbisect.sim.deployment import build
+from envbisect.sim.stack import build
 from envbisect.state.rundir import Runs
 from envbisect.state.store import Store
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from envbisect.errors import RemoteError
-from envbisect.hosts.restart import fetch, health_ok
+from envbisect.hosts.urls import fetch, health_ok
 from envbisect.hosts.transport import LocalTransport
 from envbisect.inputs.playbook import Probe
 from envbisect.sim.ports import free_port
@@ -237,3 +237,34 @@ def test_clients_share_one_tls_context_per_mode(monkeypatch):
     verified, unverified = bounded_http.tls_context(False), bounded_http.tls_context(True)
     assert verified.verify_mode == ssl.CERT_REQUIRED and verified.check_hostname
     assert unverified.verify_mode == ssl.CERT_NONE and not unverified.check_hostname
+
+
+def test_a_proxy_the_environment_names_is_used_unless_no_proxy_says_otherwise(monkeypatch):
+    """The client is built from httpcore's public pools: the environment's proxy still carries a
+    request (as httpx's own transport would), and NO_PROXY still sends it direct."""
+    import socket
+    import threading
+
+    from envbisect.hosts import bounded_http
+
+    seen: list[bytes] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_once() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            seen.append(conn.recv(65536).split(b"\r\n", 1)[0])
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    threading.Thread(target=answer_once, daemon=True).start()
+    for key in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    with bounded_http.client() as c:
+        a = bounded_http.request(c, "GET", "http://engine.invalid:8081/health", deadline_s=5, max_body=64)
+    assert (a.status_code, a.body) == (200, b"ok") and seen == [b"GET http://engine.invalid:8081/health HTTP/1.1"]
+    monkeypatch.setenv("NO_PROXY", "engine.invalid")
+    with bounded_http.client() as c, pytest.raises(httpx.ConnectError):
+        bounded_http.request(c, "GET", "http://engine.invalid:8081/health", deadline_s=5, max_body=64)
+    listener.close()
+    assert len(seen) == 1  # the second request went direct (and found no such host)

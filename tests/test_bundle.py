@@ -22,7 +22,7 @@ from envbisect.inputs.masking import SecretMasker, mask_hash
 from envbisect.state.store import Store
 from envbisect.inputs.playbook import load_playbook
 from envbisect.report import load_run, render_html, render_markdown
-from envbisect.sim.deployment import DEFAULT_RULES, FAKE_CLUSTER_PASS, FAKE_HF_TOKEN
+from envbisect.sim.stack import DEFAULT_RULES, FAKE_CLUSTER_PASS, FAKE_HF_TOKEN
 from test_bisect_sim import INNOCENT, Scenario, plant
 
 CULPRIT = "decode:SGLANG_SM120_MMA_TARGET_CTAS"

@@ -20,7 +20,7 @@ from envbisect.runs.bisect import BisectOptions, BisectRun
 from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import ExitStatus, HostConflict
 from envbisect.inputs.playbook import load_playbook
-from envbisect.sim.deployment import SERVICES
+from envbisect.sim.stack import SERVICES
 from envbisect.state.store import Store
 
 from sshd import SSHD, start_sshd

@@ -14,7 +14,7 @@ import tarfile
 import pytest
 
 from envbisect.inputs.envfile import parse_env
-from envbisect.sim.deployment import DEFAULT_RULES
+from envbisect.sim.stack import DEFAULT_RULES
 
 from test_bisect_sim import INNOCENT, plant, scenario, tree_fingerprint  # noqa: F401 - fixture
 from test_fault_injection import all_healthy, newest_run

@@ -10,7 +10,7 @@ import pytest
 
 from test_bisect_sim import ENVBISECT, INNOCENT, Scenario, plant, tree_fingerprint
 
-from envbisect.sim.deployment import DEFAULT_RULES
+from envbisect.sim.stack import DEFAULT_RULES
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 

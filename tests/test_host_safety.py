@@ -466,7 +466,7 @@ NOBODY = 65534
 AS_NOBODY = r"""
 import json, os, sys
 from pathlib import Path
-import envbisect.hosts.hostops as H
+import envbisect.hosts.agent_calls as H
 from envbisect.state.configuration import TargetState
 from envbisect.errors import UsageError
 from envbisect.hosts.journal import HostEditor

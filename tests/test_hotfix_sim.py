@@ -16,9 +16,9 @@ import subprocess
 
 import pytest
 
-from envbisect.hosts.hostops import run_agent
+from envbisect.hosts.agent_calls import run_agent
 from envbisect.hosts.transport import LocalTransport
-from envbisect.sim.deployment import DEFAULT_RULES
+from envbisect.sim.stack import DEFAULT_RULES
 from test_bisect_sim import INNOCENT, plant, scenario, tree_fingerprint  # noqa: F401 - fixture
 
 FLAG = "enable_overlap_schedule"

@@ -22,7 +22,7 @@ import pytest
 from hosttree import git
 
 from envbisect.inputs.playbook import load_playbook
-from envbisect.sim.deployment import build
+from envbisect.sim.stack import build
 
 ENVBISECT = [sys.executable, "-m", "envbisect.cli.app"]
 
@@ -339,7 +339,7 @@ def test_init_errors_are_one_line(tmp_path, sshd, stacks):
 
 
 def test_init_proposes_the_engines_as_one_start_group_only_when_both_roles_run():
-    from envbisect.runs.discover import Service as Found, start_order
+    from envbisect.runs.playbook_draft import Service as Found, start_order
 
     def svcs(*roles: str) -> list[Found]:
         return [Found(f"{r}{i}" if roles.count(r) > 1 else r, r, 100 + i, "m", None) for i, r in enumerate(roles)]

@@ -18,7 +18,7 @@ from typing import Any
 from test_init_discovery import stacks  # noqa: F401 - fixture
 
 from envbisect.hosts.transport_base import LocalTransport
-from envbisect.runs import discover as disc
+from envbisect.runs import playbook_draft as disc
 
 INJECT = ('\n[probes.aaa]\nkind = "command"\ncommand = "touch /tmp/pwned"\n#"\'#[x]\r\x00\x07\x1b]52;c;QUFB\x07'
           '\x1b[2J\x7f\x85\x9b31m\u2028')

@@ -1,9 +1,11 @@
 """Issue 8, item 5: one clear line and a documented exit status, never a traceback.
 
-Every reproduction from the issue runs the real CLI (`python -m envbisect.cli.app`) in a subprocess and
-checks stdout/stderr byte for byte: one line on stderr, no "Traceback", the status from
-`envbisect.errors.ExitStatus`. The last-resort handler (a bug) writes a private crash log with
-secrets masked and prints one line pointing to it; `--traceback` shows the traceback instead.
+Every reproduction from the issue runs the real CLI and checks its stdout/stderr: one line on
+stderr, no "Traceback", the status from `envbisect.errors.ExitStatus`. It runs in this process
+(`envbisect.cli.app.run` with in-memory streams) unless the process is the point: Ctrl-C and
+kill -9 of a running bisection, main()'s crash handler, and TZ or HOME read by a fresh process.
+The last-resort handler (a bug) writes a private crash log with secrets masked and prints one line
+pointing to it; `--traceback` shows the traceback instead.
 """
 from __future__ import annotations
 
@@ -13,15 +15,19 @@ import sys
 
 import pytest
 
+from test_cli_inprocess import Captured
+
+from envbisect.cli.app import run
 from envbisect.errors import ExitStatus, PlaybookError
 from envbisect.inputs.playbook import PROBE_REPEAT_MAX, load_playbook
 from envbisect.search import Search
 
-ENVBISECT = [sys.executable, "-m", "envbisect.cli.app"]
-
-
-def run_cli(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([*ENVBISECT, *args], capture_output=True, text=True, env=env, timeout=300, **kw)
+def in_process(*args: str) -> subprocess.CompletedProcess:
+    """The CLI run in this process (`envbisect.cli.app.run`, tests/test_cli_inprocess.py), its streams
+    (the log's included) in memory, as a CompletedProcess with str streams."""
+    c = Captured()
+    rc = run(list(args), c.env)
+    return subprocess.CompletedProcess(list(args), rc, c.out, c.err)
 
 
 def one_line(r: subprocess.CompletedProcess) -> str:
@@ -65,7 +71,7 @@ def test_bad_probe_settings_are_refused_at_load(tmp_path, probe, needle):
     pb.write_text(PROBE_HEAD + probe + "\n")
     with pytest.raises(PlaybookError, match="probes.p"):
         load_playbook(pb)
-    r = run_cli("-p", str(pb), "--store", str(tmp_path / "store"), "bisect", "--since", "noon")
+    r = in_process("-p", str(pb), "--store", str(tmp_path / "store"), "bisect", "--since", "noon")
     assert r.returncode == ExitStatus.USAGE
     assert needle in one_line(r)
     assert not (tmp_path / "store" / "runs").exists()  # refused before any run, lock or journal
@@ -112,11 +118,19 @@ def text(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
                                        r.stderr.decode(errors="replace"))
 
 
+def cli(stack, *args: str, check: int | None = None) -> subprocess.CompletedProcess:
+    """A command on the stack, in this process."""
+    r = in_process("-p", str(stack.playbook), "--store", str(stack.store), *args)
+    if check is not None:
+        assert r.returncode == check, r.stderr
+    return r
+
+
 def bisected(stack) -> str:
     """A finished bisection (decode:BAD is the culprit); its run id."""
-    stack.cli("snapshot", "--label", "noon", check=0)
+    cli(stack, "snapshot", "--label", "noon", check=0)
     stack.tree.edit("decode", DECODE + "export BAD=1\nexport OTHER=2\n")
-    r = stack.cli("bisect", "--against", "noon", "--json", check=0)
+    r = cli(stack, "bisect", "--against", "noon", "--json", check=0)
     return json.loads(r.stdout)["run"]
 
 
@@ -126,45 +140,45 @@ def test_damaged_run_files_are_one_line_in_runs_show_and_revert(stack):
     verdict = run_dir / "verdict.json"
     for damage in ('{"verdict": ', "[1, 2]", '{"trials": 5}', "\x00\xff garbage"):
         verdict.write_bytes(damage.encode())
-        r = text(stack.cli("runs"))
+        r = cli(stack, "runs")
         assert r.returncode == 0 and "damaged" in r.stdout and "Traceback" not in r.stderr, r.stderr
-        r = text(stack.cli("runs", "--json"))
+        r = cli(stack, "runs", "--json")
         assert r.returncode == 0 and json.loads(r.stdout)[0]["status"] == "damaged verdict.json"
-        r = text(stack.cli("show", run_id))
+        r = cli(stack, "show", run_id)
         assert r.returncode == ExitStatus.USAGE and str(verdict) in one_line(r) and "damaged run file" in r.stderr
-        r = text(stack.cli("revert", "--verdict"))
+        r = cli(stack, "revert", "--verdict")
         line = one_line(r)  # the file named, or (valid JSON without a verdict) that there is none
         assert r.returncode == ExitStatus.USAGE and (str(verdict) in line or "verdict none" in line), line
     run_json = run_dir / "run.json"
     doc = json.loads(run_json.read_text())
     for damaged in ({**doc, "deltas_blob": "0" * 64}, {**doc, "deltas_blob": None, "deltas": "x"}):
         run_json.write_text(json.dumps(damaged))
-        r = text(stack.cli("revert", "decode:BAD", "--run", run_id))
+        r = cli(stack, "revert", "decode:BAD", "--run", run_id)
         assert r.returncode == ExitStatus.USAGE and "run.json" in one_line(r), r.stderr
     run_json.write_text('{"created_at": "yesterday", "kind": 7}')  # wrong types: still listed, not a traceback
-    r = text(stack.cli("runs"))
+    r = cli(stack, "runs")
     assert r.returncode == 0 and run_id[:10] in r.stdout and "Traceback" not in r.stderr
-    r = text(stack.cli("show", "../../etc"))
+    r = cli(stack, "show", "../../etc")
     assert r.returncode == ExitStatus.USAGE and "no run" in one_line(r)
 
 
 def test_since_year_one_in_a_timezone_east_of_utc(stack):
-    env = {**os.environ, "TZ": "Asia/Tokyo"}
+    env = {**os.environ, "TZ": "Asia/Tokyo"}  # a subprocess: TZ is read by a fresh process
     r = text(stack.cli("diff", "--since", "0001-01-01", env=env))
     assert r.returncode == ExitStatus.USAGE and "time out of range" in one_line(r)
-    r = text(stack.cli("diff", "--since", "0001-01-01T00:00+09:00"))
+    r = cli(stack, "diff", "--since", "0001-01-01T00:00+09:00")
     assert r.returncode == ExitStatus.USAGE and "time out of range" in one_line(r)
 
 
 def test_a_nul_in_a_value_is_shown_and_bisected_without_a_traceback(stack):
     stack.tree.edit("decode", DECODE + "export NULV='a\x00b'\n")
-    stack.cli("snapshot", "--label", "noon", check=0)
+    cli(stack, "snapshot", "--label", "noon", check=0)
     stack.tree.edit("decode", DECODE + "export NULV='c\x00d'\nexport BAD=1\n")
-    r = text(stack.cli("diff", "--against", "noon"))
+    r = cli(stack, "diff", "--against", "noon")
     assert r.returncode == ExitStatus.DELTAS and "Traceback" not in r.stderr, r.stderr
     assert "\x00" not in r.stdout and "decode:BAD" in r.stdout
     assert "\\x00" in r.stdout, r.stdout  # shown as an escape, not dropped
-    r = text(stack.cli("bisect", "--against", "noon", "--json"))
+    r = cli(stack, "bisect", "--against", "noon", "--json")
     assert "Traceback" not in r.stderr and r.returncode == ExitStatus.OK, r.stderr
     assert json.loads(r.stdout)["culprits"] == ["decode:BAD"]
     assert "\x00" in stack.tree.env("decode").read_text()  # the operator's file, as it was
@@ -172,21 +186,21 @@ def test_a_nul_in_a_value_is_shown_and_bisected_without_a_traceback(stack):
 
 
 def test_5000_nested_command_substitutions(stack):
-    stack.cli("snapshot", "--label", "noon", check=0)
+    cli(stack, "snapshot", "--label", "noon", check=0)
     stack.tree.edit("decode", DECODE + "export DEEP=" + "$(" * 5000 + "\n")
-    r = text(stack.cli("diff", "--against", "noon"))
+    r = cli(stack, "diff", "--against", "noon")
     assert r.returncode == ExitStatus.DELTAS and "Traceback" not in r.stderr and "RecursionError" not in r.stdout
     assert "not parseable as a serve-env file" in r.stdout  # compared as a whole file, with the reason
     assert not (stack.store / "crash").exists()
 
 
 def test_bundle_with_a_non_utf8_value(stack, tmp_path):
-    stack.cli("snapshot", "--label", "noon", check=0)
+    cli(stack, "snapshot", "--label", "noon", check=0)
     stack.tree.env("decode").write_bytes(DECODE.encode() + b"export LATIN='caf\xe9'\nexport BAD=1\n")
-    run = json.loads(stack.cli("bisect", "--against", "noon", "--json", check=0).stdout)["run"]
-    r = text(stack.cli("bundle", "--run", run, "--out", str(tmp_path / "b.tar.gz")))
+    run = json.loads(cli(stack, "bisect", "--against", "noon", "--json", check=0).stdout)["run"]
+    r = cli(stack, "bundle", "--run", run, "--out", str(tmp_path / "b.tar.gz"))
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
-    r = text(stack.cli("bundle", "--check", str(tmp_path / "b.tar.gz")))
+    r = cli(stack, "bundle", "--check", str(tmp_path / "b.tar.gz"))
     assert r.returncode == 0, r.stdout
     import tarfile
 
@@ -209,7 +223,7 @@ def _bisect_child(stack, tmp_path) -> tuple[subprocess.Popen, Path]:
     """A bisection whose probe hangs (sleep) on a slow-probe playbook; stderr to a file."""
     text_ = stack.playbook.read_text().replace('command = "! grep -q BAD', 'command = "sleep 20; ! grep -q BAD')
     stack.playbook.write_text(text_)
-    stack.cli("snapshot", "--label", "noon", check=0)
+    cli(stack, "snapshot", "--label", "noon", check=0)
     stack.tree.edit("decode", DECODE + "export BAD=1\n")
     errf = tmp_path / "bisect.err"
     with open(errf, "wb") as e:
@@ -248,10 +262,10 @@ def test_restore_when_the_journal_names_a_host_no_longer_in_the_playbook(stack, 
         _kill_group(proc)
     good = stack.playbook.read_text()
     stack.playbook.write_text(good.replace("node1", "node9"))
-    r = text(stack.cli("restore"))
+    r = cli(stack, "restore")
     assert r.returncode == ExitStatus.USAGE and "node1" in one_line(r), r.stderr
     stack.playbook.write_text(good)
-    r = text(stack.cli("restore"))
+    r = cli(stack, "restore")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "BAD=1" in stack.tree.env("decode").read_text()
 
@@ -300,12 +314,12 @@ def test_a_bug_is_one_line_and_a_private_masked_crash_log(tmp_path):
     (["--connect-attempts", "0", "snapshots"], "--connect-attempts"),
 ])
 def test_bad_arguments_are_one_line_status_2(tmp_path, args, needle):
-    r = run_cli("--store", str(tmp_path / "s"), *args)
+    r = in_process("--store", str(tmp_path / "s"), *args)
     assert r.returncode == ExitStatus.USAGE and needle in one_line(r)
 
 
 def test_version_needs_no_command():
-    r = run_cli("--version")
+    r = in_process("--version")
     assert r.returncode == 0 and r.stdout.startswith("envbisect ") and r.stderr == ""
 
 

@@ -11,7 +11,7 @@ from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Outcome
 from envbisect.runs.bisect import REFERENCE_PURPOSE, BisectRun
 from envbisect.search.types import TrialKind
-from envbisect.trials.perf import PerfJudge
+from envbisect.trials.perf_trial import PerfJudge
 from envbisect.trials.probe_request import ProbeRun
 from envbisect.trials.runner import Trial
 
@@ -58,7 +58,7 @@ def test_a_judge_rebuilt_from_the_record_is_the_judge_the_live_run_had(monkeypat
     recorded. Reference, each configuration's starts and the slowdown searched for are equal."""
     import random
 
-    import envbisect.trials.perf as perf
+    import envbisect.trials.perf_trial as perf
 
     rng = random.Random(7)
     speed = {(): 100.0, ("a",): 80.0, ("b",): 100.0, ("a", "b"): 80.0}

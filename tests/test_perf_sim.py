@@ -12,7 +12,7 @@ import pytest
 
 from test_bisect_sim import Scenario, bisect_until, plant, tree_fingerprint
 
-from envbisect.sim.deployment import PERF_RULES
+from envbisect.sim.stack import PERF_RULES
 
 pytestmark = pytest.mark.sim
 

@@ -308,7 +308,7 @@ def test_a_deeply_nested_answer_is_no_answer():
     """A model server's, a Prometheus server's or a host agent's answer nested past the JSON
     parser's depth is data that is no answer (RecursionError is no ValueError)."""
     from envbisect.errors import RemoteError
-    from envbisect.hosts.hostops import _answer
+    from envbisect.hosts.agent_calls import _answer
     from envbisect.hosts.transport_base import CommandResult
 
     deep = "[" * 100_000 + "]" * 100_000

@@ -14,7 +14,7 @@ import pytest
 from prometheus import start_prometheus
 from test_bisect_sim import Scenario, plant, tree_fingerprint
 
-from envbisect.sim.deployment import PERF_RULES
+from envbisect.sim.stack import PERF_RULES
 
 pytestmark = [pytest.mark.sim, pytest.mark.sshd, pytest.mark.slow]
 

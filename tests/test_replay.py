@@ -399,7 +399,7 @@ def test_an_auto_linked_culprit_split_by_the_search_replays_and_repeats_only_a_r
 def test_what_cannot_be_corrected_is_refused_with_one_line():
     """Guard and final trials are no evidence of the verdict; a perf bisection's reference is what
     every later trial was judged against. A premise trial can be corrected (the search asks again)."""
-    from envbisect.runs.corrections import check_correctable
+    from envbisect.runs.corrected_evidence import check_correctable
 
     def trial(n, kind, config=()):
         return Trial(n, "p", tuple(config), tuple(config), Outcome.PASS, "r", kind=kind)

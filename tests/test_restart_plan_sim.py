@@ -11,7 +11,7 @@ import pytest
 from envbisect.report.markdown import render_markdown
 from envbisect.report.record import load_run
 from envbisect.outcome import Outcome
-from envbisect.sim.deployment import SERVICES
+from envbisect.sim.stack import SERVICES
 
 from test_bisect_sim import INNOCENT, plant, scenario, tree_fingerprint  # noqa: F401 - fixture
 

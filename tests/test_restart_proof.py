@@ -18,7 +18,7 @@ from envbisect.hosts.transport import SSHTransport
 from envbisect.inputs.playbook import Host, load_playbook
 from envbisect.outcome import Cause, Outcome
 from envbisect.sim.ports import free_port
-from envbisect.sim.deployment import IGNORE_SIGTERM_RULE
+from envbisect.sim.stack import IGNORE_SIGTERM_RULE
 
 from test_bisect_sim import INNOCENT, plant, scenario, tree_fingerprint  # noqa: F401 - fixture
 

@@ -17,7 +17,7 @@ from envbisect.runs.bisect import BisectOptions, BisectRun
 from envbisect.runs.deployment import ConnectOptions, Deployment
 from envbisect.errors import EnvCheckFailed
 from envbisect.inputs.playbook import load_playbook
-from envbisect.sim.deployment import DEFAULT_RULES, build
+from envbisect.sim.stack import DEFAULT_RULES, build
 from envbisect.state.store import Store
 
 pytestmark = pytest.mark.sim

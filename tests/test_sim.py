@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from envbisect.sim import deployment as simdep
+from envbisect.sim import stack as simdep
 from envbisect.sim import worker as simworker
-from envbisect.sim.deployment import SimDeployment, build
+from envbisect.sim.stack import SimDeployment, build
 
 pytestmark = pytest.mark.sim
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from envbisect.runs.bisect import BisectOptions, BisectRun
-from envbisect.sim.deployment import DEFAULT_RULES
+from envbisect.sim.stack import DEFAULT_RULES
 from test_bisect_sim import plant, scenario, tree_fingerprint  # noqa: F401 - scenario is a fixture
 
 COLLECT = Path(__file__).resolve().parents[1] / "envbisect" / "hosts" / "agent" / "collect.py"

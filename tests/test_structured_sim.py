@@ -13,7 +13,7 @@ import tarfile
 import pytest
 
 from envbisect.errors import ExitStatus
-from envbisect.sim.deployment import DEFAULT_RULES
+from envbisect.sim.stack import DEFAULT_RULES
 
 from test_bisect_sim import scenario, tree_fingerprint  # noqa: F401 - fixture
 from test_fault_injection import fingerprint, newest_run

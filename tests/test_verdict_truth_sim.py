@@ -11,7 +11,7 @@ import pytest
 
 from envbisect.inputs.envfile import EnvFileError, parse_env
 from envbisect.search import restart_bound
-from envbisect.sim.deployment import DEFAULT_RULES
+from envbisect.sim.stack import DEFAULT_RULES
 from test_bisect_sim import INNOCENT, plant, scenario, tree_fingerprint  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.sim

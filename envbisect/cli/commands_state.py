@@ -39,7 +39,7 @@ def init(ctx: typer.Context,
     from envbisect.hosts.inventory import bind_inventory
     from envbisect.hosts.transport import connect
     from envbisect.inputs.playbook import Host, Playbook, Restart
-    from envbisect.runs import discover as disc
+    from envbisect.runs import playbook_draft as disc
 
     o = opts_of(ctx)
     key = disc.host_key(host)

@@ -37,7 +37,7 @@ PERF_BAD_ID = f"{PERF_SLOWDOWN[0]}:{PERF_SLOWDOWN[1]}"
 @dataclass
 class Demo:
     root: Path
-    sim: object  # envbisect.sim.deployment.SimDeployment
+    sim: object  # envbisect.sim.stack.SimDeployment
     playbook: Path
     store: Path
 
@@ -58,7 +58,7 @@ def prepare(root: Path | None = None, perf: bool = False) -> Demo:
     """Build and start the simulated deployment (known-good state). `perf`: decode's per-token
     time follows the speed knobs (sim PERF_RULES)."""
     try:
-        from envbisect.sim.deployment import PERF_RULES, build
+        from envbisect.sim.stack import PERF_RULES, build
     except ImportError as e:  # pragma: no cover - the sim ships with the package
         raise UsageError(f"the simulated deployment is unavailable: {e}") from None
     beside_python = Path(__import__("sys").executable).parent / "sglang-router"

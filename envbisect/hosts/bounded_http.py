@@ -12,12 +12,13 @@ verified (and sent as SNI) is the URL's host, not the address of the SSH forward
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import ssl
 import threading
 import time
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Iterator, Mapping
 
 import httpcore
 import httpx
@@ -87,13 +88,101 @@ def tls_context(insecure: bool) -> ssl.SSLContext:
 
 
 def client(*, insecure: bool = False, limits: httpx.Limits | None = None) -> httpx.Client:
-    """An httpx client whose requests `request` can bound; TLS verified unless `insecure`."""
-    c = httpx.Client(verify=tls_context(insecure), limits=limits or httpx.Limits())
-    for t in [c._transport, *c._mounts.values()]:  # noqa: SLF001 - the pools are httpx's, the backend ours
-        pool = getattr(t, "_pool", None)
-        if pool is not None:
-            pool._network_backend = _Backend()  # noqa: SLF001
-    return c
+    """An httpx client whose requests `request` can bound; TLS verified unless `insecure`; through
+    the proxy the environment names (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY), as httpx would."""
+    return httpx.Client(transport=_Transport(tls_context(insecure), limits or httpx.Limits()))
+
+
+@contextlib.contextmanager
+def _as_httpx_errors() -> Iterator[None]:
+    """httpcore's errors raised as httpx's of the same name (a ReadTimeout as httpx.ReadTimeout)."""
+    try:
+        yield
+    except httpcore.TimeoutException as e:
+        raise _httpx_class(type(e), httpx.TimeoutException)(str(e)) from e
+    except (httpcore.ProxyError, httpcore.UnsupportedProtocol, httpcore.ProtocolError, httpcore.NetworkError) as e:
+        raise _httpx_class(type(e), httpx.TransportError)(str(e)) from e
+
+
+def _httpx_class(cls: type, fallback: type) -> type:
+    for c in cls.__mro__:
+        if getattr(httpcore, c.__name__, None) is c and isinstance(getattr(httpx, c.__name__, None), type):
+            return getattr(httpx, c.__name__)
+    return fallback
+
+
+class _Body(httpx.SyncByteStream):
+    def __init__(self, stream: Iterable[bytes]):
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        with _as_httpx_errors():
+            yield from self._stream
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+
+class _Transport(httpx.BaseTransport):
+    """httpx's HTTP/1.1 transport, built from httpcore's public pools with our network backend (every
+    socket operation given at most the deadline's time left); a proxy pool per proxy URL in use."""
+
+    def __init__(self, tls: ssl.SSLContext, limits: httpx.Limits):
+        self._tls, self._limits = tls, limits
+        self._pools: dict[str, httpcore.ConnectionPool] = {}
+        self._lock = threading.Lock()
+
+    def _pool(self, url: httpx.URL) -> httpcore.ConnectionPool:
+        proxy = _proxy_for(url)
+        with self._lock:
+            if proxy not in self._pools:
+                kw = dict(ssl_context=self._tls, max_connections=self._limits.max_connections,
+                          max_keepalive_connections=self._limits.max_keepalive_connections,
+                          keepalive_expiry=self._limits.keepalive_expiry, network_backend=_Backend())
+                if proxy:
+                    p = httpx.Proxy(proxy)
+                    target = httpcore.URL(scheme=p.url.raw_scheme, host=p.url.raw_host, port=p.url.port,
+                                          target=p.url.raw_path)
+                    if p.url.scheme.startswith("socks"):  # needs socksio, as httpx's own SOCKS transport
+                        self._pools[proxy] = httpcore.SOCKSProxy(proxy_url=target, proxy_auth=p.raw_auth, **kw)
+                    else:
+                        self._pools[proxy] = httpcore.HTTPProxy(proxy_url=target, proxy_auth=p.raw_auth,
+                                                                proxy_headers=p.headers.raw, **kw)
+                else:
+                    self._pools[proxy] = httpcore.ConnectionPool(**kw)
+            return self._pools[proxy]
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        req = httpcore.Request(method=request.method, headers=request.headers.raw, extensions=request.extensions,
+                               url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port,
+                                                target=url.raw_path),
+                               content=request.stream)  # type: ignore[arg-type]
+        with _as_httpx_errors():
+            resp = self._pool(url).handle_request(req)
+        return httpx.Response(resp.status, headers=resp.headers, stream=_Body(resp.stream),  # type: ignore[arg-type]
+                              extensions=resp.extensions)
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+
+
+def _proxy_for(url: httpx.URL) -> str:
+    """The proxy URL the environment names for `url` ("" for none), read as the standard library does."""
+    import urllib.request
+
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(url.scheme) or proxies.get("all") or ""
+    if proxy and urllib.request.proxy_bypass(url.netloc.decode("ascii", "replace")):
+        return ""
+    if proxy and "://" not in proxy:
+        proxy = "http://" + proxy
+    return proxy
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
 from envbisect.errors import ConnectionFailed, EnvbisectError
-from envbisect.hosts.hostops import run_agent, run_agent_on_each
+from envbisect.hosts.agent_calls import run_agent, run_agent_on_each
 from envbisect.hosts.transport import Transport
 from envbisect.inputs.playbook import Playbook
 from envbisect.state.snapshot import HostState, Snapshot, host_state_from_raw, new_snapshot_id

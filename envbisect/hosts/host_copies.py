@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from envbisect.errors import UsageError
-from envbisect.hosts.hostops import run_ops, unb64
+from envbisect.hosts.agent_calls import run_ops, unb64
 from envbisect.hosts.journal_records import Journal, local_journal_paths, made_path, remote_paths
 from envbisect.hosts.transport import Transport
 from envbisect.inputs.playbook import Playbook

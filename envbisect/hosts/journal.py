@@ -32,7 +32,7 @@ from envbisect.errors import EnvbisectError, HostConflict, LockHeld, LockLost, R
 from envbisect.hosts import faults
 from envbisect.hosts.collector import for_each_host
 from envbisect.hosts.host_copies import closed_locally, find_journal, host_copy, stale_note, verified_copy
-from envbisect.hosts.hostops import b64, run_ops, unb64
+from envbisect.hosts.agent_calls import b64, run_ops, unb64
 from envbisect.hosts.journal_records import (Journal, RepoState, journal_dir, local_journal_paths, made_json,
                                              made_path, remote_paths, sha)
 from envbisect.hosts.lock import (HEARTBEAT_S, STALE_AFTER_S, Heartbeat, boot_id, controller_id, describe_holder,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from envbisect.hosts.hostops import b64, unb64
+from envbisect.hosts.agent_calls import b64, unb64
 from envbisect.state import rundir
 from envbisect.state.configuration import FileOriginal, Key, OriginalState, RepoOriginal
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from envbisect.errors import LockLost
-from envbisect.hosts.hostops import run_ops
+from envbisect.hosts.agent_calls import run_ops
 from envbisect.hosts.transport import Transport
 
 HEARTBEAT_S = 20.0  # the lock holder refreshes its lock this often

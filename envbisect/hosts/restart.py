@@ -25,16 +25,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping, Optional
-from urllib.parse import urlsplit
 
-import httpx
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from envbisect.hosts import bounded_http, faults
+from envbisect.hosts import faults
 from envbisect.errors import RemoteError
-from envbisect.hosts.hostops import run_ops, unb64
+from envbisect.hosts.agent_calls import run_ops, unb64
 from envbisect.inputs.playbook import Playbook, Service
 from envbisect.hosts.transport import Transport
+from envbisect.hosts.urls import forwarded_health as _get, split_url
 
 
 @dataclass(frozen=True)
@@ -88,47 +87,6 @@ class _Died(Exception):
 
 class _Cancelled(Exception):
     pass
-
-
-def split_url(url: str) -> tuple[str, int, str]:
-    u = urlsplit(url)
-    port = u.port or (443 if u.scheme == "https" else 80)
-    path = u.path or "/"
-    if u.query:
-        path += "?" + u.query
-    return u.hostname or "127.0.0.1", port, path
-
-
-def fetch(transport: Transport, url: str, timeout: float = 5.0, *, insecure: bool = False,
-          max_body: int = bounded_http.EVIDENCE_MAX_BODY) -> bounded_http.Answer:
-    """GET a URL as seen from the host (through its forward), within `timeout` seconds in all and
-    `max_body` bytes; raises httpx.HTTPError (httpx.TimeoutException past the deadline)."""
-    host, port, path = split_url(url)
-    with transport.forward(host, port) as (h, p), bounded_http.client(insecure=insecure) as c:
-        return _response(c, h, p, path, url, timeout, max_body)
-
-
-def health_ok(transport: Transport, url: str, timeout: float = 5.0, *, insecure: bool = False) -> tuple[bool, str]:
-    host, port, path = split_url(url)
-    with transport.forward(host, port) as (h, p):
-        return _get(h, p, path, url, timeout, insecure)
-
-
-def _response(c: httpx.Client, h: str, p: int, path: str, url: str, timeout: float,
-              max_body: int) -> bounded_http.Answer:
-    u = urlsplit(url)
-    return bounded_http.request(c, "GET", f"{u.scheme or 'http'}://{h}:{p}{path}", deadline_s=timeout,
-                                max_body=max_body, headers={"Host": u.netloc}, sni_host=u.hostname)
-
-
-def _get(h: str, p: int, path: str, url: str, timeout: float, insecure: bool = False) -> tuple[bool, str]:
-    """Health as (ok, why) over an already open forward, within `timeout` seconds in all."""
-    try:
-        with bounded_http.client(insecure=insecure) as c:
-            r = _response(c, h, p, path, url, timeout, bounded_http.HEALTH_MAX_BODY)
-        return r.status_code == 200, f"HTTP {r.status_code}"
-    except httpx.HTTPError as e:
-        return False, bounded_http.describe(e, timeout)
 
 
 Guard = Callable[[Optional[str]], None]

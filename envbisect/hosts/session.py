@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -36,10 +37,24 @@ MAX_HEADER = 64 << 10  # an answer's header line (a few numbers)
 _CHUNK = 1 << 20
 
 
+# agent modules the scripts share: a script names one in a `from NAME import ...` line, and the
+# line is sent as that module's text (a script runs alone on the host, as `python3 -c`)
+SHARED_AGENT_MODULES = ("scrub",)
+
+
+def _agent_file(name: str) -> str:
+    return resources.files("envbisect").joinpath("hosts/agent", name).read_text()
+
+
 @lru_cache(maxsize=None)
 def agent_source(name: str) -> str:
-    """The text of agent script `name` (e.g. "collect.py"), sent to a host as `python3 -c`."""
-    return resources.files("envbisect").joinpath("hosts/agent", name).read_text()
+    """The text of agent script `name` (e.g. "collect.py"), sent to a host as `python3 -c`, with
+    each shared module it imports written in its place."""
+    text = _agent_file(name)
+    for module in SHARED_AGENT_MODULES:
+        shared = _agent_file(f"{module}.py")
+        text = re.sub(rf"^from {module} import [^\n]*$", lambda _m, shared=shared: shared, text, flags=re.M)
+    return text
 
 
 @lru_cache(maxsize=64)

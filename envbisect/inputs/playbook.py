@@ -18,7 +18,7 @@ from envbisect.inputs.tables import VARIABLE_NAME, TableReader, check_absolute
 
 LOCAL = "local"
 PROBE_KINDS = ("http", "multi_round", "concurrent", "command", "perf", "metrics", "promql", "answers")
-# kinds judged like a perf probe: samples of a number, compared with the baseline's (trials/perf.py)
+# kinds judged like a perf probe: samples of a number, compared with the baseline's (trials/perf_trial.py)
 PERF_KINDS = ("perf", "metrics", "promql")
 PROBE_REPEAT_MAX = 40  # = Search(max_probes=...): a trial is never probed more often than that
 PROBE_CONCURRENCY_MAX = 1024  # one thread and one connection each

@@ -38,7 +38,7 @@ from envbisect.state.deltas import Delta
 from envbisect.state.sourced import CANNOT_SEE, NOT_LOOKED
 from envbisect.state.upgrades import UNTESTED_UPGRADE
 from envbisect.trials.probe_check import service_ports
-from envbisect.hosts.restart import split_url
+from envbisect.hosts.urls import split_url
 
 # the diff's notes that name a part of the configuration seen to differ (or unreadable) that no
 # delta covers, so a baseline trial cannot have put it back (state/deltas.py writes them), and a file

@@ -4,7 +4,7 @@ State is persisted after every trial (runs/RUN/): `run.json` (the question), `tr
 answers so far), `journal.json` (the original state of the hosts), `verdict.json` (the end).
 Because the search is a pure function of its observations, `--resume` replays the finished
 trials into a fresh Search and continues exactly where the run stopped; as the operator corrected
-them (state/corrections.py: `--retract N`, `envbisect replay`), fed by runs/corrections.feed.
+them (state/corrections.py: `--retract N`, `envbisect replay`), fed by runs/corrected_evidence.feed.
 
 This module runs trials, records them and puts the hosts back; what the trials are and what they
 mean is runs/plan.py's (units, refinement, the running-stack check, the guard's verdict), and the
@@ -28,7 +28,7 @@ from envbisect.outcome import Cause, Leave, Outcome, VerdictKind
 from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_proof, not_reproduced, restart_facts,
                                           unresolved_causes)
 from envbisect.runs.commit_line import read_lines, search_line
-from envbisect.runs.corrections import check_correctable, feed, recorded_refine
+from envbisect.runs.corrected_evidence import check_correctable, feed, recorded_refine
 from envbisect.runs.deployment import Deployment, capture_environment
 from envbisect.runs.drift import drift_hints, with_drift
 from envbisect.runs.plan import (ApartTest, BisectOptions, check_original_is_current, culprit_deltas, dry_run_plan,

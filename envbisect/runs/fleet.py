@@ -31,7 +31,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from envbisect.errors import ProbeBroken, UsageError
 from envbisect.hosts.journal import HostEditor, describe_conflict
-from envbisect.hosts.restart import co_restart, health_ok
+from envbisect.hosts.restart import co_restart
+from envbisect.hosts.urls import health_ok
 from envbisect.outcome import Cause, Leave, Outcome, VerdictKind
 from envbisect.runs.plan import (BisectOptions, judge_apart, linked_to_refine, make_units, observation, parse_policy,
                                  select_deltas)

@@ -2,7 +2,7 @@
 snapshot is an *observed* known-good (or not), and `--since last-good` can pick one.
 
 The probing is the trial runner's own (trials/runner.probe_repeatedly for a pass/fail probe,
-trials/perf.judge for a perf probe, as the runner's probe of the running stack does); what is not
+trials/perf_trial.judge for a perf probe, as the runner's probe of the running stack does); what is not
 here is an editor: nothing is edited, so nothing is journaled or locked. Whether the processes
 verifiably run the files the snapshot recorded is the bisection's own test
 (runs/plan.running_stack_unverified); when they may not, the result says so.
@@ -26,7 +26,7 @@ def observe_running(playbook: Playbook, transports: Mapping[str, Transport], sna
     failure; a perf probe: a reference's worth of samples). A probe that cannot tell (exit 125, an
     abort, a lost connection) is `unresolved`: never a known-good."""
     from envbisect.runs.plan import running_stack_unverified
-    from envbisect.trials.perf import judge
+    from envbisect.trials.perf_trial import judge
     from envbisect.trials.runner import probe_repeatedly
 
     values: tuple[float, ...] = ()

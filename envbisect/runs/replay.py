@@ -3,7 +3,7 @@
 
 The search is a pure function of its observations, so an edited log is replayed by showing a
 fresh search the trials that are left, in order, with the outcomes the operator gave them
-(runs/corrections.py). The search then either decides (the verdict the remaining evidence
+(runs/corrected_evidence.py). The search then either decides (the verdict the remaining evidence
 supports) or asks for its next trial: `envbisect bisect --resume` runs it, and only what follows.
 
 The log (one line a trial; `#` starts a comment, on its own line or after a trial)::
@@ -37,7 +37,7 @@ from envbisect.runs.symptom import dependency_records, fault_records, incident_f
 from envbisect.runs.drift import drift_hints
 from envbisect.runs.plan import judge_apart, linked_to_refine, observation
 from envbisect.runs.result import VERDICT_EXIT, BisectResult, GuardResult
-from envbisect.runs.corrections import NOT_SEARCHED, check_correctable, feed, perf_reference, recorded_refine
+from envbisect.runs.corrected_evidence import NOT_SEARCHED, check_correctable, feed, perf_reference, recorded_refine
 from envbisect.search import Policy, TrialKind, TrialRequest, Verdict, default_budget, parse_policy
 from envbisect.search.hints import Hints
 from envbisect.state import rundir

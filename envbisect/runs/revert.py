@@ -517,7 +517,7 @@ def _what(d: Delta, action: str, dep: Deployment) -> str:
 
 
 def perf_samples(probe: Probe, transports) -> tuple[float, ...]:  # noqa: ANN001
-    from envbisect.trials.perf import reference_count, sample
+    from envbisect.trials.perf_trial import reference_count, sample
 
     runs, broken = sample(probe, transports, reference_count(probe))
     if broken:
@@ -531,7 +531,7 @@ def perf_change(probe: Probe, transports, before: tuple[float, ...], action: str
     """The metric after the change against before it: a change that makes it measurably worse by
     more than `regression` fails (and a revert is put back); otherwise it passes. The effect
     (with its uncertainty) is reported either way: what the change cost or bought."""
-    from envbisect.trials.perf import compare, sample
+    from envbisect.trials.perf_trial import compare, sample
 
     runs, broken = sample(probe, transports, probe.samples)
     d = None

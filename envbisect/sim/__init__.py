@@ -1,6 +1,6 @@
 """Simulated SGLang PD deployment (real sglang-router + simulated prefill/decode workers).
 
-``from envbisect.sim import build`` -- see :mod:`envbisect.sim.deployment`.
+``from envbisect.sim import build`` -- see :mod:`envbisect.sim.stack`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ __all__ = ["build", "SimDeployment", "DEFAULT_RULES"]
 
 def __getattr__(name: str) -> Any:  # lazy: keep `python -m envbisect.sim.worker` light
     if name in __all__:
-        from envbisect.sim import deployment
+        from envbisect.sim import stack
 
-        return getattr(deployment, name)
+        return getattr(stack, name)
     raise AttributeError(name)

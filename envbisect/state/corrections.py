@@ -9,7 +9,7 @@ correction is undone by another one that puts the trial back (`now` = "as-record
 correction superseded is kept beside the new one (`RunDir.supersede_verdict`).
 
 Pure data and the run folder's file: what the corrected evidence makes of a trial for the search
-is runs/corrections.py.
+is runs/corrected_evidence.py.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from envbisect.inputs.playbook import Playbook, Probe
 from envbisect.trials.probe import PASS, ProbeRun, run_probe
-from envbisect.hosts.restart import health_ok
+from envbisect.hosts.urls import health_ok
 from envbisect.hosts.transport import Transport
 
 

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from envbisect.hosts import bounded_http
-from envbisect.hosts.restart import split_url
+from envbisect.hosts.urls import split_url
 from envbisect.hosts.transport import Transport
 from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Outcome

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from envbisect.errors import ProbeBroken, RemoteError
-from envbisect.hosts.restart import split_url
+from envbisect.hosts.urls import split_url
 from envbisect.hosts.transport import LocalTransport, Transport
 from envbisect.inputs.playbook import LOCAL, Playbook, Probe
 from envbisect.outcome import Outcome

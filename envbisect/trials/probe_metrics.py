@@ -6,7 +6,7 @@ window (prometheus-client's text parser) and the number is a counter's rate over
 histogram's quantile over the observations made in it (the bucket counts' increase, interpolated as
 Prometheus' histogram_quantile does), or a gauge's mean over readings taken while loaded; for
 `promql`, the query (with `$window` replaced by the window, e.g. "3s") is evaluated at the window's
-end, once the server has scraped past it. The perf judge (trials/perf.py) compares the samples with
+end, once the server has scraped past it. The perf judge (trials/perf_trial.py) compares the samples with
 the baseline's. Prometheus has no annotation API: the window is reported in the sample's reason and
 in the run's record, and no Grafana annotation is written.
 """
@@ -291,7 +291,7 @@ def run_prometheus_probe(probe: Probe, transport: Transport, url: str, t0: float
     or the Prometheus server, each through its own forward (loopback-bound servers are reachable)."""
     from urllib.parse import urlsplit
 
-    from envbisect.hosts.restart import split_url
+    from envbisect.hosts.urls import split_url
 
     def based(u: str, fh: str, fp: int) -> str:
         return f"{urlsplit(u).scheme or 'http'}://{fh}:{fp}"

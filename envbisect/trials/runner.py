@@ -155,7 +155,7 @@ class TrialRunner:
         # (trials/perf.PerfJudge)
         self.perf = None
         if probe.is_perf:
-            from envbisect.trials.perf import PerfJudge
+            from envbisect.trials.perf_trial import PerfJudge
 
             self.perf = PerfJudge(probe, reference_config)
         elif probe.needs_reference:
@@ -311,8 +311,8 @@ def capture_evidence(playbook: Playbook, transports: Mapping[str, Transport], ou
     """Log tail and /metrics of every service, right after a trial. Best effort: evidence must
     never turn a trial into a failure. Written raw (0600); the bundle redacts secrets. The log
     tails of one host come in one round trip."""
-    from envbisect.hosts.hostops import run_ops, unb64
-    from envbisect.hosts.restart import fetch
+    from envbisect.hosts.agent_calls import run_ops, unb64
+    from envbisect.hosts.urls import fetch
     from envbisect.state.store import write_private
 
     def failed(name: str, e: BaseException) -> None:

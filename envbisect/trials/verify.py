@@ -15,7 +15,7 @@ from envbisect.trials.diagnose import Layer, engine_layers, entry_service, rebas
 from envbisect.errors import UsageError
 from envbisect.inputs.playbook import Playbook, Probe
 from envbisect.trials.probe import PASS, ProbeRun, run_probe
-from envbisect.hosts.restart import health_ok
+from envbisect.hosts.urls import health_ok
 from envbisect.hosts.transport import Transport
 
 
@@ -81,7 +81,7 @@ def _perf_layer(p: Probe, transports: Mapping[str, Transport]) -> ProbeRun:
     no measurement of a speed)."""
     import statistics
 
-    from envbisect.trials.perf import sample
+    from envbisect.trials.perf_trial import sample
 
     t0 = time.monotonic()
     runs, broken = sample(p, transports, p.samples)

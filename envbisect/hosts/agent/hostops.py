@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from scrub import BASH, EVAL_DONE, EVAL_SCRIPT, EVAL_UNREACHABLE, EVAL_UNREADABLE, scrub  # sent as scrub.py's text
 
 req = json.load(sys.stdin)
 
@@ -554,33 +555,7 @@ def tail(op):
 
 # --- env_check: what bash makes of an env file (the post-apply check) --------------------------
 ASSIGN_RE = NEXT_ASSIGN_RE = None  # compiled on first use (re is only needed by this op)
-EVAL_DONE = b"\0ENVBISECT_EVAL_DONE=1\0"
-EVAL_UNREADABLE = b"\0ENVBISECT_EVAL_UNREADABLE\0"
-EVAL_UNREACHABLE = b"\0ENVBISECT_EVAL_UNREACHABLE\0"  # a folder on the way keeps the user out
-BASH = "/bin/bash"
 MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "SHELL")
-# The same scrub as the collector's eval_env_file (collect.py; each agent script is sent alone): what would
-# run code in bash or in a program it starts stays out of bash's environment and comes back as plain,
-# unexported shell variables; SHELLOPTS, BASHOPTS and IFS are dropped; the dump uses builtins only.
-HELD_ENV = frozenset((
-    "BASH_ENV", "ENV", "PS4", "GLOBIGNORE", "CDPATH", "FPATH", "NULLCMD", "READNULLCMD", "ZDOTDIR", "TMPPREFIX",
-    "LOCALDOMAIN", "RES_OPTIONS", "HOSTALIASES", "NLSPATH", "PATH_LOCALE", "LOCPATH", "GCONV_PATH",
-    "GLIBC_TUNABLES", "MALLOC_TRACE", "TERMINFO", "TERMINFO_DIRS", "TERMPATH", "TERMCAP", "JAVA_TOOL_OPTIONS",
-    "_JAVA_OPTIONS", "PERLIO_DEBUG", "PERLLIB", "PERL5LIB", "PERL5OPT", "PERL5DB", "PYTHONHOME", "PYTHONPATH",
-    "PYTHONSTARTUP", "PYTHONINSPECT", "PYTHONUSERBASE", "PYTHONBREAKPOINT", "RUBYLIB", "RUBYOPT", "NODE_OPTIONS",
-    "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_CONFIG_GLOBAL", "PROMPT_COMMAND"))
-DROPPED_ENV = frozenset(("SHELLOPTS", "BASHOPTS", "IFS"))
-EVAL_SCRIPT = r"""__envbisect_f=$1; shift; __envbisect_held=()
-while [ "$#" -gt 0 ]; do builtin printf -v "$1" %s "$2"; __envbisect_held+=("$1"); shift 2; done
-set -- "$__envbisect_f"; unset __envbisect_f
-[ -r "$1" ] || { [ -x "${1%/*}/" ] && builtin printf '\0ENVBISECT_EVAL_UNREADABLE\0' ||
-  builtin printf '\0ENVBISECT_EVAL_UNREACHABLE\0'; exit 0; }
-set -a; . "$1" >&2 </dev/null
-IFS=$' \t\n'
-for __envbisect_k in $(builtin compgen -e) "${__envbisect_held[@]}"; do
-  [[ -n ${!__envbisect_k+x} ]] && builtin printf '%s=%s\0' "$__envbisect_k" "${!__envbisect_k}"
-done
-builtin printf '\0ENVBISECT_EVAL_DONE=1\0'"""
 
 
 class EvalError(Exception):
@@ -589,20 +564,6 @@ class EvalError(Exception):
 
 class Unreachable(EvalError):
     pass
-
-
-def scrub(env):
-    """(bash's environment, [name, value, ...] given back to it as plain shell variables)."""
-    import re
-    keep, back = {}, []
-    for k, v in sorted(env.items()):
-        if k in DROPPED_ENV or not re.match(r"[A-Za-z_][A-Za-z0-9_]*\Z", k):
-            continue
-        if k in HELD_ENV or k.startswith(("LD_", "_RLD", "DYLD_")):
-            back += [k, v]
-        else:
-            keep[k] = v
-    return keep, back
 
 
 def root_guarded(path):

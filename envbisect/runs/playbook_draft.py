@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from envbisect.errors import RemoteError, UsageError
-from envbisect.hosts.hostops import run_agent
+from envbisect.hosts.agent_calls import run_agent
 from envbisect.hosts.transport import Transport
 
 MATCHERS: tuple[dict[str, Any], ...] = (

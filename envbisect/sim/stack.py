@@ -601,7 +601,7 @@ def _playbook(root: Path, ssh: str, ports: dict[str, int], python: str, with_rep
                  '"max_tokens": 32}')
     chat = f"http://127.0.0.1:{ports['router']}/v1/chat/completions"
     out = [
-        "# Playbook of the simulated SGLang PD deployment (envbisect.sim.deployment.build).",
+        "# Playbook of the simulated SGLang PD deployment (envbisect.sim.stack.build).",
         "[deployment]",
         'name = "sim-pd"',
         "",
