@@ -3,7 +3,9 @@
 The search (search.py) says which configuration to try and how many probe runs it deserves; this
 module makes it so on the hosts and reports what happened as a `Trial`. Infrastructure trouble
 (SSH lost, a start command that cannot run) makes a trial `unresolved`, never `fail`: blaming a
-delta for a broken network is exactly the wrong-culprit mistake this tool exists to prevent.
+delta for a broken network is exactly the wrong-culprit mistake this tool exists to prevent. A
+start command that exits non-zero is a start failure of the configuration only on the run's
+evidence that the command works (trials/start_evidence.py).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from envbisect.outcome import Cause, Outcome
 from envbisect.inputs.playbook import Playbook, Probe
 from envbisect.trials.probe import ABORT, BROKEN, CANNOT_TEST, FAIL, PASS, ProbeRun, run_probe
 from envbisect.trials.probe_check import unreached
+from envbisect.trials.start_evidence import StartEvidence
 from envbisect.hosts.restart import RestartResult, ServiceRestart, co_restart
 from envbisect.search import TrialKind
 from envbisect.hosts.transport import Transport
@@ -142,6 +145,7 @@ class TrialRunner:
         self.playbook, self.transports, self.editor = playbook, transports, editor
         self.original, self.deltas, self.contents, self.probe = original, list(deltas), contents, probe
         self.units = units
+        self.starts = StartEvidence(playbook.restart.order)  # which start commands this run saw work
         self.on_step = on_step or (lambda _m: None)
         self.evidence_dir = evidence_dir
         # perf probes: the reference's samples, measured in this run (never taken from memory). The
@@ -254,6 +258,11 @@ class TrialRunner:
                                        expect_env=self.expected_env(target))
         base = replace(base, restart_s=time.monotonic() - t0, restart_durations=rs.durations,
                        restart_proof=rs.services)
+        start_exit = self.starts.saw(n, config, rs)
+        if start_exit is not None:
+            outcome, why = start_exit
+            return replace(base, outcome=outcome, reason=why, log_tail=rs.log_tail,
+                           cause=Cause.RESTART_FAILED if outcome is Outcome.UNRESOLVED else None)
         if not rs.ok:
             if rs.failure == "start-failure":
                 return replace(base, outcome=Outcome.START_FAILURE, reason=rs.message, log_tail=rs.log_tail)

@@ -33,7 +33,7 @@ from envbisect.outcome import Outcome
 from envbisect.trials.probe_request import ProbeRun
 from envbisect.trials.runner import Trial
 
-_START = re.compile(r"^(\S+) (?:died while starting|not healthy after)")
+_START = re.compile(r"^(\S+?):? (?:died while starting|not healthy after|start command failed)")
 # what varies between two runs of one fault: uuids and hex ids, numbers (timings, ports, counts)
 _VARIES = (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I),
            re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{6,}\b", re.I),
