@@ -248,6 +248,8 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
                  else f"{standing} (corrected; ran {tr.outcome})")
         if getattr(tr, "symptom", None) == "other" and standing is None:
             shown += " (other)"
+        elif getattr(tr, "symptom", None) == "background" and standing is None:
+            shown += " (as the baseline)"
         t.add_row(str(tr.n), tr.purpose, config_label(list(tr.units), total), shown, fmt_s(tr.restart_s), probed)
     env.out.print(t)
     env.out.print(f"hosts left: {result.state_left}" + ("" if result.state_left != Leave.FIXED else

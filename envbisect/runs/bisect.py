@@ -353,6 +353,7 @@ class BisectRun:
             search = self._new_search(s)
             runner.units = {**runner.units, **self.hints.member_units()}  # a twin's sides, tested apart
             self.watch = SymptomWatch(list(s.units), enabled=not s.probe.is_perf)
+            runner.tolerate = self.watch.tolerates
             self.trials = [self.watch.see(t) for t in done]
             feed(search, self.trials, self.corrections, observation)
         except BaseException as exc:
@@ -364,6 +365,12 @@ class BisectRun:
             verdict = self._search(search, runner, s, reference, notes)
             found = self._conclude(verdict, search, runner, s, notes)
             state_left, final = self._leave(found, runner, s, notes)
+            if found.verdict.kind == VerdictKind.NOT_CONFIG:
+                # on the configuration the verdict speaks about: the current one, which _leave has
+                # put back and co-restarted (the last trial may have left the baseline running)
+                self.on_event("step", {"message": "checking the request path layer by layer"})
+                found = dataclasses.replace(found, path_report=check_path(self.playbook, self.dep.transports,
+                                                                          s.probe))
         except BaseException as exc:
             self._restore_interrupted(s.editor, exc)
             raise
@@ -467,15 +474,15 @@ class BisectRun:
             if not proof.reproduced:
                 verdict = not_reproduced(verdict, proof)
         verdict = unresolved_causes(verdict, evidence)
-        path_report = None
+        second = self.watch.second_problem(evidence) if self.watch is not None else None
+        if second:  # the baseline's own failure, beside the verdict on the symptom
+            verdict = dataclasses.replace(verdict, explanation=verdict.explanation.rstrip() + " " + second)
         if verdict.kind == VerdictKind.NOT_CONFIG:
             # "the baseline fails too" clears only what envbisect saw: a file an env file
             # sources that it could not snapshot is named (state/sourced.py)
             notes.extend(n for n in verdict_notes(s.diff_notes) if n not in notes)
-            self.on_event("step", {"message": "checking the request path layer by layer"})
-            path_report = check_path(self.playbook, self.dep.transports, s.probe)
         dependencies = dependency_records(verdict, s.units, self.trials)
-        return Concluded(verdict, refined, guard, commit, proof, path_report, tuple(dependencies))
+        return Concluded(verdict, refined, guard, commit, proof, None, tuple(dependencies))
 
     def _leave(self, found: Concluded, runner: TrialRunner, s: Session,
                notes: list[str]) -> tuple[str, Trial | None]:

@@ -110,16 +110,24 @@ def _kind_from_purpose(purpose: str) -> TrialKind:
 
 
 def probe_repeatedly(probe: Probe, transports: Mapping[str, Transport], runs: int,
-                     stop_after: int = 1) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
+                     stop_after: int = 1, tolerate: Callable[[ProbeRun], bool] | None = None
+                     ) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
     """Up to `runs` probe runs in the started configuration, stopping after `stop_after` failures
     (more than one on a premise: it measures how often the fault shows, which every later pass
     is judged by). Probes are cheap next to restarts, so this is where intermittent faults are caught.
+    `tolerate(run)`: a failed run that fails only as the baseline does on its own (runs/symptom.py);
+    it neither stops the runs nor counts as a failure, and a trial with no other failure is FAIL
+    with a reason that says so (the symptom watch judges it).
     Returns PASS, FAIL, CANNOT_TEST or ABORT, the runs, and a reason."""
     done: list[ProbeRun] = []
     failed: list[ProbeRun] = []
+    tolerated: list[ProbeRun] = []
     for _ in range(max(1, runs)):
         r = run_probe(probe, transports)
         done.append(r)
+        if r.outcome == FAIL and tolerate is not None and tolerate(r):
+            tolerated.append(r)
+            continue
         if r.outcome == FAIL:
             failed.append(r)
             if len(failed) >= stop_after:
@@ -134,6 +142,9 @@ def probe_repeatedly(probe: Probe, transports: Mapping[str, Transport], runs: in
     if failed:
         return Outcome.FAIL, tuple(done), (f"{len(failed)}/{len(done)} probe runs failed; first: {failed[0].reason}"
                                            if len(done) > 1 else failed[0].reason)
+    if tolerated:
+        return Outcome.FAIL, tuple(done), (f"{len(tolerated)}/{len(done)} probe runs failed only as the baseline "
+                                           f"does; first: {tolerated[0].reason}")
     return Outcome.PASS, tuple(done), f"{len(done)}/{len(done)} probe runs passed"
 
 
@@ -146,6 +157,9 @@ class TrialRunner:
         self.original, self.deltas, self.contents, self.probe = original, list(deltas), contents, probe
         self.units = units
         self.starts = StartEvidence(playbook.restart.order)  # which start commands this run saw work
+        # a failed probe run that fails only as the baseline does on its own (set by the run once
+        # the baseline showed such a failure; runs/symptom.SymptomWatch.tolerates)
+        self.tolerate: Callable[[ProbeRun], bool] | None = None
         self.on_step = on_step or (lambda _m: None)
         self.evidence_dir = evidence_dir
         # perf probes: the reference's samples, measured in this run (never taken from memory). The
@@ -216,7 +230,7 @@ class TrialRunner:
         elif self.perf is not None:
             outcome, runs, reason = self.perf.judge_start(self.transports, config)
         else:
-            outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after)
+            outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after, self.tolerate)
         why = unreached(self.probe, runs, self.playbook) if outcome is Outcome.FAIL else None
         return (Outcome.BROKEN, runs, why) if why else (outcome, runs, reason)
 
