@@ -251,8 +251,11 @@ def checkout(op):
             raise Conflict(repo, op["expect"], found, "HEAD moved during the run (expected %s, found %s %s)" % (
                 " or ".join("%s %s" % (e[0][:12], e[1] or "detached") for e in op["expect"]), found[0][:12],
                 found[1] or "detached"))
+    times = op.get("mtimes")
     if repo_state(repo) == [op["commit"], op.get("ref")]:
         # already there: nothing to check out, so uncommitted changes (a hotfix on the box) are no obstacle
+        if times and times.get("restore"):
+            put_back_mtimes(repo, times)
         return {"repo": repo, "head": op["commit"]}
     status = dirty_paths(repo)
     if status and op.get("skip_conflict"):  # restore: someone's uncommitted work is theirs; left alone
@@ -275,10 +278,68 @@ def checkout(op):
                 why += "; HEAD left detached at %s (the original commit)" % op["commit"][:12]
             raise Conflict(repo, op.get("expect", []), repo_state(repo), why)
         branch = op["ref"][len("refs/heads/"):] if op["ref"].startswith("refs/heads/") else op["ref"]
+        if times and not times.get("restore"):
+            keep_mtimes(repo, times, op["commit"])
         git(repo, "checkout", "-q", branch)
     else:
+        if times and not times.get("restore"):
+            keep_mtimes(repo, times, op["commit"])
         git(repo, "checkout", "-q", "--detach", op["commit"])
+    if times and times.get("restore"):
+        put_back_mtimes(repo, times)
     return {"repo": repo, "head": git(repo, "rev-parse", "HEAD")}
+
+
+# --- the mtimes of the files a run's checkouts rewrite ---------------------------------------
+# Git rewrites every file a checkout changes, and checking the original commit out again writes its
+# bytes back with a new mtime. Before each checkout away from the original HEAD (times["base"]), the
+# mtimes of the files that differ between the two and were not recorded yet are written to
+# times["path"] (host-side, private, per run), so a restore after a crash finds them too; a restore's
+# checkout puts them back once HEAD is the original again. A file with uncommitted changes is the
+# operator's and is not touched.
+
+def _changed_between(repo, a, b):
+    top = git(repo, "rev-parse", "--show-toplevel")
+    names = git(repo, "diff", "--name-only", "-z", "--no-renames", a, b)
+    return [os.path.join(top, n) for n in names.split("\0") if n]
+
+
+def keep_mtimes(repo, times, target):
+    path = os.path.expanduser(times["path"])
+    doc = read_json(path) or {}
+    if doc.get("run_id") != times["run_id"]:
+        doc = {"run_id": times["run_id"], "repos": {}}
+    entry = doc["repos"].setdefault(repo, {"base": times["base"], "files": {}})
+    if entry["base"] != times["base"]:
+        return
+    new = False
+    for full in _changed_between(repo, times["base"], target):
+        if full in entry["files"]:
+            continue
+        try:
+            st = os.lstat(full)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            entry["files"][full] = [st.st_atime_ns, st.st_mtime_ns]
+            new = True
+    if new:
+        put({"path": times["path"], "content_b64": base64.b64encode(json.dumps(doc).encode()).decode()})
+
+
+def put_back_mtimes(repo, times):
+    path = os.path.expanduser(times["path"])
+    doc = read_json(path) or {}
+    entry = doc.get("repos", {}).get(repo) if doc.get("run_id") == times["run_id"] else None
+    if not entry or git(repo, "rev-parse", "HEAD") != entry["base"]:
+        return
+    top = git(repo, "rev-parse", "--show-toplevel")
+    theirs = {os.path.join(top, p) for p in dirty_paths(repo)}
+    for full, (atime_ns, mtime_ns) in entry["files"].items():
+        if full not in theirs and os.path.isfile(full) and not os.path.islink(full):
+            os.utime(full, ns=(atime_ns, mtime_ns))
+    del doc["repos"][repo]
+    put({"path": times["path"], "content_b64": base64.b64encode(json.dumps(doc).encode()).decode()})
 
 
 @contextlib.contextmanager
