@@ -27,7 +27,7 @@ from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Cause, Leave, Outcome, VerdictKind
 from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_proof, not_reproduced, restart_facts,
                                           unresolved_causes)
-from envbisect.runs.commit_line import read_lines, search_line
+from envbisect.runs.commit_line import read_lines, search_line, undo_on_host
 from envbisect.runs.corrections import check_correctable, feed, recorded_refine
 from envbisect.runs.deployment import Deployment, capture_environment
 from envbisect.runs.drift import drift_hints, with_drift
@@ -613,7 +613,14 @@ class BisectRun:
                 t = self._record(self.watch.see(t) if self.watch is not None else t)
             return t
 
-        return search_line(g, lines, self.trials, trial_at, notes)
+        def confirm(c: LineCommit) -> tuple[Trial | None, str]:
+            made = undo_on_host(self.dep.transports[g.host], g, c)
+            if isinstance(made, str):
+                return None, made
+            return trial_at(made, f"confirm: the deployed HEAD without commit {c.sha[:12]} must pass",
+                            TrialKind.CONFIRM), ""
+
+        return search_line(g, lines, self.trials, trial_at, notes, confirm)
 
     def _guard_revert(self, verdict: Verdict, units: Mapping[str, tuple[str, ...]],
                       refined: Mapping[str, tuple[str, ...]], runner: TrialRunner,

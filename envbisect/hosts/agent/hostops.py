@@ -290,6 +290,47 @@ def checkout(op):
     return {"repo": repo, "head": git(repo, "rev-parse", "HEAD")}
 
 
+def undo_commit(op):
+    """A commit object: `head` with `commit`'s change (against its first parent) undone, for the
+    trial that confirms a named commit. Built with a private temporary index, so the work tree, the
+    repo's index and every ref stay as they are; only objects are added, reachable from no ref.
+    {"sha": SHA} or {"conflict": why} when the change does not undo cleanly on `head`."""
+    repo, head, commit = op["repo"], op["head"], op["commit"]
+    fd, index = tempfile.mkstemp(prefix="envbisect-index-")
+    os.close(fd)
+    env = dict(GIT_ENV, GIT_INDEX_FILE=index, GIT_AUTHOR_NAME="envbisect", GIT_AUTHOR_EMAIL="envbisect@localhost",
+               GIT_COMMITTER_NAME="envbisect", GIT_COMMITTER_EMAIL="envbisect@localhost",
+               GIT_AUTHOR_DATE="@0 +0000", GIT_COMMITTER_DATE="@0 +0000")  # the same sha each time: a resume finds it
+
+    def run(*args, stdin=None):
+        return subprocess.run(["git", "-C", repo] + list(args), input=stdin, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env)
+    try:
+        os.unlink(index)  # read-tree writes it anew
+        if run("read-tree", head).returncode != 0:
+            raise OpError("git read-tree %s in %s failed" % (head[:12], repo))
+        patch = run("diff-tree", "-p", "--binary", "--full-index", "--no-renames", commit, commit + "^1")
+        if patch.returncode != 0:
+            raise OpError("git diff-tree %s in %s failed" % (commit[:12], repo))
+        if patch.stdout:
+            applied = run("apply", "--cached", "--3way", stdin=patch.stdout)
+            if applied.returncode != 0:
+                said = applied.stderr.decode("utf-8", "replace").strip().splitlines() or ["conflict"]
+                files = [ln[2:] for ln in said if ln.startswith("U ")]
+                return {"conflict": "conflicts in " + ", ".join(files) if files else said[-1]}
+        tree = run("write-tree")
+        if tree.returncode != 0:
+            return {"conflict": (tree.stderr.decode("utf-8", "replace").strip().splitlines() or ["conflict"])[-1]}
+        made = run("commit-tree", tree.stdout.decode().strip(), "-p", head,
+                   "-m", "envbisect: %s without the change of %s (confirmation trial)" % (head[:12], commit[:12]))
+        if made.returncode != 0:
+            raise OpError("git commit-tree in %s failed" % repo)
+        return {"sha": made.stdout.decode().strip()}
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(index)
+
+
 # --- the mtimes of the files a run's checkouts rewrite ---------------------------------------
 # Git rewrites every file a checkout changes, and checking the original commit out again writes its
 # bytes back with a new mtime. Before each checkout away from the original HEAD (times["base"]), the
@@ -842,7 +883,8 @@ def env_check(op):
     return out
 
 
-OPS = {"read_state": read_state, "write": write_file, "checkout": checkout, "lock": lock, "unlock": unlock,
+OPS = {"read_state": read_state, "write": write_file, "checkout": checkout, "undo_commit": undo_commit,
+       "lock": lock, "unlock": unlock,
        "assert_lock": assert_lock, "check": check, "put": put, "get": get, "remove": remove, "alive": alive,
        "tail": tail}
 OPS["env_check"] = env_check
