@@ -127,3 +127,35 @@ def test_leave_fixed_keeps_the_pair_together_when_its_partner_is_the_culprit(sce
     text = s.sim.env_file("decode").read_text()
     assert ALGORITHM[1] not in text and DRAFT[1] not in text and "NCCL_IB_GID_INDEX=5" in text
     assert s.sim.is_healthy("decode")
+
+
+def test_a_commit_line_step_that_cannot_start_is_judged_on_the_runs_evidence(scenario, sshd):
+    """The commit line's trials (their own runners) judge a start command's exit on the bisection's
+    evidence: decode's checked start command worked at the baseline, so commit 2, whose files keep
+    decode from starting, is a start failure once its retry fails the same way (another failure
+    than the guilty commit 5's hang: skipped), and commit 5 is named."""
+    import json as _json
+
+    from test_commits_sim import _pull_of_five
+
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config), start_mode="checked")
+    rules = _json.loads(s.sim.rules_path.read_text())
+    src = s.sim.src_dir
+    rules["rules"] += [{"service": "decode", "when_file": {"path": str(src / "VERSION"), "contains": "v2-bad"},
+                        "fault": "hang"},
+                       {"service": "decode", "fault": "crash", "message": "notes2 without notes3",
+                        "when_file": [{"path": str(src / "notes2.txt"), "contains": None},
+                                      {"path": str(src / "notes3.txt"), "exists": False}]}]
+    s.sim.set_rules(rules)
+    s.sim.co_restart()
+    s.baseline()
+    shas = _pull_of_five(s, 5)
+    plant(s.sim, INNOCENT[:2], restart=False)
+    before = tree_fingerprint(s.sim)
+    r = s.bisect(probe="e2e")
+    trials = [(t.n, t.purpose, t.outcome, t.symptom, t.reason[:100]) for t in r.trials]
+    assert r.verdict.kind == "culprit", (r.verdict, trials)
+    assert r.commit is not None and r.commit.commit is not None, (r.commit, r.notes, trials)
+    assert r.commit.commit.sha == shas[4] and r.commit.confirmed_by is not None, r.commit.to_json()
+    assert any(t.outcome == "start-failure" and t.symptom == "other" and "@" in t.config[0] for t in r.trials), trials
+    assert r.state_left == "original" and tree_fingerprint(s.sim) == before

@@ -607,6 +607,7 @@ class BisectRun:
                                                     [d for d in runner.deltas if d.id != g.id] + [step],
                                                     runner.contents, runner.probe, {unit: (step.id,)},
                                                     on_step=runner.on_step, evidence_dir=runner.evidence_dir)
+                commit_runner.starts, commit_runner.tolerate = runner.starts, runner.tolerate  # the run's evidence
                 self.on_event("trial-start", {"n": n, "purpose": purpose, "config": [step.id], "eta_s": None,
                                               "units": len(units), "total_deltas": len(runner.deltas)})
                 t = commit_runner.run(n, [unit], pass_runs, purpose, kind=kind)
@@ -638,6 +639,7 @@ class BisectRun:
                                            runner.deltas, runner.contents, g, runner.units, on_step=runner.on_step,
                                            evidence_dir=runner.evidence_dir,
                                            reference_config=runner.delta_ids(configs[0][0]))
+        guard_runner.starts = runner.starts  # which start commands this run saw work
         numbers = []
         last = None
         for config, purpose in configs:

@@ -114,6 +114,9 @@ def _search(g: Delta, lines: Lines, trials: Sequence[Trial], trial_at: StepTrial
     def run(c: LineCommit, purpose: str, kind: TrialKind) -> Trial:
         t = trial_at(c, purpose, kind)
         used.append(t.n)
+        if t.outcome is Outcome.UNRESOLVED:  # retried once, as the search retries an unresolved trial
+            t = trial_at(c, "retry (last trial unresolved): " + purpose, kind)
+            used.append(t.n)
         return t
 
     line = lines.first_parent
