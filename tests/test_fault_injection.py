@@ -39,9 +39,9 @@ def commit(sim, text: str) -> None:
 
 
 def fingerprint(sim) -> dict:
-    """tree_fingerprint without the mtime of the repo's work-tree files: git rewrites a file it
-    checks out (away and back again), and tracks no mtimes. Bytes, mode, owner, HEAD and branch stay."""
-    return {k: (v[:3] if str(sim.src_dir) in k else v) for k, v in tree_fingerprint(sim).items()}
+    """Every byte, mode, owner and mtime, the repo's work-tree files' too (the files a checkout
+    rewrote get their recorded mtimes back at the restore, also after a SIGKILL), HEAD and branch."""
+    return tree_fingerprint(sim)
 
 
 def all_healthy(sim) -> bool:

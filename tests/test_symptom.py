@@ -29,7 +29,7 @@ HANG = "no answer within 1.5 s (hang)"
 
 def test_the_same_hang_with_other_timings_and_rounds_is_the_symptom():
     sym = of_trial(trial(1, http_fail(error=HANG, kind="multi_round", n=3, latency=1.5)))
-    assert sym == Fingerprint("hang", layer="round 3 on one reused connection")
+    assert sym == Fingerprint("hang", layer="round 3 on one reused connection", at=3)
     later = trial(2, http_fail(error="no answer within 1.5 s (hang)", kind="multi_round", n=5, latency=1.7))
     assert shows(sym, later) is True
 
@@ -172,3 +172,47 @@ def test_a_failure_nothing_describes_is_taken_at_its_word():
     assert unknown.kind == "unknown"
     assert shows(unknown, trial(2, http_fail(error=HANG))) is True
     assert shows(of_trial(trial(3, http_fail(error=HANG))), trial(4, bare)) is True
+
+
+# --- issue 39 part 2: a baseline that fails further along a multi-round probe -----------------
+
+def _multi(n: int) -> ProbeRun:
+    return http_fail(error=HANG, kind="multi_round", n=n)
+
+
+def test_a_baseline_that_fails_further_along_the_probe_is_a_second_problem_not_the_symptom():
+    """The seed's proxy hangs round 4 of a reused connection; the guilty change hangs round 1. The
+    baseline's round-4 hang is not "the baseline fails too": its rounds 1-3 passed."""
+    w = SymptomWatch(["a", "b"])
+    cur = w.see(trial(1, *(_multi(1) for _ in range(5)), units=("a", "b"), kind=TrialKind.PREMISE_CURRENT))
+    assert cur.symptom == "same" and w.fingerprint is not None and w.fingerprint.at == 1
+    base = w.see(trial(2, _multi(4), units=(), kind=TrialKind.PREMISE_BASELINE))
+    assert base.symptom == "background" and w.background is not None and w.background.at == 4
+    assert w.to_json()["baseline_failure"]["at"] == 4
+    # later trials: round 4 only is the baseline's failure; round 1 is the symptom; round 2 is neither
+    assert w.see(trial(3, _multi(4), _multi(4), units=("a",))).symptom == "background"
+    assert w.see(trial(4, _multi(4), _multi(1), units=("b",))).symptom == "same"
+    assert w.see(trial(5, _multi(2), units=("a",))).symptom == "same"  # the same kind, another round: judged
+    assert w.tolerates(_multi(4)) and not w.tolerates(_multi(1))
+    text = w.second_problem([base])
+    assert text is not None and "a second problem, not in the configuration" in text and "round 4" in text
+
+
+def test_a_baseline_that_fails_at_the_symptoms_round_or_earlier_fails_too():
+    """Failing where the symptom does (or before it) is "the baseline fails too", as before: the seed's
+    own case, where the current state also hangs only at round 4, stays not-config."""
+    for base_round in (4, 2):
+        w = SymptomWatch(["a"])
+        w.see(trial(1, _multi(4), units=("a",), kind=TrialKind.PREMISE_CURRENT))
+        base = w.see(trial(2, _multi(base_round), units=(), kind=TrialKind.PREMISE_BASELINE))
+        assert base.symptom == "same" and w.background is None and w.second_problem([base]) is None
+
+
+def test_a_background_trial_is_a_pass_to_the_search():
+    from envbisect.runs.plan import observation
+
+    t = trial(3, _multi(4), _multi(4), _multi(4), units=("a",))
+    import dataclasses
+
+    o = observation(dataclasses.replace(t, symptom="background"))
+    assert not o.failed and o.passes == 3 and not o.other

@@ -61,10 +61,12 @@ def test_a_service_that_dies_at_start_is_a_start_failure_noticed_at_once(tmp_pat
     assert time.monotonic() - t0 < 10  # not the 30 s health timeout
 
 
-def test_a_start_command_that_cannot_run_is_unresolved(tmp_path):
+def test_a_start_command_that_cannot_run_is_reported_as_a_start_exit(tmp_path):
+    """Not "start-failure": whether a non-zero exit is the configuration's is the run's evidence to
+    decide (trials/start_evidence.py; its first start in a run is unresolved)."""
     pb = playbook(tmp_path, "/nonexistent/start-engine")
     r = co_restart(pb, {"h": LocalTransport("h")})
-    assert not r.ok and r.failure == "infra" and "start command failed" in r.message
+    assert not r.ok and r.failure == "start-exit" and "start command failed" in r.message
 
 
 def test_resume_picks_the_unfinished_bisection_not_a_later_revert(tmp_path):

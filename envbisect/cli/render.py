@@ -280,6 +280,8 @@ def render_verdict(env: Environment, result) -> None:  # noqa: ANN001
                  else f"{standing} (corrected; ran {tr.outcome})")
         if getattr(tr, "symptom", None) == "other" and standing is None:
             shown += " (other)"
+        elif getattr(tr, "symptom", None) == "background" and standing is None:
+            shown += " (as the baseline)"
         plan = getattr(tr, "restart_plan", None)
         restart = fmt_s(tr.restart_s) + (f" ({', '.join(plan.services)} only)" if plan and not plan.full else "")
         t.add_row(str(tr.n), tr.purpose, config_label(list(tr.units), total), shown, restart, probed)

@@ -34,7 +34,7 @@ from envbisect.hosts.collector import for_each_host
 from envbisect.hosts.host_copies import closed_locally, find_journal, host_copy, stale_note, verified_copy
 from envbisect.hosts.agent_calls import b64, run_ops, unb64
 from envbisect.hosts.journal_records import (Journal, RepoState, journal_dir, local_journal_paths, made_json,
-                                             made_path, remote_paths, sha)
+                                             made_path, mtimes_path, remote_paths, sha)
 from envbisect.hosts.lock import (HEARTBEAT_S, STALE_AFTER_S, Heartbeat, boot_id, controller_id, describe_holder,
                                   holder_gone_here, pid_namespace)
 from envbisect.hosts.transport import Transport
@@ -83,6 +83,7 @@ class HostEditor:
         self.runs_root = runs_root or run_dir.parent  # the store's runs/ (a fleet replica's run_dir is one deeper)
         self.lock_path, self.remote_journal = remote_paths(playbook.name)
         self.remote_made = made_path(playbook.name)
+        self.remote_mtimes = mtimes_path(playbook.name)
         self.heartbeat_s, self.stale_after_s = heartbeat_s, stale_after_s
         self.owner = {"run_id": run_id, **controller_id(), "token": uuid.uuid4().hex}
         self.journal: Journal | None = None
@@ -371,8 +372,12 @@ class HostEditor:
             if not exact_metadata and self.live_repos.get(key) == (rt.commit, rt.ref):
                 continue
             h, p = key
-            per_host[h].append({"op": "checkout", "repo": p, "commit": rt.commit, "ref": rt.ref,
-                                "expect": [list(s) for s in self.expected_repo(key)]})
+            op = {"op": "checkout", "repo": p, "commit": rt.commit, "ref": rt.ref,
+                  "expect": [list(s) for s in self.expected_repo(key)]}
+            base = original.repos.get(key)
+            if base is not None and base.head:  # the files it rewrites get their mtimes back at the restore
+                op["mtimes"] = {"path": self.remote_mtimes, "run_id": self.run_id, "base": base.head}
+            per_host[h].append(op)
         want_files = {k: sha(v) for k, v in target.files.items()}
         want_repos = {k: (v.commit, v.ref) for k, v in target.repos.items()}
         sent = {h for h, ops in per_host.items() if ops}
@@ -453,7 +458,8 @@ class HostEditor:
         for key, r in o.repos.items():
             h, p = key
             per_host[h] += [{"op": "checkout", "repo": p, "commit": r.head, "ref": r.ref, "skip_conflict": True,
-                             "expect": [list(s) for s in self.expected_repo(key) | {(r.head, r.ref)}]},
+                             "expect": [list(s) for s in self.expected_repo(key) | {(r.head, r.ref)}],
+                             "mtimes": {"path": self.remote_mtimes, "run_id": self.run_id, "restore": True}},
                             self._check_op(h, {}, {key: [(r.head, r.ref)]}, skip_conflict=True)]
 
         def do(h: str, t: Transport) -> list[dict[str, Any]]:
@@ -532,7 +538,8 @@ class HostEditor:
         for h, t in self.transports.items():
             try:
                 _send(t, [{"op": "remove", "path": self.remote_journal, "run_id": self.run_id},
-                          {"op": "remove", "path": self.remote_made, "run_id": self.run_id}])
+                          {"op": "remove", "path": self.remote_made, "run_id": self.run_id},
+                          {"op": "remove", "path": self.remote_mtimes, "run_id": self.run_id}])
             except RemoteError:
                 pass
 

@@ -28,6 +28,11 @@ def made_path(deployment: str) -> str:
     return remote_paths(deployment)[1][: -len(".journal.json")] + ".made.json"
 
 
+def mtimes_path(deployment: str) -> str:
+    """Host-side: the original mtimes of the tracked files a run's checkouts rewrite (hostops.keep_mtimes)."""
+    return remote_paths(deployment)[1][: -len(".journal.json")] + ".mtimes.json"
+
+
 def sha(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 

@@ -71,7 +71,9 @@ class ServiceRestart:
 @dataclass(frozen=True)
 class RestartResult:
     ok: bool
-    failure: str | None = None  # "start-failure" (the config broke a service) | "infra" (not the config's fault)
+    # "start-failure" (the config broke a service) | "infra" (not the config's fault) | "start-exit" (a
+    # start command exited non-zero: either, as the run's evidence tells; trials/start_evidence.py)
+    failure: str | None = None
     service: str | None = None
     message: str = ""
     durations: Mapping[str, float] = field(default_factory=dict)  # per service: start + health wait
@@ -132,7 +134,7 @@ def start_one(playbook: Playbook, transports: Mapping[str, Transport], s: Servic
     faults.before("start")
     res = t.run(s.start, timeout=playbook.restart.command_timeout_s)
     if not res.ok:
-        return RestartResult(False, "infra", s.name, f"{s.name}: start command failed: {res.stderr_line()}",
+        return RestartResult(False, "start-exit", s.name, f"{s.name}: start command failed: {res.stderr_line()}",
                              log_tail=log_tail(t, s))
     host, port, path = split_url(s.health)
     last = ["no answer"]

@@ -208,6 +208,8 @@ def _trial(rec: RunRecord, t: Mapping[str, Any]) -> Group:
     out: list[Block] = [
         Heading(3, text(f"Trial {t.get('n')} — ", _badge(o), _standing(rec, t),
                         *((" another failure, not the symptom",) if t.get("symptom") == "other" else ()),
+                        *((" failed only as the baseline does, free of the symptom",)
+                          if t.get("symptom") == "background" else ()),
                         " — ", s(t.get("purpose")))),
         BulletList((text(f"configuration: baseline + {len(cfg)} delta(s)",
                          *((": ", ", ".join(cfg)) if cfg else (" (the baseline)",))),

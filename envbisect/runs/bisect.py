@@ -27,7 +27,7 @@ from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Cause, Leave, Outcome, VerdictKind
 from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_proof, not_reproduced, restart_facts,
                                           unresolved_causes)
-from envbisect.runs.commit_line import read_lines, search_line
+from envbisect.runs.commit_line import read_lines, search_line, undo_on_host
 from envbisect.runs.corrected_evidence import check_correctable, feed, recorded_refine
 from envbisect.runs.deployment import Deployment, capture_environment
 from envbisect.runs.drift import drift_hints, with_drift
@@ -50,7 +50,7 @@ from envbisect.state.deltas import Delta, Diff
 from envbisect.state.rundir import RunDir, Runs
 from envbisect.state.sourced import verdict_notes
 from envbisect.state.structured import key_secrets
-from envbisect.trials.diagnose import PathReport, check_path, failing_engines
+from envbisect.trials.diagnose import check_path, failing_engines
 from envbisect.trials.probe_check import broken_line, refuse_broken_probe
 from envbisect.trials.runner import Trial, TrialRunner
 
@@ -90,7 +90,6 @@ class Concluded:
     guard: GuardResult | None
     commit: CommitVerdict | None
     proof: BaselineProof | None
-    path_report: PathReport | None
     dependencies: tuple[Mapping[str, Any], ...]
 
 
@@ -354,6 +353,7 @@ class BisectRun:
             search = self._new_search(s)
             runner.units = {**runner.units, **self.hints.member_units()}  # a twin's sides, tested apart
             self.watch = SymptomWatch(list(s.units), enabled=not s.probe.is_perf)
+            runner.tolerate = self.watch.tolerates
             self.trials = [self.watch.see(t) for t in done]
             feed(search, self.trials, self.corrections, observation)
         except BaseException as exc:
@@ -476,15 +476,15 @@ class BisectRun:
             if not proof.reproduced:
                 verdict = not_reproduced(verdict, proof)
         verdict = unresolved_causes(verdict, evidence)
-        path_report = None
+        second = self.watch.second_problem(evidence) if self.watch is not None else None
+        if second:  # the baseline's own failure, beside the verdict on the symptom
+            verdict = dataclasses.replace(verdict, explanation=verdict.explanation.rstrip() + " " + second)
         if verdict.kind == VerdictKind.NOT_CONFIG:
             # "the baseline fails too" clears only what envbisect saw: a file an env file
             # sources that it could not snapshot is named (state/sourced.py)
             notes.extend(n for n in verdict_notes(s.diff_notes) if n not in notes)
-            self.on_event("step", {"message": "checking the request path layer by layer"})
-            path_report = check_path(self.playbook, self.dep.transports, s.probe)
         dependencies = dependency_records(verdict, s.units, self.trials)
-        return Concluded(verdict, refined, guard, commit, proof, path_report, tuple(dependencies))
+        return Concluded(verdict, refined, guard, commit, proof, tuple(dependencies))
 
     def _leave(self, found: Concluded, runner: TrialRunner, s: Session,
                notes: list[str]) -> tuple[str, Trial | None]:
@@ -537,7 +537,10 @@ class BisectRun:
     def _finish(self, found: Concluded, state_left: str, final: Trial | None, s: Session,
                 notes: list[str]) -> BisectResult:
         """The result, written as the run's verdict.json."""
-        verdict = found.verdict
+        verdict, path_report = found.verdict, None
+        if verdict.kind == VerdictKind.NOT_CONFIG:  # on the configuration it speaks about: _leave put current back
+            self.on_event("step", {"message": "checking the request path layer by layer"})
+            path_report = check_path(self.playbook, self.dep.transports, s.probe)
         drift_hint: tuple[str, ...] = ()
         if verdict.kind == VerdictKind.NOT_REPRODUCED and not any(not t.free for t in self.trials):
             notes.append(f"the running stack passes the probe as it runs (trial 1, no restart): nothing to find "
@@ -549,7 +552,7 @@ class BisectRun:
             drift_hint = tuple(drift_hints(recorded))
             verdict = with_drift(verdict, recorded, list(drift_hint))
         watch = self.watch
-        result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, s.units, found.path_report,
+        result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, s.units, path_report,
                               drift_hint, final, tuple(notes), found.refined, found.guard, self.corrections,
                               watch.to_json() if watch else None, found.dependencies, found.proof, found.commit,
                               tuple(fault_records(verdict, s.units, found.refined)), stack_state_text(verdict))
@@ -610,13 +613,21 @@ class BisectRun:
                                                     [d for d in runner.deltas if d.id != g.id] + [step],
                                                     runner.contents, runner.probe, {unit: (step.id,)},
                                                     on_step=runner.on_step, evidence_dir=runner.evidence_dir)
+                commit_runner.starts, commit_runner.tolerate = runner.starts, runner.tolerate  # the run's evidence
                 self.on_event("trial-start", {"n": n, "purpose": purpose, "config": [step.id], "eta_s": None,
                                               "units": len(units), "total_deltas": len(runner.deltas)})
                 t = commit_runner.run(n, [unit], pass_runs, purpose, kind=kind)
                 t = self._record(self.watch.see(t) if self.watch is not None else t)
             return t
 
-        return search_line(g, lines, self.trials, trial_at, notes)
+        def confirm(c: LineCommit) -> tuple[Trial | None, str]:
+            made = undo_on_host(self.dep.transports[g.host], g, c)
+            if isinstance(made, str):
+                return None, made
+            return trial_at(made, f"confirm: the deployed HEAD without commit {c.sha[:12]} must pass",
+                            TrialKind.CONFIRM), ""
+
+        return search_line(g, lines, self.trials, trial_at, notes, confirm)
 
     def _guard_revert(self, verdict: Verdict, units: Mapping[str, tuple[str, ...]],
                       refined: Mapping[str, tuple[str, ...]], runner: TrialRunner,
@@ -634,6 +645,7 @@ class BisectRun:
                                            runner.deltas, runner.contents, g, runner.units, on_step=runner.on_step,
                                            evidence_dir=runner.evidence_dir,
                                            reference_config=runner.delta_ids(configs[0][0]))
+        guard_runner.starts = runner.starts  # which start commands this run saw work
         numbers = []
         last = None
         for config, purpose in configs:

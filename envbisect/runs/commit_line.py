@@ -13,12 +13,21 @@ named when every branch commit passes (the failure comes from the merge bringing
 two together) or when the branch's first commit already fails (its branch point was not tried).
 `revert --verdict` goes back to the named commit's first parent, or, for a branch commit, to just
 before the merge that brought it in, so that no first-parent commit is dropped.
+
+A commit is named only once confirmed alone: the deployed HEAD with only its change undone (a commit
+object built on the host from a private index, hostops.undo_commit: the work tree, the index and the
+refs are untouched; the trial checks it out like any commit) must pass. An innocent commit that fails
+only while it is checked out is refused, and the line is searched again after it (up to
+`CONFIRM_TRIES` commits are tried); a change that does not undo cleanly on HEAD, or a confirmation
+that does not pass, names the range, with the reason, never the commit.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from envbisect.errors import RemoteError
+from envbisect.hosts.agent_calls import run_ops
 from envbisect.hosts.transport_base import Transport
 from envbisect.outcome import Outcome
 from envbisect.runs.result import CommitVerdict
@@ -29,6 +38,23 @@ from envbisect.state.deltas import Delta
 from envbisect.trials.runner import Trial
 
 StepTrial = Callable[[LineCommit, str, TrialKind], Trial]  # one trial of the culprit alone at a commit
+# the confirmation of a commit: (its trial, "") or (None, why it could not be built)
+Confirm = Callable[[LineCommit], "tuple[Trial | None, str]"]
+CONFIRM_TRIES = 2  # commits refused by their confirmation before the line ends as a range
+
+
+def undo_on_host(transport: Transport, g: Delta, c: LineCommit) -> LineCommit | str:
+    """The deployed HEAD (the delta's new commit) with only `c`'s change undone, as a commit object
+    on the host; or why it cannot be built."""
+    head = g.new or ""
+    try:
+        got = run_ops(transport, [{"op": "undo_commit", "repo": g.path, "head": head, "commit": c.sha}])[0]
+    except RemoteError as e:
+        return f"the deployed HEAD without {c.sha[:12]} could not be built ({e})"
+    if got.get("conflict"):
+        return (f"{c.sha[:12]}'s change does not undo cleanly on the deployed HEAD {head[:12]} "
+                f"({got['conflict']}), so it cannot be confirmed alone")
+    return LineCommit(got["sha"], f"{head[:12]} without {c.sha[:12]}", "envbisect", c.files)
 
 
 @dataclass(frozen=True)
@@ -47,18 +73,55 @@ def read_lines(transport: Transport, g: Delta, split_merges: bool) -> Lines:
 
 
 def search_line(g: Delta, lines: Lines, trials: Sequence[Trial], trial_at: StepTrial,
-                notes: list[str]) -> CommitVerdict | None:
-    """The commit of the HEAD move `g` that is first to fail, observed (or the range it was narrowed to)."""
+                notes: list[str], confirm: Confirm | None = None) -> CommitVerdict | None:
+    """The commit of the HEAD move `g` that is first to fail, observed and confirmed alone (or the
+    range it was narrowed to, and why)."""
+    found = _search(g, lines, trials, trial_at, notes)
+    tries = 0
+    while confirm is not None and found is not None and found.commit is not None:
+        c = found.commit
+        t, why = confirm(c)
+        if t is not None and t.outcome is Outcome.PASS:
+            return replace(found, confirmed_by=t.n)
+        if t is not None:
+            why = (f"{c.sha[:12]} is not named: the deployed HEAD without it did not pass (trial {t.n}: "
+                   f"{t.reason})")
+        notes.append(f"{g.id}: {why}")
+        tries += 1
+        later = _after(lines, c)
+        if t is None or not later or tries >= CONFIRM_TRIES:
+            return replace(found, commit=None, why=why)
+        again = _search(g, Lines(later, later), trials, trial_at, notes, premised=True, start=c.merged_by or c.sha)
+        if again is None:
+            return replace(found, commit=None, why=why)
+        found = replace(again, line=found.line, trials=found.trials + again.trials)
+    return found
+
+
+def _after(lines: Lines, c: LineCommit) -> tuple[LineCommit, ...]:
+    """The first-parent commits after `c` (after the merge that brought it, for a branch commit)."""
+    at = c.merged_by or c.sha
+    shas = [x.sha for x in lines.first_parent]
+    return lines.first_parent[shas.index(at) + 1:] if at in shas else ()
+
+
+def _search(g: Delta, lines: Lines, trials: Sequence[Trial], trial_at: StepTrial,
+            notes: list[str], premised: bool = False, start: str | None = None) -> CommitVerdict | None:
+    """The line search proper (module docstring); `premised`: the line's last commit (HEAD) is
+    already known to fail; `start`: the commit before the line (the baseline commit by default)."""
     used: list[int] = []
 
     def run(c: LineCommit, purpose: str, kind: TrialKind) -> Trial:
         t = trial_at(c, purpose, kind)
         used.append(t.n)
+        if t.outcome is Outcome.UNRESOLVED:  # retried once, as the search retries an unresolved trial
+            t = trial_at(c, "retry (last trial unresolved): " + purpose, kind)
+            used.append(t.n)
         return t
 
     line = lines.first_parent
     alone = [t for t in trials if tuple(t.config) == (g.id,) and t.outcome.failed and t.symptom != "other"]
-    if not alone and len(line) > 1:
+    if not alone and not premised and len(line) > 1:
         t = run(line[-1], f"{g.id} alone at {line[-1].sha[:12]} (the current HEAD) must fail: the commit line's "
                           "premise", TrialKind.CONFIRM)
         if not t.outcome.failed or t.symptom == "other":
@@ -78,7 +141,7 @@ def search_line(g: Delta, lines: Lines, trials: Sequence[Trial], trial_at: StepT
         return walk_line(len(steps), at)
 
     nxt = walk(line, "commit")
-    passed = g.old or "" if nxt.passed == 0 else line[nxt.passed - 1].sha
+    passed = (g.old or "" if start is None else start) if nxt.passed == 0 else line[nxt.passed - 1].sha
     found = line[nxt.index - 1]
     if not nxt.found:
         return CommitVerdict(g.id, lines.split, None, passed, found.sha, tuple(used), passed)

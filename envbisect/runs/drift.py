@@ -38,7 +38,10 @@ def drift_hints(diff_doc: Mapping[str, Any]) -> list[str]:
         who = f"{svc} (pid {dr['pid']}) was running with {key}={_shown(proc)}"
         changed = (svc, key) in base
         old = base.get((svc, key), file)
-        if proc is not None and proc != file and proc != old:
+        if dr.get("where"):
+            hints.append(f"{who}, which no file sets (not in {dr['where']}, nor at the baseline, and the baseline's "
+                         f"{svc} process did not have it): started by hand with it exported")
+        elif proc is not None and proc != file and proc != old:
             said = f"today's file says {_shown(file)}" + (f", the baseline's {_shown(old)}" if changed
                                                            else ", as at the baseline")
             if file is None:

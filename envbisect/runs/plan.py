@@ -298,6 +298,8 @@ def observation(t: Trial) -> Observation:
     sign = of_trial(t) if t.outcome.failed else None
     if t.symptom == "other":  # failed differently from the symptom: no evidence about it (runs/symptom.py)
         return Observation(frozenset(t.units), other=True, free=t.free, trial=t.n, sign=sign)
+    if t.symptom == "background":  # failed only as the baseline does, past the symptom's round: free of it
+        return Observation(frozenset(t.units), passes=len(t.probe_runs), failed=False, free=t.free, trial=t.n)
     if t.outcome is Outcome.UNRESOLVED:
         return Observation(frozenset(t.units), passes=0, failed=False, unresolved=True, free=t.free, trial=t.n)
     failed = t.outcome.failed

@@ -103,20 +103,25 @@ class CommitVerdict:
     # where `revert --verdict` takes the repo: the named commit's first parent, or for a commit of a
     # merged branch the merge's first parent (no first-parent commit dropped); "" = `passed`
     revert_to: str = ""
+    confirmed_by: int | None = None  # the trial of the deployed HEAD without the named commit, which passed
+    why: str = ""  # why no commit is named although the line was narrowed to one (its confirmation)
 
     def to_json(self) -> dict[str, Any]:
         return {"delta": self.delta, "commit": self.commit.to_json() if self.commit else None,
                 "last_passing": self.passed, "first_failing": self.failed, "trials": list(self.trials),
-                "revert_to": self.revert_to or self.passed, "line": [c.to_json() for c in self.line]}
+                "revert_to": self.revert_to or self.passed, "line": [c.to_json() for c in self.line],
+                "confirmed_by": self.confirmed_by, "why": self.why}
 
     @property
     def text(self) -> str:
         if self.commit is None:
+            why = self.why or ("a trial was unresolved, or a commit between failed differently from the symptom")
             return (f"{self.delta}: the line of {len(self.line)} commits was narrowed to {self.passed[:12]}.."
-                    f"{self.failed[:12]} (a trial was unresolved, or a commit between failed differently from the "
-                    "symptom); no single commit is named")
+                    f"{self.failed[:12]} ({why}); no single commit is named")
+        confirmed = (f"; confirmed alone: the deployed HEAD without it passed (trial {self.confirmed_by})"
+                     if self.confirmed_by is not None else "")
         return (f"{self.delta}: commit {self.commit.short} is the first of {len(self.line)} commits (first-parent) "
-                f"that fails (trials {', '.join(map(str, self.trials)) or 'none needed'})")
+                f"that fails (trials {', '.join(map(str, self.trials)) or 'none needed'}){confirmed}")
 
 
 @dataclass(frozen=True)

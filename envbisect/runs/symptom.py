@@ -13,20 +13,30 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Sequence
 
+from envbisect.outcome import Outcome
 from envbisect.search import Incident, Search, TrialKind, Verdict
+from envbisect.trials.probe_request import ProbeRun
 from envbisect.trials.runner import Trial
-from envbisect.trials.symptom import Fingerprint, of_trial, shows
+from envbisect.trials.symptom import Fingerprint, as_background, beyond, of_run, of_trial, shows
 
 
 class SymptomWatch:
     """Learns the symptom from the first failing trial of the current configuration (the premise)
-    and marks every later failing trial "same" or "other"."""
+    and marks every later failing trial "same" or "other".
+
+    A baseline that fails only further along a multi-round probe than the symptom ever does (the
+    seed's proxy hangs the 4th request of a reused connection; the current state hangs at the
+    first) does not fail "too": the symptom's rounds passed. Its failure is kept as the stack's
+    second problem, not in the configuration (`background`), and a trial that fails only that way
+    is marked "background": the symptom is absent from it, which the search takes as a pass."""
 
     def __init__(self, units: Sequence[str], enabled: bool = True):
         self.units = frozenset(units)
         self.enabled = enabled
         self.fingerprint: Fingerprint | None = None
         self.learnt_from: int | None = None
+        self.background: Fingerprint | None = None  # how the baseline fails on its own
+        self.background_from: int | None = None
 
     def see(self, trial: Trial) -> Trial:
         """The trial, marked against the symptom (learning it first when this is the premise)."""
@@ -34,19 +44,54 @@ class SymptomWatch:
             return trial
         if self.fingerprint is None:
             if frozenset(trial.units) == self.units and trial.kind in (TrialKind.PREMISE_CURRENT, TrialKind.CONFIRM):
-                self.fingerprint = of_trial(trial)
+                self.fingerprint = self._learn(trial)
                 self.learnt_from = trial.n if self.fingerprint is not None else None
                 return dataclasses.replace(trial, symptom="same") if self.fingerprint is not None else trial
             return trial
+        if self.background is None and not trial.units and trial.outcome is Outcome.FAIL:
+            self.background = beyond(self.fingerprint, trial.probe_runs)
+            self.background_from = trial.n if self.background is not None else None
+        if self.background is not None and trial.outcome is Outcome.FAIL:
+            own = [r for r in trial.probe_runs if r.outcome == Outcome.FAIL and not as_background(self.background, r)]
+            if not own:
+                return dataclasses.replace(trial, symptom="background")
+            trial_own = dataclasses.replace(trial, probe_runs=tuple(own))
+            return dataclasses.replace(trial, symptom="same" if shows(self.fingerprint, trial_own) else "other")
         same = shows(self.fingerprint, trial)
         if same is None:
             return trial
         return dataclasses.replace(trial, symptom="same" if same else "other")
 
+    @staticmethod
+    def _learn(trial: Trial) -> Fingerprint | None:
+        """The premise's fingerprint; along a multi-round probe, at the earliest round any of its
+        failed runs failed."""
+        fp = of_trial(trial)
+        rounds = [f.at for f in (of_run(r) for r in trial.probe_runs) if f is not None and f.at is not None]
+        return dataclasses.replace(fp, at=min(rounds)) if fp is not None and rounds else fp
+
+    def tolerates(self, run: ProbeRun) -> bool:
+        """A probe run that failed only as the baseline does on its own (the runner probes on)."""
+        return self.background is not None and run.outcome == Outcome.FAIL and as_background(self.background, run)
+
+    def second_problem(self, trials: Sequence[Trial]) -> str | None:
+        """The sentence a verdict carries about the baseline's own failure, if it showed one."""
+        if self.background is None:
+            return None
+        like = [str(t.n) for t in trials if t.symptom == "background"]
+        return (f"Beside it, a second problem, not in the configuration: the baseline fails too, further along "
+                f"the probe ({self.background.describe()}, trial {self.background_from}), where the symptom "
+                f"fails at the {self.fingerprint.layer if self.fingerprint else 'an earlier round'}; "
+                f"trial{'s' if len(like) > 1 else ''} {', '.join(like)} failed only that way, past the symptom's "
+                "round, and count above as passing (free of the symptom).")
+
     def to_json(self) -> dict | None:
         if self.fingerprint is None:
             return None
-        return {**self.fingerprint.to_json(), "trial": self.learnt_from}
+        out = {**self.fingerprint.to_json(), "trial": self.learnt_from}
+        if self.background is not None:
+            out["baseline_failure"] = {**self.background.to_json(), "trial": self.background_from}
+        return out
 
 
 def dependency_records(verdict: Verdict, units: Mapping[str, Sequence[str]],

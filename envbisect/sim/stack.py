@@ -9,7 +9,8 @@ Layout written under *root*::
     envbisect.toml            playbook (docs/playbook.md format)
     conf/{prefill,decode,router}.serve-env
     conf/extra/               watched files
-    bin/start SERVICE         detached start, returns at once (prefill|decode|router|proxy)
+    bin/start SERVICE         starts one service detached (prefill|decode|router|proxy): returns at once,
+                              or with start_mode="checked" once it listens, exit 1 if it died
     bin/stop SERVICE          TERM, up to 5 s, then KILL; idempotent
     rules.json                fault rules (named by ENVBISECT_SIM_RULES, set by bin/start)
     model/                    tiny tokenizer the router loads
@@ -434,9 +435,32 @@ class SimDeployment:
 # build
 # --------------------------------------------------------------------------------------------
 
+def _start_check(mode: str) -> str:
+    """What bin/start does after launching the engine. "detached": nothing, it returns at once and
+    an engine that dies at start is noticed by its health check. "checked": as a wrapper script,
+    `docker compose up --wait` or `systemctl start` of a Type=notify unit do, it waits until the
+    engine listens (or SIM_START_CHECK_SECONDS pass with it alive) and exits 1 when the engine died."""
+    if mode == "detached":
+        return ""
+    if mode != "checked":
+        raise ValueError(f"unknown start mode {mode!r} (detached|checked)")
+    return """  end=$((SECONDS + ${SIM_START_CHECK_SECONDS:-5}))
+  while [ "$SECONDS" -lt "$end" ]; do
+    if ! alive "$pid"; then
+      echo "$svc: engine exited during start (pid $pid); last log line: $(tail -n 1 "$logf")" >&2
+      exit 1
+    fi
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+"""
+
+
 def _start_script(root: Path, ports: dict[str, int], python: str, router_cmd: list[str],
-                  load_seconds: float, proxy_hang_after: int | None, has_proxy: bool) -> str:
+                  load_seconds: float, proxy_hang_after: int | None, has_proxy: bool,
+                  start_mode: str = "detached") -> str:
     P, B, D, R, M = (ports[k] for k in ("prefill", "prefill_bootstrap", "decode", "router", "router_metrics"))
+    check = _start_check(start_mode)
     router_cmd = " ".join(_q(w) for w in router_cmd)
     worker = SIM_DIR / "worker.py"
     proxy = SIM_DIR / "proxy.py"
@@ -449,7 +473,7 @@ def _start_script(root: Path, ports: dict[str, int], python: str, router_cmd: li
         proxy_case = (f'    proxy)\n      set -- "$PY" {_q(proxy)} --listen-port {X} '
                       f'--upstream http://127.0.0.1:{R}{hang} ;;\n')
     return f"""#!/usr/bin/env bash
-# Start one service of the simulated SGLang PD deployment, detached; returns at once.
+# Start one service of the simulated SGLang PD deployment, detached.
 # usage: start prefill|decode|router{'|proxy' if has_proxy else ''} [SERVER FLAGS of prefill or decode]
 # Idempotent: a service whose pid file names a live process is left alone.
 ROOT={_q(root)}
@@ -535,8 +559,9 @@ fi
   echo "=== $(date '+%Y-%m-%d %H:%M:%S') bin/start $svc: $* ===" >> "$logf"
   cd "$ROOT" || exit 1
   setsid nohup "$@" >> "$logf" 2>&1 < /dev/null &
-  echo $! > "$pidf"
-  echo "started $svc (pid $!)"
+  pid=$!
+  echo $pid > "$pidf"
+{check}  echo "started $svc (pid $pid)"
 )
 """
 
@@ -728,7 +753,7 @@ def _git(src: Path, *args: str) -> None:
 def build(root: Path, *, ssh: str = "local", env: dict[str, dict[str, str]] | None = None,
           rules: dict | None = None, with_repo: bool = True, with_proxy_hang_after: int | None = None,
           load_seconds: float = 0.1, with_proxy: bool | None = None, backups: bool = True,
-          router_cli: bool | None = None) -> SimDeployment:
+          router_cli: bool | None = None, start_mode: str = "detached") -> SimDeployment:
     """Write a simulated PD deployment under *root* and return its handle (nothing is started).
 
     env: per-service overrides/additions to the default serve-env files ({"decode": {"X": "1"}};
@@ -742,6 +767,8 @@ def build(root: Path, *, ssh: str = "local", env: dict[str, dict[str, str]] | No
     router_cli: start the router with the package's `sglang-router` command (default: SIM_ROUTER_CLI=1
          in the environment) rather than its Rust core through sim/router_launch.py, which skips
          the CLI's 0.6 s import of its Python debugging balancer.
+    start_mode: "detached" (bin/start returns at once, exit 0) or "checked" (bin/start exits 1
+         when the engine dies at start, as many real start commands do; see _start_check).
     """
     root = Path(root).resolve()
     env = env or {}
@@ -798,7 +825,7 @@ def build(root: Path, *, ssh: str = "local", env: dict[str, dict[str, str]] | No
     start = root / "bin" / "start"
     stop = root / "bin" / "stop"
     start.write_text(_start_script(root, ports, python, router_cmd, load_seconds,
-                                   with_proxy_hang_after, has_proxy))
+                                   with_proxy_hang_after, has_proxy, start_mode))
     stop.write_text(_stop_script(root, ports, has_proxy))
     start.chmod(0o755)
     stop.chmod(0o755)

@@ -212,9 +212,12 @@ class Drift:
     # of the file on the host (True) or envbisect's own reading of it (EnvFile.resolved: False)
     file_text: str | None = None
     evaluated: bool = False
+    # a key no file sets (not in its env file today nor at the baseline) and the baseline's process
+    # did not have: the env file it is not set in (state/delta_env._hand_started); None otherwise
+    where: str | None = None
 
     def to_json(self, masker: SecretMasker) -> dict[str, Any]:
-        return {"host": self.host, "service": self.service, "key": self.key,
+        return {"host": self.host, "service": self.service, "key": self.key, "where": self.where,
                 "file": masker.mask_value(self.key, self.file_value),
                 "file_text": masker.mask_value(self.key, self.file_text), "evaluated": self.evaluated,
                 "file_shown": self.shown(masker),

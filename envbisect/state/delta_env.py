@@ -47,6 +47,8 @@ def env_file_deltas(h: HostSides) -> Found:
                 old_keys = set(old_env.values()) if old_env else set()
                 new_eval = proc.evaluated(f.sha256) if f.exists else None
                 drift.extend(_drift(h.name, service, proc, new_env, old_keys, new_eval))
+                base_proc = h.base.processes.get(service) if h.base is not None else None
+                drift.extend(_hand_started(h.name, service, path, proc, base_proc, set(new_env.values()) | old_keys))
             elif proc.status == "unknown":
                 unknown.append(service)
     return Found(tuple(deltas), tuple(notes), tuple(drift), tuple(unknown))
@@ -214,6 +216,19 @@ def _env_deltas_from_process(host: str, service: str, path: str, proc: ProcessSt
         if a is not None:
             new[k] = _Side(a.value, a.word, resolved[k] if new_eval is not None else None, resolved[k])
     return _env_deltas(host, service, path, old, new, f"process:{service}", start_env)
+
+
+def _hand_started(host: str, service: str, path: str, proc: ProcessState, base_proc: ProcessState | None,
+                  file_keys: set[str]) -> list[Drift]:
+    """Keys of the process's start environment that no file sets, neither its env file today nor at
+    the baseline, and that the baseline's process did not have either: exported in the shell that
+    started it by hand. What every start of the service inherits (PATH, what its start command sets)
+    is in the baseline's process too, so it is left out; without a baseline process nothing is said."""
+    base_env = base_proc.environ if base_proc is not None and base_proc.status == "ok" else None
+    if base_env is None or proc.environ is None:
+        return []
+    return [Drift(host, service, key, None, value, proc.pid, proc.started_at, where=path)
+            for key, value in sorted(proc.environ.items()) if key not in file_keys and key not in base_env]
 
 
 def _drift(host: str, service: str, proc: ProcessState, file_env: EnvFile, old_keys: set[str],

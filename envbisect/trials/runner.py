@@ -3,7 +3,9 @@
 The search (search.py) says which configuration to try and how many probe runs it deserves; this
 module makes it so on the hosts and reports what happened as a `Trial`. Infrastructure trouble
 (SSH lost, a start command that cannot run) makes a trial `unresolved`, never `fail`: blaming a
-delta for a broken network is exactly the wrong-culprit mistake this tool exists to prevent.
+delta for a broken network is exactly the wrong-culprit mistake this tool exists to prevent. A
+start command that exits non-zero is a start failure of the configuration only on the run's
+evidence that the command works (trials/start_evidence.py).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from envbisect.outcome import Cause, Outcome
 from envbisect.inputs.playbook import Playbook, Probe
 from envbisect.trials.probe import ABORT, BROKEN, CANNOT_TEST, FAIL, PASS, ProbeRun, run_probe
 from envbisect.trials.probe_check import unreached
+from envbisect.trials.start_evidence import StartEvidence
 from envbisect.hosts.restart import RestartResult, ServiceRestart, co_restart
 from envbisect.trials.restart_plan import RestartPlan, Running, plan_restart
 from envbisect.search import TrialKind
@@ -112,16 +115,24 @@ def _kind_from_purpose(purpose: str) -> TrialKind:
 
 
 def probe_repeatedly(probe: Probe, transports: Mapping[str, Transport], runs: int,
-                     stop_after: int = 1) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
+                     stop_after: int = 1, tolerate: Callable[[ProbeRun], bool] | None = None
+                     ) -> tuple[Outcome, tuple[ProbeRun, ...], str]:
     """Up to `runs` probe runs in the started configuration, stopping after `stop_after` failures
     (more than one on a premise: it measures how often the fault shows, which every later pass
     is judged by). Probes are cheap next to restarts, so this is where intermittent faults are caught.
+    `tolerate(run)`: a failed run that fails only as the baseline does on its own (runs/symptom.py);
+    it neither stops the runs nor counts as a failure, and a trial with no other failure is FAIL
+    with a reason that says so (the symptom watch judges it).
     Returns PASS, FAIL, CANNOT_TEST or ABORT, the runs, and a reason."""
     done: list[ProbeRun] = []
     failed: list[ProbeRun] = []
+    tolerated: list[ProbeRun] = []
     for _ in range(max(1, runs)):
         r = run_probe(probe, transports)
         done.append(r)
+        if r.outcome == FAIL and tolerate is not None and tolerate(r):
+            tolerated.append(r)
+            continue
         if r.outcome == FAIL:
             failed.append(r)
             if len(failed) >= stop_after:
@@ -136,6 +147,9 @@ def probe_repeatedly(probe: Probe, transports: Mapping[str, Transport], runs: in
     if failed:
         return Outcome.FAIL, tuple(done), (f"{len(failed)}/{len(done)} probe runs failed; first: {failed[0].reason}"
                                            if len(done) > 1 else failed[0].reason)
+    if tolerated:
+        return Outcome.FAIL, tuple(done), (f"{len(tolerated)}/{len(done)} probe runs failed only as the baseline "
+                                           f"does; first: {tolerated[0].reason}")
     return Outcome.PASS, tuple(done), f"{len(done)}/{len(done)} probe runs passed"
 
 
@@ -147,6 +161,10 @@ class TrialRunner:
         self.playbook, self.transports, self.editor = playbook, transports, editor
         self.original, self.deltas, self.contents, self.probe = original, list(deltas), contents, probe
         self.units = units
+        self.starts = StartEvidence(playbook.restart.order)  # which start commands this run saw work
+        # a failed probe run that fails only as the baseline does on its own (set by the run once
+        # the baseline showed such a failure; runs/symptom.SymptomWatch.tolerates)
+        self.tolerate: Callable[[ProbeRun], bool] | None = None
         self.on_step = on_step or (lambda _m: None)
         self.evidence_dir = evidence_dir
         # perf probes: the reference's samples, measured in this run (never taken from memory). The
@@ -231,7 +249,7 @@ class TrialRunner:
         elif self.perf is not None:
             outcome, runs, reason = self.perf.judge_start(self.transports, config)
         else:
-            outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after)
+            outcome, runs, reason = probe_repeatedly(self.probe, self.transports, probes, stop_after, self.tolerate)
         why = unreached(self.probe, runs, self.playbook) if outcome is Outcome.FAIL else None
         return (Outcome.BROKEN, runs, why) if why else (outcome, runs, reason)
 
@@ -278,6 +296,11 @@ class TrialRunner:
                                        expect_env=self.expected_env(target), only=plan.services)
         base = replace(base, restart_s=time.monotonic() - t0, restart_durations=rs.durations,
                        restart_proof=rs.services)
+        start_exit = self.starts.saw(n, config, rs)
+        if start_exit is not None:
+            outcome, why = start_exit
+            return replace(base, outcome=outcome, reason=why, log_tail=rs.log_tail,
+                           cause=Cause.RESTART_FAILED if outcome is Outcome.UNRESOLVED else None)
         if not rs.ok:
             if rs.failure == "start-failure":
                 return replace(base, outcome=Outcome.START_FAILURE, reason=rs.message, log_tail=rs.log_tail)

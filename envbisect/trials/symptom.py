@@ -26,14 +26,14 @@ trials, never a host.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
 
 from envbisect.outcome import Outcome
-from envbisect.trials.probe_request import ProbeRun
+from envbisect.trials.probe_request import ProbeRun, RequestRecord
 from envbisect.trials.runner import Trial
 
-_START = re.compile(r"^(\S+) (?:died while starting|not healthy after)")
+_START = re.compile(r"^(\S+?):? (?:died while starting|not healthy after|start command failed)")
 # what varies between two runs of one fault: uuids and hex ids, numbers (timings, ports, counts)
 _VARIES = (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I),
            re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{6,}\b", re.I),
@@ -55,6 +55,7 @@ class Fingerprint:
     status: int | None = None  # HTTP status, or a command's exit status
     first_line: str = ""  # the error body's first line (status), as seen
     layer: str = ""  # where along the trial: "start of decode", "request", "round 3 of 6 on ..."
+    at: int | None = None  # a multi-round probe: the request (round) that failed, 1 = the first
 
     def same(self, other: "Fingerprint") -> bool:
         """The same fault, with tolerance for what varies between its runs (timings, ids, rounds).
@@ -86,11 +87,12 @@ class Fingerprint:
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "service": self.service, "status": self.status, "first_line": self.first_line,
-                "layer": self.layer, "text": self.describe()}
+                "layer": self.layer, "at": self.at, "text": self.describe()}
 
     @classmethod
     def from_json(cls, d: Mapping) -> "Fingerprint":
-        return cls(d["kind"], d.get("service"), d.get("status"), d.get("first_line", ""), d.get("layer", ""))
+        return cls(d["kind"], d.get("service"), d.get("status"), d.get("first_line", ""), d.get("layer", ""),
+                   d.get("at"))
 
 
 def _layer(run: ProbeRun, n: int) -> str:
@@ -109,6 +111,11 @@ def of_run(run: ProbeRun) -> Fingerprint | None:
     if not bad:
         return Fingerprint("unknown", layer=run.kind)  # nothing says how: it cannot be told apart
     r = bad[0]
+    fp = _of_request(run, r)
+    return replace(fp, at=r.n) if run.kind == "multi_round" else fp
+
+
+def _of_request(run: ProbeRun, r: RequestRecord) -> Fingerprint:
     layer = _layer(run, r.n)
     err = r.error or ""
     if run.kind == "command":
@@ -162,4 +169,25 @@ def shows(symptom: Fingerprint, trial: Trial) -> bool | None:
     return any(symptom.same(fp) for fp in seen)
 
 
-__all__ = ["Fingerprint", "of_run", "of_trial", "shows", "masked"]
+def beyond(symptom: Fingerprint, runs: Sequence[ProbeRun]) -> Fingerprint | None:
+    """How a trial's probe runs failed when every failed run got further along a multi-round probe
+    than the symptom ever does (same fingerprint in each, at a later round), so the symptom's round
+    passed in each: a failure of its own, not the symptom (None otherwise). The symptom's round is
+    the earliest its premise showed; a failure later along the connection says nothing about the
+    rounds after it, which the symptom's own runs never needed to reach."""
+    if symptom.at is None:
+        return None
+    seen = [fp for fp in (of_run(r) for r in runs) if fp is not None]
+    if not seen or any(fp.at is None or fp.at <= symptom.at for fp in seen):
+        return None
+    first = seen[0]
+    return first if all(first.same(fp) and fp.at == first.at for fp in seen) else None
+
+
+def as_background(background: Fingerprint, run: ProbeRun) -> bool:
+    """A failed run that fails exactly as the baseline does (same fingerprint, same round)."""
+    fp = of_run(run)
+    return fp is not None and fp.kind != "unknown" and background.same(fp) and fp.at == background.at
+
+
+__all__ = ["Fingerprint", "of_run", "of_trial", "shows", "masked", "beyond", "as_background"]

@@ -252,8 +252,11 @@ def checkout(op):
             raise Conflict(repo, op["expect"], found, "HEAD moved during the run (expected %s, found %s %s)" % (
                 " or ".join("%s %s" % (e[0][:12], e[1] or "detached") for e in op["expect"]), found[0][:12],
                 found[1] or "detached"))
+    times = op.get("mtimes")
     if repo_state(repo) == [op["commit"], op.get("ref")]:
         # already there: nothing to check out, so uncommitted changes (a hotfix on the box) are no obstacle
+        if times and times.get("restore"):
+            put_back_mtimes(repo, times)
         return {"repo": repo, "head": op["commit"]}
     status = dirty_paths(repo)
     if status and op.get("skip_conflict"):  # restore: someone's uncommitted work is theirs; left alone
@@ -276,10 +279,109 @@ def checkout(op):
                 why += "; HEAD left detached at %s (the original commit)" % op["commit"][:12]
             raise Conflict(repo, op.get("expect", []), repo_state(repo), why)
         branch = op["ref"][len("refs/heads/"):] if op["ref"].startswith("refs/heads/") else op["ref"]
+        if times and not times.get("restore"):
+            keep_mtimes(repo, times, op["commit"])
         git(repo, "checkout", "-q", branch)
     else:
+        if times and not times.get("restore"):
+            keep_mtimes(repo, times, op["commit"])
         git(repo, "checkout", "-q", "--detach", op["commit"])
+    if times and times.get("restore"):
+        put_back_mtimes(repo, times)
     return {"repo": repo, "head": git(repo, "rev-parse", "HEAD")}
+
+
+def undo_commit(op):
+    """A commit object: `head` with `commit`'s change (against its first parent) undone, for the
+    trial that confirms a named commit. Built with a private temporary index, so the work tree, the
+    repo's index and every ref stay as they are; only objects are added, reachable from no ref.
+    {"sha": SHA} or {"conflict": why} when the change does not undo cleanly on `head`."""
+    repo, head, commit = op["repo"], op["head"], op["commit"]
+    fd, index = tempfile.mkstemp(prefix="envbisect-index-")
+    os.close(fd)
+    env = dict(GIT_ENV, GIT_INDEX_FILE=index, GIT_AUTHOR_NAME="envbisect", GIT_AUTHOR_EMAIL="envbisect@localhost",
+               GIT_COMMITTER_NAME="envbisect", GIT_COMMITTER_EMAIL="envbisect@localhost",
+               GIT_AUTHOR_DATE="@0 +0000", GIT_COMMITTER_DATE="@0 +0000")  # the same sha each time: a resume finds it
+
+    def run(*args, stdin=None):
+        return subprocess.run(["git", "-C", repo] + list(args), input=stdin, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env)
+    try:
+        os.unlink(index)  # read-tree writes it anew
+        if run("read-tree", head).returncode != 0:
+            raise OpError("git read-tree %s in %s failed" % (head[:12], repo))
+        patch = run("diff-tree", "-p", "--binary", "--full-index", "--no-renames", commit, commit + "^1")
+        if patch.returncode != 0:
+            raise OpError("git diff-tree %s in %s failed" % (commit[:12], repo))
+        if patch.stdout:
+            applied = run("apply", "--cached", "--3way", stdin=patch.stdout)
+            if applied.returncode != 0:
+                said = applied.stderr.decode("utf-8", "replace").strip().splitlines() or ["conflict"]
+                files = [ln[2:] for ln in said if ln.startswith("U ")]
+                return {"conflict": "conflicts in " + ", ".join(files) if files else said[-1]}
+        tree = run("write-tree")
+        if tree.returncode != 0:
+            return {"conflict": (tree.stderr.decode("utf-8", "replace").strip().splitlines() or ["conflict"])[-1]}
+        made = run("commit-tree", tree.stdout.decode().strip(), "-p", head,
+                   "-m", "envbisect: %s without the change of %s (confirmation trial)" % (head[:12], commit[:12]))
+        if made.returncode != 0:
+            raise OpError("git commit-tree in %s failed" % repo)
+        return {"sha": made.stdout.decode().strip()}
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(index)
+
+
+# --- the mtimes of the files a run's checkouts rewrite ---------------------------------------
+# Git rewrites every file a checkout changes, and checking the original commit out again writes its
+# bytes back with a new mtime. Before each checkout away from the original HEAD (times["base"]), the
+# mtimes of the files that differ between the two and were not recorded yet are written to
+# times["path"] (host-side, private, per run), so a restore after a crash finds them too; a restore's
+# checkout puts them back once HEAD is the original again. A file with uncommitted changes is the
+# operator's and is not touched.
+
+def _changed_between(repo, a, b):
+    top = git(repo, "rev-parse", "--show-toplevel")
+    names = git(repo, "diff", "--name-only", "-z", "--no-renames", a, b)
+    return [os.path.join(top, n) for n in names.split("\0") if n]
+
+
+def keep_mtimes(repo, times, target):
+    path = os.path.expanduser(times["path"])
+    doc = read_json(path) or {}
+    if doc.get("run_id") != times["run_id"]:
+        doc = {"run_id": times["run_id"], "repos": {}}
+    entry = doc["repos"].setdefault(repo, {"base": times["base"], "files": {}})
+    if entry["base"] != times["base"]:
+        return
+    new = False
+    for full in _changed_between(repo, times["base"], target):
+        if full in entry["files"]:
+            continue
+        try:
+            st = os.lstat(full)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            entry["files"][full] = [st.st_atime_ns, st.st_mtime_ns]
+            new = True
+    if new:
+        put({"path": times["path"], "content_b64": base64.b64encode(json.dumps(doc).encode()).decode()})
+
+
+def put_back_mtimes(repo, times):
+    path = os.path.expanduser(times["path"])
+    doc = read_json(path) or {}
+    entry = doc.get("repos", {}).get(repo) if doc.get("run_id") == times["run_id"] else None
+    if not entry or git(repo, "rev-parse", "HEAD") != entry["base"]:
+        return
+    top = git(repo, "rev-parse", "--show-toplevel")
+    theirs = {os.path.join(top, p) for p in dirty_paths(repo)}
+    for full, (atime_ns, mtime_ns) in entry["files"].items():
+        if full not in theirs and os.path.isfile(full) and not os.path.islink(full):
+            os.utime(full, ns=(atime_ns, mtime_ns))
+    del doc["repos"][repo]
+    put({"path": times["path"], "content_b64": base64.b64encode(json.dumps(doc).encode()).decode()})
 
 
 @contextlib.contextmanager
@@ -742,7 +844,8 @@ def env_check(op):
     return out
 
 
-OPS = {"read_state": read_state, "write": write_file, "checkout": checkout, "lock": lock, "unlock": unlock,
+OPS = {"read_state": read_state, "write": write_file, "checkout": checkout, "undo_commit": undo_commit,
+       "lock": lock, "unlock": unlock,
        "assert_lock": assert_lock, "check": check, "put": put, "get": get, "remove": remove, "alive": alive,
        "tail": tail}
 OPS["env_check"] = env_check
