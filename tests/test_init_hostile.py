@@ -143,3 +143,98 @@ def test_init_over_a_real_server_in_a_hostile_folder_drafts_no_table_of_its_own(
     finally:
         os.killpg(p.pid, signal.SIGTERM)
         p.wait(timeout=10)
+
+
+# A pid that closes the draft's comment and opens a multi-line string: the second line that shows
+# it closes the string, and what is between is a command probe ahead of the others.
+PID_INJECT = "1\n[probes.aaa]\nkind = \"command\"\ncommand = '''#"
+WRONG = (INJECT, PID_INJECT, {"pid": INJECT}, [INJECT], 1e300, float("nan"), float("-inf"), -1, 0, True, 2 ** 80)
+
+
+def leaves(v: Any, path: tuple = ()) -> list[tuple]:
+    """Every field's path, tables and lists included."""
+    out = [path] if path else []
+    if isinstance(v, dict):
+        for k, x in v.items():
+            out += leaves(x, (*path, k))
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            out += leaves(x, (*path, i))
+    return out
+
+
+def replaced(doc: Any, path: tuple, value: Any) -> Any:
+    if not path:
+        return value
+    if isinstance(doc, dict):
+        return {k: (replaced(x, path[1:], value) if k == path[0] else x) for k, x in doc.items()}
+    return [replaced(x, path[1:], value) if i == path[0] else x for i, x in enumerate(doc)]
+
+
+def test_every_field_of_a_discovery_of_the_wrong_type_is_left_out_never_drafted(stacks):  # noqa: F811
+    """Every field, numbers and flags too (pid, ports, now, start times, counts), fed a value of
+    another type: a string with a table in it, a table, a list, an infinite or huge number, NaN, a
+    bool. The field is left out (a process without a valid pid is left out whole, with a note);
+    the draft has no table the clean one lacks, and init never ends in an internal error."""
+    from envbisect.errors import UsageError
+
+    root = str(stacks[0]["root"])
+    t = LocalTransport()
+    try:
+        doc = disc.scan(t)
+    finally:
+        t.close()
+    scanned = with_unit({**doc, "processes": [p for p in doc["processes"] if (p.get("cwd") or "").startswith(root)]},
+                        root)
+    scanned["processes"][0]["ancestors"] = [{"pid": 1, "argv0": "bash"}]
+    scanned["processes"][0]["env_files"] = [{"path": f"{root}/conf/server.env", "readable": True, "keys": 3,
+                                             "equal": 3, "differ": 0, "missing": 0, "backups": ["{path}.bak"]}]
+    want = tables(tomllib.loads(drafted(scanned, root)))
+    identity = {("processes",), ("processes", 0), ("processes", 0, "pid"), ("processes", 0, "matcher"),
+                ("processes", 0, "kind"), ("processes", 0, "cwd")}  # cwd: what --under picks by
+    tried = 0
+    for path in leaves(scanned):
+        for value in WRONG:
+            bad_doc = replaced(scanned, path, value)
+            try:
+                bad = drafted(bad_doc, root)
+            except UsageError as e:
+                assert path in identity and "\n" not in str(e), (path, value, e)
+                continue
+            tried += 1
+            got = tables(tomllib.loads(bad))
+            assert set(got) <= set(want), (path, value, sorted(set(got) - set(want)))
+            for name, keys in got.items():
+                assert keys <= want[name], (path, value, name, keys - want[name])
+            for line in bad.splitlines():
+                assert not any(ord(c) < 0x20 and c != "\t" or 0x7f <= ord(c) <= 0x9f for c in line), (path, line)
+            assert list(tomllib.loads(bad).get("probes", {"e2e": 0})) == ["e2e"], (path, value)
+    assert tried > 500
+
+
+def test_a_process_whose_pid_is_not_a_number_is_left_out_with_a_note(stacks):  # noqa: F811
+    """The red-team's case: the pid a host reports holds a line break and a multi-line string
+    opener. That process is left out, said in a note; the other one drafts exactly as before; with
+    every pid hostile, init says there is nothing to draft in one line."""
+    from envbisect.errors import UsageError
+
+    root = str(stacks[0]["root"])
+    t = LocalTransport()
+    try:
+        doc = disc.scan(t)
+    finally:
+        t.close()
+    clean_doc = {**doc, "processes": [p for p in doc["processes"] if (p.get("cwd") or "").startswith(root)]}
+    clean = drafted(clean_doc, root)
+    evil = {**clean_doc["processes"][0], "pid": PID_INJECT}
+    bad = drafted({**clean_doc, "processes": [*clean_doc["processes"], evil, evil]}, root)
+    assert tables(tomllib.loads(bad)) == tables(tomllib.loads(clean))
+    assert "# note: process 2 of the host's answer was left out: its pid is not valid" in bad
+    assert "probes.aaa" not in bad and "'''" not in bad
+    for value in (PID_INJECT, {"x": 1}, 1.5, -3, True, None):
+        try:
+            drafted({**clean_doc, "processes": [{**evil, "pid": value}]}, root)
+        except UsageError as e:
+            assert "no SGLang server or router is running" in str(e) and "\n" not in str(e)
+        else:
+            raise AssertionError(f"a process with pid {value!r} was drafted")
