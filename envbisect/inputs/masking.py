@@ -390,6 +390,12 @@ class SecretMasker:
             self._learned |= new
             self._extra_values = tuple(sorted(set(self._extra_values) | new, key=len, reverse=True))
 
+    def content_digest(self, sha256_hex: str) -> str:
+        """What stands for the unkeyed sha256 of raw content wherever the content goes out masked:
+        HMAC-SHA256 under this masker's key, so two outputs of one store still show which contents
+        are alike, and nobody can hash a guess (a masked line filled in from a dictionary) to match."""
+        return hmac.new(self.key or _PROCESS_KEY, b"content " + sha256_hex.encode(), hashlib.sha256).hexdigest()
+
     def learn_env(self, items: Iterable[tuple[str, str | None]]) -> None:
         """Learn the secrets among ``(name, value)`` pairs (an env file's assignments, a process
         environment): the whole value of a secret-named variable, else the secret-shaped parts of
