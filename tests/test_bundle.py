@@ -46,9 +46,12 @@ class Run:
         # knew only the values of secret-named variables, so it did not refuse.
         self.netrc_pw = "Pq" + uuid.uuid4().hex[:10]
         self.aws_like = "wJalrXUtnFEMIK7MDENG" + uuid.uuid4().hex[:16].upper() + "bPxR9z"  # 42 characters
+        # Red team of the security fixes: common secret names the word rules did not know
+        self.named = {n: f"{n[:3].lower()}-{uuid.uuid4().hex[:10]}-x" for n in
+                      ("PGPASSWORD", "ADMIN_PW", "SECRETKEY", "DOCKER_AUTH_CONFIG", "SLACK_WEBHOOK", "DB_CREDS")}
         with self.scenario.sim.env_file("decode").open("a") as f:
             f.write(f'NETRC_LINE="machine pypi.internal login ci password {self.netrc_pw}"\n'
-                    f"export UPSTREAM_SIG={self.aws_like}\n")
+                    f"export UPSTREAM_SIG={self.aws_like}\n" + "".join(f"export {n}={v}\n" for n, v in self.named.items()))
         try:
             self.scenario.sim.age_files()
             self.scenario.sim.co_restart()
@@ -73,7 +76,8 @@ class Run:
     def secrets(self) -> dict[str, str]:
         return {"planted HF_TOKEN": self.hf_token, "planted SIM_CLUSTER_PASS": self.cluster_pass,
                 "baseline HF_TOKEN": FAKE_HF_TOKEN, "baseline SIM_CLUSTER_PASS": FAKE_CLUSTER_PASS,
-                "netrc password in a quoted env line": self.netrc_pw, "42-character AWS-like value": self.aws_like}
+                "netrc password in a quoted env line": self.netrc_pw, "42-character AWS-like value": self.aws_like,
+                **{f"{n} in an env file": v for n, v in self.named.items()}}
 
 
 @pytest.fixture(scope="module")
