@@ -95,3 +95,39 @@ def test_the_401_line_names_the_header_and_survives_the_masker():
     assert code == 401 and "Authorization" in line and "Authorization" in text
     masker = SecretMasker()
     assert masker.redact_text(line) == line and masker.redact_text(text) == text, masker.redact_text(line)
+
+
+def test_a_secret_file_readable_by_group_or_others_is_refused(tmp_path):
+    import pytest
+
+    from envbisect.errors import UsageError
+    from envbisect.runs.webhook import load_secret
+
+    f = tmp_path / "secret"
+    f.write_text(SECRET + "\n")
+    for mode in (0o644, 0o640, 0o604, 0o660):
+        f.chmod(mode)
+        with pytest.raises(UsageError, match=r"readable by group or others \(mode 0o?6[0-6]{2}\).*chmod 600") as e:
+            load_secret(str(f), "pb", {})
+        assert "\n" not in str(e.value) and SECRET not in str(e.value)
+    f.chmod(0o600)
+    assert load_secret(str(f), "pb", {}) == SECRET
+    f.chmod(0o400)
+    assert load_secret(str(f), "pb", {}) == SECRET
+
+
+def test_the_watch_takes_its_secret_out_of_the_environment_its_children_see(monkeypatch, tmp_path):
+    import os
+    import subprocess
+
+    from envbisect.runs.watch import Watcher, WatchOptions
+    from envbisect.runs.webhook import SECRET_ENV, load_secret
+
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    w = Watcher(lambda: None, tmp_path, WatchOptions(probe="e2e", every_s=60, bisect=None, listen=("127.0.0.1", 0)),
+                on_event=lambda k, d: None, say=lambda line: None)
+    assert SECRET_ENV not in os.environ
+    child = subprocess.run(["env"], capture_output=True, text=True, check=True).stdout
+    assert SECRET not in child and SECRET_ENV not in child
+    assert load_secret(None, "pb", w.environ) == SECRET  # every cycle still has it
+    assert load_secret(None, "pb", w.environ) == SECRET

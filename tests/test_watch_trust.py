@@ -66,6 +66,7 @@ def test_authorized_compares_the_whole_secret():
 def test_the_secret_comes_from_a_file_or_the_environment_and_is_long_enough(tmp_path):
     f = tmp_path / "secret"
     f.write_text(SECRET + "\n")
+    f.chmod(0o600)
     assert load_secret(str(f), "pb", {}) == SECRET
     assert load_secret(None, "pb", {SECRET_ENV: SECRET}) == SECRET
     with pytest.raises(UsageError, match="secret_file.*ENVBISECT_WATCH_SECRET.*never on the command line"):

@@ -34,7 +34,6 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from envbisect.errors import UsageError
@@ -116,12 +115,19 @@ def parse_listen(spec: str, *, allow_remote: bool) -> tuple[str, int]:
 # --- who may make the watch act ------------------------------------------------------------------
 
 def load_secret(secret_file: str | None, where: str, environ: dict[str, str] | None = None) -> str:
-    """The webhook's shared secret: the playbook's `[watch] secret_file` (its content, one line), or
-    ENVBISECT_WATCH_SECRET. UsageError (one line) when neither holds one of MIN_SECRET characters."""
+    """The webhook's shared secret: the playbook's `[watch] secret_file` (its content, one line; a
+    file group or others can read is refused), or ENVBISECT_WATCH_SECRET (the watch takes it out of
+    its environment: see `take_secret_env`). UsageError (one line) when neither holds one of
+    MIN_SECRET characters."""
     environ = os.environ if environ is None else environ  # type: ignore[assignment]
     if secret_file:
         try:
-            text = Path(secret_file).read_text(encoding="utf-8")
+            with open(secret_file, "rb") as f:
+                mode = os.fstat(f.fileno()).st_mode & 0o777
+                if mode & 0o077:  # as ssh refuses a private key others can read
+                    raise UsageError(f"{where}: [watch] secret_file {secret_file} is readable by group or others "
+                                     f"(mode 0{mode:o}): chmod 600 it") from None
+                text = f.read().decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise UsageError(f"{where}: [watch] secret_file {secret_file}: {getattr(e, 'strerror', None) or e}") \
                 from None
@@ -137,6 +143,12 @@ def load_secret(secret_file: str | None, where: str, environ: dict[str, str] | N
         raise UsageError(f"{source}: the webhook secret must be one word of at least {MIN_SECRET} printable "
                          "characters (e.g. `openssl rand -hex 24`)")
     return secret
+
+
+def take_secret_env() -> dict[str, str]:
+    """ENVBISECT_WATCH_SECRET taken out of this process's environment (so that no probe command,
+    notify command or other child sees it), as an environ for `load_secret`."""
+    return {SECRET_ENV: os.environ.pop(SECRET_ENV)} if SECRET_ENV in os.environ else {}
 
 
 def authorized(header: str | None, secret: str) -> bool:
@@ -454,6 +466,6 @@ def _handler(listener: AlertListener, log: Callable[[str], None], secret: str, n
     return Handler
 
 
-__all__ = ["Alert", "parse_webhook", "parse_listen", "load_secret", "authorized", "host_names", "host_matches",
-           "content_is_json", "AlertListener", "MAX_BODY", "MAX_CONNECTIONS", "MAX_QUEUED", "READ_DEADLINE_S",
-           "SECRET_ENV"]
+__all__ = ["Alert", "parse_webhook", "parse_listen", "load_secret", "take_secret_env", "authorized", "host_names",
+           "host_matches", "content_is_json", "AlertListener", "MAX_BODY", "MAX_CONNECTIONS", "MAX_QUEUED",
+           "READ_DEADLINE_S", "HEAD_DEADLINE_S", "SECRET_ENV"]
