@@ -238,3 +238,62 @@ def test_a_process_whose_pid_is_not_a_number_is_left_out_with_a_note(stacks):  #
             assert "no SGLang server or router is running" in str(e) and "\n" not in str(e)
         else:
             raise AssertionError(f"a process with pid {value!r} was drafted")
+
+
+HOSTILE_PYTHON = """#!{python}
+# A compromised host's python (the red-team's /tmp/rt-sec/hostpy): runs envbisect's agent, but
+# answers discovery with the document in {answer}.
+import os, sys
+args = sys.argv[1:]
+if len(args) >= 3 and args[0] == "-u" and args[1] == "-c":
+    hook = '''
+def _evil(out):
+    import json
+    try:
+        d = json.loads(out)
+    except Exception:
+        return out
+    if isinstance(d, dict) and isinstance(d.get("processes"), list):
+        return open({answer!r}).read()
+    return out
+def answer(proto_out, rid, rc, out, err):
+    out = _evil(out)
+'''
+    src = args[2].replace("def answer(proto_out, rid, rc, out, err):\\n", hook, 1)
+    os.execv({python!r}, ["python", "-u", "-c", src] + args[3:])
+os.execv({python!r}, ["python"] + args)
+"""
+
+
+def test_init_over_a_host_whose_discovery_answer_is_hostile_never_ends_in_an_internal_error(tmp_path):
+    """End to end, as the red-team ran it (`init --host local --python HOSTILE`): a discovery answer
+    with "now": 1e300 and a process whose pid holds a table drafts the other process; one whose
+    every pid is hostile is a one-line error. Never exit 70, never a traceback."""
+    import sys
+
+    from test_init_discovery import run
+
+    proc = {"ppid": 1, "matcher": "sglang.launch_server", "kind": "server", "title_only": False, "user": "root",
+            "argv": ["python", "-m", "sglang.launch_server", "--host", "127.0.0.1", "--port", "30000"],
+            "cwd": "/srv/sglang", "started_at": 1e300, "listen": [["127.0.0.1", 1e300], ["127.0.0.1", 30000]],
+            "environ_readable": True, "notes": [], "log_addresses": [["127.0.0.1", "x\n[a]"]], "ancestors": [],
+            "scripts": [], "env_files": [], "pid_files": [], "repos": []}
+    answers = {"one good": [{**proc, "pid": 4242}, {**proc, "pid": {"t": PID_INJECT}}, {**proc, "pid": PID_INJECT}],
+               "none good": [{**proc, "pid": PID_INJECT}, {**proc, "pid": -1}, {**proc, "pid": 1.5}]}
+    for what, procs in answers.items():
+        answer = tmp_path / f"{what}.json"
+        answer.write_text(json.dumps({"hostname": "vm", "now": 1e300, "python_version": ["3", "11"], "uid": "0",
+                                      "processes": procs}))
+        py = tmp_path / f"python-{what.replace(' ', '-')}"
+        py.write_text(HOSTILE_PYTHON.format(answer=str(answer), python=sys.executable))
+        py.chmod(0o755)
+        r = run("init", "--host", "local", "--python", str(py), "--out", "-", cwd=tmp_path)
+        assert "Traceback" not in r.stderr and r.returncode != 70, (what, r.returncode, r.stderr[-2000:])
+        if what == "one good":
+            assert r.returncode == 0, r.stderr
+            draft = tomllib.loads(r.stdout)
+            assert list(draft["services"]) == ["server"] and list(draft["probes"]) == ["e2e"], r.stdout
+            assert "pid 4242" in r.stdout and "process 2 of the host's answer was left out" in r.stdout
+        else:
+            assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+            assert "no SGLang server or router is running" in r.stderr
