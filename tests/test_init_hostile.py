@@ -66,14 +66,20 @@ def with_unit(doc: dict, root: str) -> dict:
     return {**doc, "python_version": "3.11.7", "processes": [p]}
 
 
-def test_every_host_string_of_a_discovery_is_quoted_or_dropped_never_a_table(stacks):  # noqa: F811
-    root = str(stacks[0]["root"])
+def scanned_under(root: str) -> dict:
+    """The real agent's discovery on this machine, with only the processes under `root`."""
     t = LocalTransport()
     try:
         doc = disc.scan(t)
     finally:
         t.close()
-    mine = [p for p in doc["processes"] if (p.get("cwd") or "").startswith(root)]
+    return {**doc, "processes": [p for p in doc["processes"] if (p.get("cwd") or "").startswith(root)]}
+
+
+def test_every_host_string_of_a_discovery_is_quoted_or_dropped_never_a_table(stacks):  # noqa: F811
+    root = str(stacks[0]["root"])
+    doc = scanned_under(root)
+    mine = doc["processes"]
     assert mine and mine[0].get("argv") and mine[0].get("scripts") and mine[0].get("repos"), json.dumps(mine)[:2000]
     scanned = {**doc, "processes": mine}
     for clean_doc in (scanned, with_unit(scanned, root)):
@@ -179,13 +185,7 @@ def test_every_field_of_a_discovery_of_the_wrong_type_is_left_out_never_drafted(
     from envbisect.errors import UsageError
 
     root = str(stacks[0]["root"])
-    t = LocalTransport()
-    try:
-        doc = disc.scan(t)
-    finally:
-        t.close()
-    scanned = with_unit({**doc, "processes": [p for p in doc["processes"] if (p.get("cwd") or "").startswith(root)]},
-                        root)
+    scanned = with_unit(scanned_under(root), root)
     scanned["processes"][0]["ancestors"] = [{"pid": 1, "argv0": "bash"}]
     scanned["processes"][0]["env_files"] = [{"path": f"{root}/conf/server.env", "readable": True, "keys": 3,
                                              "equal": 3, "differ": 0, "missing": 0, "backups": ["{path}.bak"]}]
@@ -219,12 +219,7 @@ def test_a_process_whose_pid_is_not_a_number_is_left_out_with_a_note(stacks):  #
     from envbisect.errors import UsageError
 
     root = str(stacks[0]["root"])
-    t = LocalTransport()
-    try:
-        doc = disc.scan(t)
-    finally:
-        t.close()
-    clean_doc = {**doc, "processes": [p for p in doc["processes"] if (p.get("cwd") or "").startswith(root)]}
+    clean_doc = scanned_under(root)
     clean = drafted(clean_doc, root)
     evil = {**clean_doc["processes"][0], "pid": PID_INJECT}
     bad = drafted({**clean_doc, "processes": [*clean_doc["processes"], evil, evil]}, root)
