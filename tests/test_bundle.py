@@ -46,9 +46,12 @@ class Run:
         # knew only the values of secret-named variables, so it did not refuse.
         self.netrc_pw = "Pq" + uuid.uuid4().hex[:10]
         self.aws_like = "wJalrXUtnFEMIK7MDENG" + uuid.uuid4().hex[:16].upper() + "bPxR9z"  # 42 characters
+        # Red team of the security fixes: common secret names the word rules did not know
+        self.named = {n: f"{n[:3].lower()}-{uuid.uuid4().hex[:10]}-x" for n in
+                      ("PGPASSWORD", "ADMIN_PW", "SECRETKEY", "DOCKER_AUTH_CONFIG", "SLACK_WEBHOOK", "DB_CREDS")}
         with self.scenario.sim.env_file("decode").open("a") as f:
             f.write(f'NETRC_LINE="machine pypi.internal login ci password {self.netrc_pw}"\n'
-                    f"export UPSTREAM_SIG={self.aws_like}\n")
+                    f"export UPSTREAM_SIG={self.aws_like}\n" + "".join(f"export {n}={v}\n" for n, v in self.named.items()))
         try:
             self.scenario.sim.age_files()
             self.scenario.sim.co_restart()
@@ -73,7 +76,8 @@ class Run:
     def secrets(self) -> dict[str, str]:
         return {"planted HF_TOKEN": self.hf_token, "planted SIM_CLUSTER_PASS": self.cluster_pass,
                 "baseline HF_TOKEN": FAKE_HF_TOKEN, "baseline SIM_CLUSTER_PASS": FAKE_CLUSTER_PASS,
-                "netrc password in a quoted env line": self.netrc_pw, "42-character AWS-like value": self.aws_like}
+                "netrc password in a quoted env line": self.netrc_pw, "42-character AWS-like value": self.aws_like,
+                **{f"{n} in an env file": v for n, v in self.named.items()}}
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +127,7 @@ def test_bundle_checks_itself_and_has_every_member(run):
     assert env["envbisect"] and env["repos"] and env["repos"][0]["describe"]
     summary = json.loads(run.members["journal-summary.json"][1])
     files = [f for h in summary["hosts"].values() for f in h["files"]]
-    assert files and all({"path", "mode", "sha256", "size"} <= set(f) and "content_b64" not in f for f in files)
+    assert files and all({"path", "mode", "hmac_sha256", "size"} <= set(f) and "content_b64" not in f for f in files)
     # snapshots: env files inlined as redacted text, the secret masked but visibly changed
     cur = json.loads(run.members[f"snapshots/{doc['current']}.json"][1])
     decode_env = next(f for h in cur["hosts"].values() for p, f in h["files"].items() if p.endswith("decode.serve-env"))
@@ -338,3 +342,38 @@ def test_report_of_a_not_config_run_and_of_an_unfinished_one(tmp_path):
     assert "## Request path, layer by layer" in md and "Broken at **client path**" in md
     assert "The baseline fails too" in md and 'id="verdict" class="v-not-config"' in html
     assert html.count('class="trial-mark"') == 2
+
+
+@sim
+def test_a_masked_env_file_cannot_be_recovered_from_the_bundle_by_its_hash(run):
+    """The red-team's crack: a bundled env file keeps its masked content; had the raw file's
+    unkeyed sha256 gone with it, putting each word of a dictionary (here: one holding the real
+    secrets) where a masked value is and hashing would give the secret back. No raw content's
+    sha256 is anywhere in the bundle (the store's keyed hash stands for it)."""
+    import re
+
+    text = "\n".join(data.decode("utf-8", "replace") for _, data in run.members.values())
+    raws = [p.read_bytes() for p in (run.scenario.store / "blobs").rglob("*") if p.is_file()]
+    env_raws = [r for r in raws if b"SIM_CLUSTER_PASS" in r or b"HF_TOKEN" in r]
+    assert env_raws
+    for raw in env_raws:
+        assert hashlib.sha256(raw).hexdigest() not in text
+    words = ["password", "hunter2", *run.secrets.values()]
+    recovered = []
+    for name, (_, data) in run.members.items():
+        if not name.startswith("snapshots/"):
+            continue
+        for host in json.loads(data)["hosts"].values():
+            for path, f in host["files"].items():
+                if not f.get("content_redacted"):
+                    continue
+                hashes = {v for v in f.values() if isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v)}
+                for line in f["content"].splitlines():
+                    m = re.match(r"(.*?=)(.*)$", line)
+                    if "•" not in line or not m:
+                        continue
+                    for w in words:
+                        cand = f["content"].replace(line, m.group(1) + w)
+                        if hashlib.sha256(cand.encode()).hexdigest() in hashes | set(re.findall(r"[0-9a-f]{64}", text)):
+                            recovered.append((path, w))
+    assert not recovered

@@ -319,3 +319,17 @@ def test_a_deeply_nested_answer_is_no_answer():
 
     with pytest.raises(RemoteError, match="not JSON"):
         _answer(Host(), CommandResult(0, deep.encode(), b""), "a host operation")
+
+
+def test_an_infinite_nan_or_boolean_sample_is_no_number():
+    """A promql answer of "+Inf", "-Inf", "NaN" or JSON true holds no number to test (the probe
+    cannot test, in one line); so does a metrics page whose series sums a non-finite sample."""
+    for v in ("+Inf", "-Inf", "Inf", "NaN", "nan", True, False, None, [1], {"v": 1}, "1e400", ""):
+        vector = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1, v]}]}}
+        scalar = {"status": "success", "data": {"resultType": "scalar", "result": [1, v]}}
+        assert promql_value(vector) is None and promql_value(scalar) is None, v
+    for v in ("+Inf", "NaN", "-Inf"):
+        page = f"# TYPE sglang_num_running_reqs gauge\nsglang_num_running_reqs {v}\n"
+        with pytest.raises(ValueError, match="not a finite number"):
+            read_family(page, "sglang_num_running_reqs")
+    assert read_family("# TYPE g gauge\ng 3\n", "g").total == 3.0

@@ -304,6 +304,7 @@ def test_service_forms(stack, tmp_path, monkeypatch):
     assert rc == ExitStatus.USAGE and c.err.count("\n") == 1 and "[watch] secret_file" in c.err, c.err
     secret = tmp_path / "webhook.secret"
     secret.write_text(SECRET + "\n")
+    secret.chmod(0o600)
     pb = stack.playbook.read_text()
     stack.playbook.write_text(pb.replace("[watch]\n", f'[watch]\nsecret_file = "{secret}"\n', 1))
     rc, c = cli(*base(stack), "watch", "--print", "--systemd", "--every", "5m", "--leave", "fixed",
@@ -398,7 +399,8 @@ def test_an_alert_that_came_over_an_unrestored_journal_is_acted_on_once_it_is_re
     # one cycle an hour: the alert, confirmed by the probe (BAD is in decode's file), is the trigger
     p = subprocess.Popen([*stack_cli(stack), "--events", str(ev), "watch", "--every", "1h",
                           "--listen", f"127.0.0.1:{free_port}", "--notify", f"cat >> {got}; echo >> {got}"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "ENVBISECT_WATCH_SECRET": SECRET})  # the watch above took it out
     try:
         deadline = time.monotonic() + 30
         while not any(e["event"] == "watch-listen" for e in _events(ev)):

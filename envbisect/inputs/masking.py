@@ -54,9 +54,15 @@ MASK = "••••"
 _SECRET_WORDS = frozenset(
     {
         "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE",
-        "CREDENTIALS", "CREDENTIAL", "AUTH", "AUTHORIZATION", "APIKEY", "PAT", "DSN",
+        "CREDENTIALS", "CREDENTIAL", "CREDS", "CRED", "AUTH", "AUTHORIZATION", "APIKEY", "PAT", "DSN", "COOKIE",
     }
 )
+# One word that ends in a credential word (PGPASSWORD, SECRETKEY, APITOKEN): the word rules above see
+# whole words only. A TOKEN or KEY needs its qualifier in the word (MAXTOKEN, HOTKEY are no secrets).
+_COMPOUND_SECRET_RE = re.compile(r"[A-Z0-9]*(?:PASSWORD|PASSWD|SECRET|(?:API|ACCESS|PRIVATE|SECRET)KEY"
+                                 r"|(?:API|AUTH|ACCESS|BEARER|REFRESH|SECRET)TOKEN)")
+# A webhook's URL holds its token (SLACK_WEBHOOK, ALERT_WEBHOOK_URL); WEBHOOK_TIMEOUT is a knob.
+_WEBHOOK_URL_WORDS = frozenset({"URL", "URI"})
 # TOKEN next to one of these words is a count of language-model tokens, not a credential:
 # SGLANG_MAX_TOKEN_LEN, TOKEN_LIMIT, NUM_TOKEN_BUDGET.
 _TOKEN_QUANTITY = frozenset(
@@ -67,7 +73,9 @@ _TOKEN_QUANTITY = frozenset(
 )
 # PASS and AUTH are credentials only as the last word (DB_PASS, PROXY_AUTH): SGLANG_NUM_PASS_LAYERS and
 # AUTH_MODE are knobs.
-_LAST_WORD_ONLY = frozenset({"PASS", "AUTH"})
+# TOKEN and COOKIE likewise (HF_TOKEN, SESSION_COOKIE): SGLANG_KV_CANARY_ENABLE_TOKEN_ORACLE,
+# SGLANG_SYNC_TOKEN_IDS_ACROSS_TP and COOKIE_DOMAIN are knobs.
+_LAST_WORD_ONLY = frozenset({"PASS", "AUTH", "TOKEN", "COOKIE"})
 # A secret word followed by one of these names something about the secret, not the secret itself:
 # HF_TOKEN_CACHE, POSTGRES_PASSWORD_FILE, SECRET_NAME, TOKEN_URL.
 _ABOUT_A_SECRET = frozenset(
@@ -84,7 +92,7 @@ _KEY_WORDS = frozenset({"KEY", "KEYS"})
 _LOOKUP_KEY = frozenset(
     {
         "PUBLIC", "PUB", "CACHE", "SORT", "PARTITION", "ROUTING", "PRIMARY", "FOREIGN", "SHARD", "LOOKUP",
-        "GROUP", "INDEX", "DICT", "MAP", "QUEUE", "METRIC", "LABEL", "HASH", "RANDOM", "SEED",
+        "GROUP", "INDEX", "DICT", "MAP", "QUEUE", "METRIC", "LABEL", "HASH", "RANDOM", "SEED", "GRAPH",
     }
 )
 # PWD is a password only as part of a longer name (MYSQL_PWD, DB_PWD); PWD and
@@ -298,6 +306,10 @@ _USER_PW_FLAG_RE = re.compile(
     r"(?<![A-Za-z0-9_-])(?:-u|-U|--user|--proxy-user)(?:[ \t]+|=|(?=[^\s-]))[\"']?[^\s:\"']*:"
     r"(?!\d+(?:[\s\"']|\Z))(?P<pw>[^\s\"']+)"
 )
+# mysql/mysqldump/mysqladmin/mariadb -pPASSWORD (the password glued to -p; `-p NAME` is a database)
+_MYSQL_PW_RE = re.compile(
+    r"(?<![A-Za-z0-9_/-])(?:mysql\w*|mariadb\w*)\b[^\n;|&]*?[ \t]-p[\"']?(?P<pw>[^\s\"']+)"
+)
 # .netrc: machine HOST [login U] [account A] password PASSWORD (on one line or several)
 # -- also inside a quoted or escaped shell value (NETRC="machine h login u password p", as an env file's
 # content holds it): the password stops before a closing quote, and keeps a quote inside it.
@@ -390,6 +402,12 @@ class SecretMasker:
             self._learned |= new
             self._extra_values = tuple(sorted(set(self._extra_values) | new, key=len, reverse=True))
 
+    def content_digest(self, sha256_hex: str) -> str:
+        """What stands for the unkeyed sha256 of raw content wherever the content goes out masked:
+        HMAC-SHA256 under this masker's key, so two outputs of one store still show which contents
+        are alike, and nobody can hash a guess (a masked line filled in from a dictionary) to match."""
+        return hmac.new(self.key or _PROCESS_KEY, b"content " + sha256_hex.encode(), hashlib.sha256).hexdigest()
+
     def learn_env(self, items: Iterable[tuple[str, str | None]]) -> None:
         """Learn the secrets among ``(name, value)`` pairs (an env file's assignments, a process
         environment): the whole value of a secret-named variable, else the secret-shaped parts of
@@ -441,8 +459,15 @@ class SecretMasker:
             if (w in _LAST_WORD_ONLY and nxt) or _ABOUT_A_SECRET.intersection(nxt):
                 continue
             return True
-        if "PWD" in words and len(words) > 1:
+        if "PWD" in words and len(words) > 1 or len(words) > 1 and words[-1] == "PW":
+            return True  # MYSQL_PWD, ADMIN_PW
+        if any(_COMPOUND_SECRET_RE.fullmatch(w) and not _ABOUT_A_SECRET.intersection(words[i + 1:i + 2])
+               for i, w in enumerate(words)):
             return True
+        if "WEBHOOK" in words and (words[-1] == "WEBHOOK" or _WEBHOOK_URL_WORDS.intersection(words)):
+            return True
+        if any(a == "AUTH" and b == "CONFIG" for a, b in zip(words, words[1:])):
+            return True  # DOCKER_AUTH_CONFIG: registry credentials
         if len(words) > 1 and words[-1] == "KEY" and words[-2] not in _LOOKUP_KEY:
             return True
         return any(
@@ -524,7 +549,7 @@ class SecretMasker:
                 spans.append((i, i + len(v), False))
                 i = text.find(v, i + len(v))
             spans.extend((s, e, False) for s, e in _cut_at_the_edges(text, v))
-        for rx in (_URL_CRED_RE, _USER_PW_FLAG_RE, _NETRC_RE):
+        for rx in (_URL_CRED_RE, _USER_PW_FLAG_RE, _NETRC_RE, _MYSQL_PW_RE):
             for m in rx.finditer(text):
                 spans.append((*m.span("pw"), False))
         for m in _URL_TOKEN_USER_RE.finditer(text):

@@ -12,7 +12,7 @@ Members (always in this order; evidence sorted by trial and file name; every fil
     corrections.jsonl        the operator's corrections of the record (only when there are any)
     verdict.superseded-K.json  verdicts the corrections superseded (only when there are any)
     environment.json         envbisect/kernel/Python versions + each repo's HEAD and `git describe`
-    journal-summary.json     what the journal recorded (paths, modes, owners, sizes, sha256; NO contents)
+    journal-summary.json     what the journal recorded (paths, modes, owners, sizes, keyed hashes; NO contents)
     snapshots/ID.json        baseline and current snapshot: metadata, env files inlined as redacted text,
                              process environments masked
     evidence/trial-NNN/...   log tails and /metrics scrapes captured after each trial (redacted)
@@ -86,7 +86,9 @@ def _snapshot_member(store_root: Path, doc: Mapping[str, Any], role: str, rd: Re
         env_paths = set((h.get("env_files") or {}).values())
         files = {}
         for p, f in sorted((h.get("files") or {}).items()):
-            meta = {k: v for k, v in f.items() if k != "blob"}
+            meta = {k: v for k, v in f.items() if k not in ("blob", "sha256")}
+            if isinstance(f.get("sha256"), str):
+                meta["hmac_sha256"] = rd.masker.content_digest(f["sha256"])
             if p in env_paths:
                 content = Store(store_root).read_blob(f.get("blob"))
                 if content is not None:
@@ -100,6 +102,8 @@ def _snapshot_member(store_root: Path, doc: Mapping[str, Any], role: str, rd: Re
                 if isinstance(pr.get(field), Mapping):
                     pr[field] = {k: rd.masker.mask_value(k, v) if isinstance(v, str) else v
                                  for k, v in sorted(pr[field].items())}
+            if isinstance(pr.get("file_eval_sha256"), str):  # of what bash made of the env file: its values
+                pr["file_eval_hmac_sha256"] = rd.masker.content_digest(pr.pop("file_eval_sha256"))
             procs[s] = pr
         hosts[name] = {**{k: v for k, v in h.items() if k not in ("files", "processes")}, "files": files,
                        "processes": procs}
@@ -157,7 +161,7 @@ def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
     story = build_story(load_run(run_dir, redactor=rd))
     m["report.md"] = _utf8(rd.raw(render_markdown(story)))
     m["report.html"] = _utf8(rd.raw(render_html(story)))
-    run_doc = dict(raw)
+    run_doc = {k: v for k, v in raw.items() if k not in ("contents", "deltas_blob")}  # sha256s of raw contents
     run_doc["deltas"] = masked_deltas(raw, rd.masker)
     m["run.json"] = _utf8(rd.json_text(run_doc))
     m["diff.json"] = _utf8(rd.json_text(raw.get("diff") or {}))
@@ -177,7 +181,8 @@ def _members(store_root: Path, run_dir: Path, rd: Redactor) -> dict[str, bytes]:
     env = dict(run.read_any(rundir.ENVIRONMENT) or {})
     env["repos"] = _repos(cur_doc, base_doc)
     m["environment.json"] = _utf8(rd.json_text(env))
-    m["journal-summary.json"] = _utf8(rd.json_text(journal_summary(run.read_any(rundir.JOURNAL)) or {}))
+    m["journal-summary.json"] = _utf8(rd.json_text(journal_summary(run.read_any(rundir.JOURNAL),
+                                                                   digest=rd.masker.content_digest) or {}))
     for role, doc in (("baseline", base_doc), ("current", cur_doc)):
         if doc is not None:
             m[f"snapshots/{rd.text(str(doc.get('id')))}.json"] = _utf8(_snapshot_member(store_root, doc, role, rd))

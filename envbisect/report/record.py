@@ -51,8 +51,10 @@ class RunRecord:
         return list((self.verdict or {}).get("culprit_units") or [])
 
 
-def journal_summary(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """What the journal recorded, without the contents: paths, modes, owners, sizes, sha256."""
+def journal_summary(doc: Mapping[str, Any] | None, digest: Any = None) -> dict[str, Any] | None:
+    """What the journal recorded, without the contents: paths, modes, owners, sizes, and each
+    content's sha256 through `digest` (the masker's keyed `content_digest`; the contents go out
+    masked elsewhere, so their unkeyed hash would let a guess be checked). Without `digest`, no hash."""
     if not isinstance(doc, Mapping):
         return None
     hosts = {}
@@ -69,7 +71,8 @@ def journal_summary(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
                           "mode": None if f.get("mode") is None else oct(f["mode"] & 0o7777),
                           "uid": f.get("uid"), "gid": f.get("gid"), "mtime_ns": f.get("mtime_ns"),
                           "size": None if raw is None else len(raw),
-                          "sha256": None if raw is None else hashlib.sha256(raw).hexdigest()})
+                          "hmac_sha256": None if raw is None or digest is None else
+                          digest(hashlib.sha256(raw).hexdigest())})
         repos = [{"path": p, "head": r.get("head"), "ref": r.get("ref")}
                  for p, r in sorted((hd.get("repos") or {}).items())]
         hosts[h] = {"files": files, "repos": repos}

@@ -37,6 +37,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from envbisect.errors import RemoteError, UsageError
 from envbisect.hosts.agent_calls import run_agent
 from envbisect.hosts.transport import Transport
+from envbisect.runs.discover_answer import checked
 
 MATCHERS: tuple[dict[str, Any], ...] = (
     {"name": "sglang.launch_server", "kind": "server",
@@ -77,9 +78,9 @@ def scan(transport: Transport, extra_match: Sequence[str] = ()) -> dict[str, Any
     req = {"matchers": [{k: v for k, v in m.items() if k in ("name", "kind", "regex", "markers", "log_listen")}
                         for m in matchers(extra_match)]}
     doc = run_agent(transport, "discover.py", req, what="discovery")
-    if not isinstance(doc.get("processes"), list):
+    if not isinstance(doc, dict) or not isinstance(doc.get("processes"), list):
         raise RemoteError(f"{transport.host}: discovery answered an unexpected document")
-    return doc
+    return checked(doc)
 
 
 def masked(doc: Any, masker: Any) -> Any:
@@ -328,8 +329,11 @@ def interpret(doc: Mapping[str, Any], *, under: str | None = None, extra_match: 
     """(services, repos, notes) from the agent's findings; with `masker`, the processes' strings
     masked once they are picked (`under` is matched on the working directory as it is)."""
     by_name = {m["name"]: m for m in matchers(extra_match)}
-    procs = [p for p in doc.get("processes") or [] if not p.get("child_of")]
-    notes: list[str] = []
+    doc = checked(doc)
+    notes: list[str] = list(doc["answer_notes"])
+    procs = [p for p in doc["processes"] if not p.get("child_of") and p["matcher"] in by_name]
+    if len(procs) < len([p for p in doc["processes"] if not p.get("child_of")]):
+        notes.append("a process found by a matcher this controller did not send was left out")
     if under:
         root = under.rstrip("/") or "/"
         procs = [p for p in procs if p.get("cwd") and (p["cwd"] == root or p["cwd"].startswith(root + "/"))]
@@ -487,7 +491,8 @@ def draft(doc: Mapping[str, Any], services: Sequence[Service], repos: Sequence[M
           name: str | None = None, command: str = "") -> tuple[str, int, int]:
     """(TOML text, required TODOs, optional TODOs)."""
     d = _Draft()
-    when = datetime.fromtimestamp(float(doc.get("now") or time.time()), timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    doc = checked(doc)
+    when = datetime.fromtimestamp(doc.get("now") or time.time(), timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     pd = any(s.role in ("prefill", "decode") for s in services)
     dep_name = name or f"{host}-sglang{'-pd' if pd else ''}"
     d.add(f"# envbisect playbook draft: `envbisect {_comment(command)}` read what runs on "
@@ -498,6 +503,7 @@ def draft(doc: Mapping[str, Any], services: Sequence[Service], repos: Sequence[M
           "# Lines marked TODO (required) must be filled in (uncomment the key below each) before envbisect",
           "# can load this file; TODO (optional) ones may be; a comment saying check: marks a guess to read.",
           "# The process matcher that found each service is named in its table (docs/guide.md, init).",
+          *(f"# note: {_comment(n)}" for n in doc["answer_notes"]),
           "", "[deployment]", f"name = {_toml(dep_name)}", "")
     if inventory_file and inventory_file != "-":
         d.add("[inventory]", f"file = {_toml(inventory_file)}", "")

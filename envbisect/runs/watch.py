@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping, Sequence
 from envbisect.errors import LockHeld, UsageError
 from envbisect.runs.schedule import (Schedule, absolute_path, cron_expression, cron_word, envbisect_command,
                                      one_line_word, slug, systemd_present, systemd_word, unit_dir)
-from envbisect.runs.webhook import Alert, AlertListener, load_secret, parse_listen, parse_webhook
+from envbisect.runs.webhook import Alert, AlertListener, load_secret, parse_listen, parse_webhook, take_secret_env
 
 MAX_INCIDENTS = 200  # remembered incident ids (the oldest are forgotten first)
 
@@ -363,6 +363,7 @@ class Watcher:
         self.on_event, self.say = on_event, say
         self.listener: AlertListener | None = None
         self.pending: Alert | None = None  # an alert that came while a journal was un-restored: tried each cycle
+        self.environ = take_secret_env()  # read each cycle from here; no child of the watch sees it
 
     # one cycle: observe, decide, act
     def run(self) -> WatchSummary:
@@ -375,7 +376,7 @@ class Watcher:
                                  "(only those trigger a bisection)")
         self.deployment, self.alerts = pb.name, pb.watch_alerts
         self.cooldown_s = watch_cooldown(pb)
-        secret = load_secret(pb.watch_secret_file, str(pb.path)) if self.opts.listen else ""
+        secret = load_secret(pb.watch_secret_file, str(pb.path), self.environ) if self.opts.listen else ""
         lock = WatchLock(self.store_root, pb.name)
         note = lock.acquire()
         if note:

@@ -8,12 +8,16 @@ sends it (`Authorization: Bearer SECRET`, or basic auth whose password is SECRET
 The secret is read from the playbook's `[watch] secret_file` or the environment
 (`ENVBISECT_WATCH_SECRET`), never from the command line (which every local user can read).
 
-The listener is bounded so that a peer cannot reach a running bisection through it: a request
-has READ_DEADLINE_S to arrive whole, at most MAX_CONNECTIONS are served at once (more are closed
-unanswered), and at most MAX_QUEUED alerts wait for the watch loop; only firing alerts named in
-`[watch] alerts` are queued, the rest are counted in the request's one log line. An alert is
-only a reason to probe: the watch acts on it after its own probe confirms the failure
-(runs/watch.py).
+The listener is bounded so that a peer cannot reach a running bisection through it, nor keep
+Alertmanager out: a request's head (request line and headers) has HEAD_DEADLINE_S to arrive and
+the whole request READ_DEADLINE_S; at most MAX_CONNECTIONS are served at once, and a connection
+over the cap evicts the oldest one that has not presented a valid request head (the Host, the
+secret, JSON), so that idle peers without the secret cannot starve one with it; only when every
+served connection has presented one is the new one closed unanswered. At most MAX_QUEUED alerts
+wait for the watch loop; only firing alerts named in `[watch] alerts` are queued, the rest are
+counted in the request's one log line. What a peer can repeat at will (refusals, evictions) is
+logged once per LOG_INTERVAL_S with a count. An alert is only a reason to probe: the watch acts
+on it after its own probe confirms the failure (runs/watch.py).
 """
 from __future__ import annotations
 
@@ -30,7 +34,6 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from envbisect.errors import UsageError
@@ -39,6 +42,8 @@ MAX_BODY = 1 << 20  # bytes: an Alertmanager group notification is a few KiB; mo
 MAX_CONNECTIONS = 16  # served at once; Alertmanager sends one notification at a time per receiver
 MAX_QUEUED = 32  # alerts waiting for the watch loop; more are dropped and said
 READ_DEADLINE_S = 10.0  # the whole request (headers and body) arrives within this
+HEAD_DEADLINE_S = 2.0  # its request line and headers arrive within this
+LOG_INTERVAL_S = 10.0  # a kind of refusal is logged at most once per interval, with a count
 MIN_SECRET = 16  # characters: a shared secret shorter than this is refused
 SECRET_ENV = "ENVBISECT_WATCH_SECRET"
 
@@ -110,12 +115,19 @@ def parse_listen(spec: str, *, allow_remote: bool) -> tuple[str, int]:
 # --- who may make the watch act ------------------------------------------------------------------
 
 def load_secret(secret_file: str | None, where: str, environ: dict[str, str] | None = None) -> str:
-    """The webhook's shared secret: the playbook's `[watch] secret_file` (its content, one line), or
-    ENVBISECT_WATCH_SECRET. UsageError (one line) when neither holds one of MIN_SECRET characters."""
+    """The webhook's shared secret: the playbook's `[watch] secret_file` (its content, one line; a
+    file group or others can read is refused), or ENVBISECT_WATCH_SECRET (the watch takes it out of
+    its environment: see `take_secret_env`). UsageError (one line) when neither holds one of
+    MIN_SECRET characters."""
     environ = os.environ if environ is None else environ  # type: ignore[assignment]
     if secret_file:
         try:
-            text = Path(secret_file).read_text(encoding="utf-8")
+            with open(secret_file, "rb") as f:
+                mode = os.fstat(f.fileno()).st_mode & 0o777
+                if mode & 0o077:  # as ssh refuses a private key others can read
+                    raise UsageError(f"{where}: [watch] secret_file {secret_file} is readable by group or others "
+                                     f"(mode 0{mode:o}): chmod 600 it") from None
+                text = f.read().decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise UsageError(f"{where}: [watch] secret_file {secret_file}: {getattr(e, 'strerror', None) or e}") \
                 from None
@@ -131,6 +143,12 @@ def load_secret(secret_file: str | None, where: str, environ: dict[str, str] | N
         raise UsageError(f"{source}: the webhook secret must be one word of at least {MIN_SECRET} printable "
                          "characters (e.g. `openssl rand -hex 24`)")
     return secret
+
+
+def take_secret_env() -> dict[str, str]:
+    """ENVBISECT_WATCH_SECRET taken out of this process's environment (so that no probe command,
+    notify command or other child sees it), as an environ for `load_secret`."""
+    return {SECRET_ENV: os.environ.pop(SECRET_ENV)} if SECRET_ENV in os.environ else {}
 
 
 def authorized(header: str | None, secret: str) -> bool:
@@ -187,6 +205,69 @@ def content_is_json(value: str | None) -> bool:
 
 # --- the listener --------------------------------------------------------------------------------
 
+class _Summarised:
+    """`log` for what a peer can repeat at will: the first line of a kind at once, then at most one
+    per interval, saying how many more there were; `flush` says the rest."""
+
+    def __init__(self, log: Callable[[str], None], interval_s: float = LOG_INTERVAL_S):
+        self.log, self.interval_s = log, interval_s
+        self.lock = threading.Lock()
+        self.kinds: dict[str, list[Any]] = {}  # kind -> [count since the last line, when that line was]
+
+    def __call__(self, kind: str, line: str) -> None:
+        now = time.monotonic()
+        with self.lock:
+            k = self.kinds.setdefault(kind, [0, -self.interval_s])
+            if now - k[1] < self.interval_s:
+                k[0] += 1
+                return
+            more, k[0], k[1] = k[0], 0, now
+        self.log(line + (f" (and {more} more like it in the last {self.interval_s:g} s)" if more else ""))
+
+    def flush(self) -> None:
+        with self.lock:
+            left = [(kind, k[0]) for kind, k in self.kinds.items() if k[0]]
+            for k in self.kinds.values():
+                k[0] = 0
+        for kind, n in left:
+            self.log(f"webhook: {n} more {kind} since the last line about them")
+
+
+class _Connections:
+    """The connections being served, oldest first, each marked once it presented a valid request head."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.lock = threading.Lock()
+        self.open: dict[Any, bool] = {}
+
+    def admit(self, sock: Any) -> str:
+        """"ok", "evicted" (the oldest one without a valid head was cut for it), or "refused"."""
+        with self.lock:
+            if len(self.open) < self.cap:
+                self.open[sock] = False
+                return "ok"
+            victim = next((c for c, valid in self.open.items() if not valid), None)
+            if victim is None:
+                return "refused"
+            del self.open[victim]
+            self.open[sock] = False
+        try:
+            victim.shutdown(socket.SHUT_RDWR)  # its handler's read ends; the thread exits
+        except OSError:
+            pass
+        return "evicted"
+
+    def valid(self, sock: Any) -> None:
+        with self.lock:
+            if sock in self.open:
+                self.open[sock] = True
+
+    def release(self, sock: Any) -> None:
+        with self.lock:
+            self.open.pop(sock, None)
+
+
 class AlertListener:
     """A small HTTP server for Alertmanager's webhook: each accepted POST's alerts that may act
     (firing, named in `alerts`) go on `alerts`, a bounded queue the watch loop reads between
@@ -194,12 +275,15 @@ class AlertListener:
 
     def __init__(self, host: str, port: int, log: Callable[[str], None], *, secret: str,
                  alerts: Sequence[str], read_deadline_s: float = READ_DEADLINE_S,
-                 max_connections: int = MAX_CONNECTIONS, max_queued: int = MAX_QUEUED):
+                 head_deadline_s: float = HEAD_DEADLINE_S, max_connections: int = MAX_CONNECTIONS,
+                 max_queued: int = MAX_QUEUED):
         self.alerts: "queue.Queue[Alert]" = queue.Queue(maxsize=max_queued)
         self.refused_connections = 0
-        handler = _handler(self, log, secret, tuple(alerts), read_deadline_s)
+        self.evicted_connections = 0
+        self.summarised = summarised = _Summarised(log)
+        self.connections = conns = _Connections(max_connections)
+        handler = _handler(self, log, secret, tuple(alerts), read_deadline_s, min(head_deadline_s, read_deadline_s))
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        slots = threading.BoundedSemaphore(max_connections)
         me = self
 
         class Server(ThreadingHTTPServer):
@@ -208,23 +292,31 @@ class AlertListener:
             request_queue_size = 64  # accepted and refused at once rather than left to the kernel's backlog
 
             def process_request(self, request: Any, client_address: Any) -> None:
-                if not slots.acquire(blocking=False):  # over the cap: closed unanswered, no thread
+                got = conns.admit(request)
+                if got == "refused":  # every served one presented a valid head: closed unanswered, no thread
                     me.refused_connections += 1
+                    summarised("refused connections", f"webhook from {client_address[0]}: connection refused: "
+                               f"{conns.cap} connections with a valid request head are being served")
                     self.shutdown_request(request)
                     return
+                if got == "evicted":
+                    me.evicted_connections += 1
+                    summarised("evicted connections", f"webhook: {conns.cap} connections open; the oldest one "
+                               f"without a valid request head was evicted for one from {client_address[0]}")
                 super().process_request(request, client_address)
 
             def process_request_thread(self, request: Any, client_address: Any) -> None:
                 try:
                     super().process_request_thread(request, client_address)
                 finally:
-                    slots.release()
+                    conns.release(request)
 
             def handle_error(self, request: Any, client_address: Any) -> None:
                 import sys
 
                 e = sys.exc_info()[1]
-                log(f"webhook from {client_address[0]}: connection dropped ({type(e).__name__}: {e})"[:300])
+                summarised("dropped connections",
+                           f"webhook from {client_address[0]}: connection dropped ({type(e).__name__}: {e})"[:300])
 
         try:
             self.server = Server((host, port), handler)
@@ -238,20 +330,32 @@ class AlertListener:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        self.summarised.flush()
 
 
 def _handler(listener: AlertListener, log: Callable[[str], None], secret: str, names: tuple[str, ...],
-             read_deadline_s: float) -> type[BaseHTTPRequestHandler]:
+             read_deadline_s: float, head_deadline_s: float) -> type[BaseHTTPRequestHandler]:
+    summarised = listener.summarised
+
     class Handler(BaseHTTPRequestHandler):
-        timeout = read_deadline_s  # each read; `cutoff` bounds the whole request
+        timeout = head_deadline_s  # each read of the head; `cutoff` bounds the whole head, then the request
 
         def setup(self) -> None:
             super().setup()
             self.deadline = time.monotonic() + read_deadline_s
-            # the whole request, headers too: a peer sending a byte now and then is cut off at the deadline
-            self.cutoff = threading.Timer(read_deadline_s, self._cut)
+            # the head: a peer sending a byte now and then is cut off at the head's deadline
+            self.cutoff = threading.Timer(head_deadline_s, self._cut)
             self.cutoff.daemon = True
             self.cutoff.start()
+
+        def _head_is_valid(self) -> None:
+            """The rest of the request has until the whole request's deadline; the connection is no
+            longer one to evict."""
+            self.cutoff.cancel()
+            self.cutoff = threading.Timer(max(0.0, self.deadline - time.monotonic()), self._cut)
+            self.cutoff.daemon = True
+            self.cutoff.start()
+            listener.connections.valid(self.request)
 
         def _cut(self) -> None:
             try:
@@ -270,9 +374,10 @@ def _handler(listener: AlertListener, log: Callable[[str], None], secret: str, n
             refused = self._refusal()
             if refused:
                 code, why = refused
-                log(f"webhook from {self.client_address[0]} refused ({code}): {why}")
+                summarised(f"refusals ({code})", f"webhook from {self.client_address[0]} refused ({code}): {why}")
                 self.close_connection = True
                 return self._answer(code, why)
+            self._head_is_valid()
             try:
                 n = int(self.headers.get("Content-Length") or "-1")
             except ValueError:
@@ -285,14 +390,14 @@ def _handler(listener: AlertListener, log: Callable[[str], None], secret: str, n
                 return self._answer(413, f"body over {MAX_BODY} bytes")
             body = self._read(n)
             if body is None:
-                log(f"webhook from {self.client_address[0]} dropped: the body did not arrive within "
-                    f"{read_deadline_s:g} s")
+                summarised("dropped bodies", f"webhook from {self.client_address[0]} dropped: the body did not "
+                           f"arrive within {read_deadline_s:g} s")
                 self.close_connection = True
                 return None
             try:
                 got = parse_webhook(body)
             except ValueError as e:
-                log(f"webhook from {self.client_address[0]} refused: {e}"[:300])
+                summarised("refusals (400)", f"webhook from {self.client_address[0]} refused: {e}"[:300])
                 return self._answer(400, str(e)[:300])
             return self._queue(got)
 
@@ -301,7 +406,8 @@ def _handler(listener: AlertListener, log: Callable[[str], None], secret: str, n
             if not host_matches(self.headers.get("Host"), host, port, self.server.host_names):  # type: ignore
                 return 400, "the Host header does not name this listener"
             if not authorized(self.headers.get("Authorization"), secret):
-                return 401, "the webhook secret is missing or wrong (Authorization: Bearer, or basic auth)"
+                return 401, ("the webhook secret is missing or wrong: send it in the Authorization header, as a "
+                             "bearer token or as basic auth's password")
             if not content_is_json(self.headers.get("Content-Type")):
                 return 415, "Content-Type must be application/json"
             return None
@@ -360,6 +466,6 @@ def _handler(listener: AlertListener, log: Callable[[str], None], secret: str, n
     return Handler
 
 
-__all__ = ["Alert", "parse_webhook", "parse_listen", "load_secret", "authorized", "host_names", "host_matches",
-           "content_is_json", "AlertListener", "MAX_BODY", "MAX_CONNECTIONS", "MAX_QUEUED", "READ_DEADLINE_S",
-           "SECRET_ENV"]
+__all__ = ["Alert", "parse_webhook", "parse_listen", "load_secret", "take_secret_env", "authorized", "host_names",
+           "host_matches", "content_is_json", "AlertListener", "MAX_BODY", "MAX_CONNECTIONS", "MAX_QUEUED",
+           "READ_DEADLINE_S", "HEAD_DEADLINE_S", "SECRET_ENV"]

@@ -55,6 +55,8 @@ def read_family(text: str, series: str, labels: Iterable[tuple[str, str]] = ()) 
         for s in fam.samples:
             if any(s.labels.get(k) != v for k, v in want.items()):
                 continue
+            if not math.isfinite(s.value):
+                raise ValueError(f"{s.name}: its sample {s.value} is not a finite number")
             if fam.type == "histogram":
                 if s.name.endswith("_bucket"):
                     if "le" not in s.labels:  # a page is a server's answer: malformed is "cannot read", not a crash
@@ -224,6 +226,18 @@ def window_text(seconds: float) -> str:
     return f"{max(1, math.floor(seconds))}s"
 
 
+def sample_number(v: Any) -> float | None:
+    """A sample's value as the Prometheus API sends it (a string; a number is taken too) when it is a
+    finite number; None for "+Inf", "-Inf", "NaN", a bool or anything else: no number to test."""
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        return None
+    return f if math.isfinite(f) else None
+
+
 def promql_value(doc: Any) -> float | None:
     """The number of an /api/v1/query answer: a scalar, or a vector of exactly one sample; None for
     anything else, whatever its shape (an answer is data from a server, not a promise)."""
@@ -233,10 +247,10 @@ def promql_value(doc: Any) -> float | None:
     res = data.get("result")
     try:
         if data.get("resultType") == "scalar" and isinstance(res, list) and len(res) == 2:
-            return float(res[1])
+            return sample_number(res[1])
         if data.get("resultType") == "vector" and isinstance(res, list) and len(res) == 1:
-            return float(res[0]["value"][1])
-    except (TypeError, KeyError, IndexError, ValueError):
+            return sample_number(res[0]["value"][1])
+    except (TypeError, KeyError, IndexError):
         return None
     return None
 
