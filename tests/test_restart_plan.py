@@ -43,7 +43,7 @@ def test_an_engine_change_restarts_both_engines_and_everything_with_them():
 def test_after_a_failed_probe_everything_restarts():
     failed = Running(PASSED.config, proven=True, probe_passed=False)
     plan = plan_restart(playbook(), PASSED.config | {"router:C"}, SERVICE_OF, failed)
-    assert plan.services == ALL and plan.why == "the previous probe did not pass: an engine may be left wedged"
+    assert plan.services == ALL and plan.why == "the previous probe failed (an engine may be left wedged)"
 
 
 def test_without_a_proven_restart_everything_restarts():
@@ -75,3 +75,24 @@ def test_restart_alone_is_the_playbooks_to_give_or_take():
     plan = plan_restart(pb, {"prefill:A"}, SERVICE_OF, PASSED)
     assert plan.services == ("decode",) and not plan.full
     assert [may_restart_alone(playbook(), n) for n in ALL] == [False, False, True]  # by default: the router
+
+
+def test_every_reason_a_plan_gives_survives_the_masker_unchanged():
+    # records and reports pass through the masker; 'did not pass: ...' read as a password assignment
+    # and the report showed the reason as '••••(masked, …)' (blind red-team, restart plans, F4)
+    from envbisect.inputs.masking import SecretMasker
+
+    failed = Running(PASSED.config, proven=True, probe_passed=False)
+    unproven = Running(PASSED.config, proven=False, probe_passed=True)
+    plans = [plan_restart(playbook(), PASSED.config | {"router:C"}, SERVICE_OF, PASSED),
+             plan_restart(playbook(), {"prefill:A"}, SERVICE_OF, PASSED),
+             plan_restart(playbook(), PASSED.config | {"router:C"}, SERVICE_OF, failed),
+             plan_restart(playbook(), PASSED.config | {"router:C"}, SERVICE_OF, unproven),
+             plan_restart(playbook(), {"router:C"}, SERVICE_OF, None),
+             plan_restart(playbook(), PASSED.config, SERVICE_OF, PASSED),
+             plan_restart(playbook(), PASSED.config | {"git:node1:/srv/src"}, SERVICE_OF, PASSED),
+             plan_restart(playbook({"always_all": True}), PASSED.config | {"router:C"}, SERVICE_OF, PASSED)]
+    masker = SecretMasker()
+    assert len({p.why for p in plans}) == len(plans)
+    for p in plans:
+        assert masker.redact_text(p.why) == p.why

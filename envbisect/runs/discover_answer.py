@@ -1,5 +1,5 @@
 """The discovery answer as the controller accepts it: every field checked by type where the answer
-is read (runs.discover.scan), before anything interprets it or writes it into the `init` draft.
+is read (runs.playbook_draft.scan), before anything interprets it or writes it into the `init` draft.
 
 The answer comes from a host, and a compromised host sends whatever it likes. A field of the wrong
 type (a pid holding a string with a line break, a port of 1e300, a table where a name belongs) is

@@ -367,7 +367,7 @@ class _Change:
     def put_back(self, result: ActionResult) -> ActionResult:
         """A revert that did not make the probe pass: the deltas go back in, co-restarted and probed."""
         ids, perf, probe = self.ids, result.perf, self.probe
-        self.ev("step", {"message": "the revert did not make the probe pass: putting the delta(s) back"})
+        self.ev("step", {"message": "the revert did not make the probe pass, so the delta(s) go back in"})
         self.editor.apply(target_state(self.original, self.related, set(self.want) | set(ids), self.source.contents))
         after, _ = _probe(self.dep, probe, self.restart())
         why = f"{', '.join(ids)} did not fix it and were put back: do not blame them"

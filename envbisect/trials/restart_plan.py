@@ -73,7 +73,7 @@ def plan_restart(playbook: Playbook, config: Collection[str], service_of: Mappin
     if not running.proven:
         return full("the last co-restart did not prove every service's restart")
     if not running.probe_passed:
-        return full("the previous probe did not pass: an engine may be left wedged")
+        return full("the previous probe failed (an engine may be left wedged)")
     moved = sorted(set(config) ^ running.config)
     if not moved:
         return full("the same configuration again: a retest restarts everything")
