@@ -10,10 +10,11 @@ from search_oracle import answer
 
 from envbisect.search import POLICIES, Verdict
 
-# computed with the fix check and the later frames' trials sized to rule out a fault that shows in
-# 30% of runs (judge.FIX_RATE); with FIX_RATE at 0.99 (no floor) it is f8ce89c8d368...ccb150, the hash
-# of 8246623..cc23e47 (before "another failure" existed), so nothing else changed here
-EXPECTED = "327e1a1597948db8172ccc631230f5f741a0c7089860bceb0edcf8ea8a9ec4a4"
+# computed with the fix check sized to rule out a fault that shows in 30% of runs (judge.FIX_RATE) at
+# the verdict's confidence, and a later frame's trials at tau (Judge.probes: fix_floor(tau)); with
+# fix_floor() there instead it is 327e1a159794...a4c4a4, and with FIX_RATE at 0.99 (no floor)
+# f8ce89c8d368...ccb150, the hash from before "another failure" existed, so nothing else changed here
+EXPECTED = "ec666b3ba689ee274519270eb28d44bd61429fd5eccc075ab8d71f14ffeb9cac"
 
 
 def _cases(count: int = 600):
