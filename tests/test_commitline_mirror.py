@@ -104,6 +104,7 @@ def test_a_sha_the_host_reports_reaches_git_only_as_40_or_64_hex(tmp_path):
             first_parent_line(m, missing, head)
 
 
+@pytest.mark.local  # GitPython runs `git version` on import
 def test_the_gitpython_required_refuses_options():
     import tomllib
     from pathlib import Path
