@@ -204,6 +204,7 @@ def test_answers_keys_and_file_are_checked_at_load(tmp_path):
     assert "cannot read" in str(e.value)
 
 
+@pytest.mark.local  # the probe check runs its reachability test through the local transport (bash)
 def test_a_promql_probe_whose_prometheus_is_not_there_is_refused_before_any_edit(tmp_path):
     from envbisect.errors import ProbeBroken
     from envbisect.trials.probe_check import refuse_broken_probe
