@@ -268,7 +268,11 @@ class Deployment:
             registries[h] = reg
             if note:
                 notes.append(note)
-        return with_knobs(result, registries, notes, self.playbook.arg_keys)
+        # a rename is judged by the release each side runs: the baseline's as the store keeps it
+        versions = {p.packages.get("sglang") for snap in (result.baseline, current) if snap is not None
+                    for hs in snap.hosts.values() for p in hs.processes.values() if p.packages}
+        releases = {v: load_registry(self.store.root, v) for v in versions if v}
+        return with_knobs(result, registries, notes, self.playbook.arg_keys, releases)
 
 
 def capture_environment(playbook, transports) -> dict[str, Any]:  # noqa: ANN001

@@ -89,7 +89,23 @@ def make_units(deltas: Sequence[Delta], link: Iterable[str],
             if key and len(services) > 1 and key not in keys:
                 keys.add(key)
                 notes.append(f"{key} changed the same way in {', '.join(sorted(services))}: tested as one linked unit")
+        notes += _renamed_knobs(deltas, keys)
     return linked_units(deltas, link_keys=keys), notes
+
+
+def _renamed_knobs(deltas: Sequence[Delta], keys: set[str]) -> list[str]:
+    """A knob whose one spelling was removed and another added in the same place, and which stayed
+    deltas (state/rename_proof.py: not provably the same): one setting, so one unit; apart, a trial
+    would run with both spellings or neither, which nobody deployed. Adds the knob to `keys`."""
+    place = lambda d: (d.host, d.service, d.path, d.knob)  # noqa: E731
+    removed = {place(d): d for d in deltas if d.kind == "env" and d.flag is None and d.knob and d.change == "removed"}
+    notes = []
+    for d in deltas:
+        r = removed.get(place(d)) if d.kind == "env" and d.flag is None and d.change == "added" else None
+        if r is not None and d.knob and r.key != d.key and d.knob not in keys:
+            keys.add(d.knob)
+            notes.append(f"{d.service or d.host}: {r.key} → {d.key}, one knob ({d.knob}): tested as one linked unit")
+    return notes
 
 
 @dataclass(frozen=True)
