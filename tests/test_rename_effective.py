@@ -109,3 +109,18 @@ def test_a_rename_that_stays_a_change_is_one_unit():
     assert sorted(units.values()) == [("decode:NCCL_DEBUG",), (f"decode:{OLD}", f"decode:{NEW}")], units
     assert f"decode: {OLD} → {NEW}, one knob ({NEW}): tested as one linked unit" in notes
     assert len(make_units(d.deltas, (), auto_link=False)[0]) == 3
+
+
+def test_a_rename_across_a_switchable_upgrade_is_tested_with_it():
+    base = proc({SWA_OLD: "1"}, [SWA_OLD], sglang="0.5.18")
+    cur = proc({SWA_NEW: "1"}, [SWA_NEW], sglang="0.5.23")
+    switch = delta("decode", "SGLANG_SITE", "/opt/0.5.18", None, "removed")
+    switch = type(switch)(**{**switch.__dict__, "id": "decode:pkg:sglang", "baseline_source": "upgrade:0.5.18"})
+    releases = {"0.5.18": reg("0.5.18"), "0.5.23": reg("0.5.23")}
+    d = with_knobs(diff(host(base), host(cur), *rename(SWA_OLD, SWA_NEW, "1"), switch,
+                        delta("decode", "SGLANG_SM120_MMA_TARGET_CTAS", "128", "256")),
+                   {"gpu1": reg("0.5.23")}, releases=releases)
+    units, notes = make_units(d.deltas, (), auto_link=True)
+    assert sorted(units.values()) == [("decode:SGLANG_SM120_MMA_TARGET_CTAS",),
+                                      ("decode:pkg:sglang", f"decode:{SWA_OLD}", f"decode:{SWA_NEW}")], units
+    assert f"decode: {SWA_NEW} renamed across the upgrade: tested with decode:pkg:sglang" in notes, notes
