@@ -98,3 +98,30 @@ def test_unreadable_package_keeps_todays_behaviour_with_a_note(scenario, sshd):
     assert not any("not read by the installed" in x for d in diff.deltas for x in d.detail)
     assert any("node1: the installed engine's knobs could not be read (no sglang package found" in n
                for n in diff.notes), diff.notes
+
+
+def test_a_rename_over_a_sourced_new_name_is_tested_and_named(scenario, sshd):
+    """Noon: a sourced common.env sets the new name to 16 (what the engine reads) and the env file the
+    old name to 64 (ignored: the new name is set). Now the old-name line says the new name, 64: the
+    value the engine runs with goes 16 -> 64, the fault. The pair is no rename "with the same value":
+    it is tested, and named, never the config exonerated."""
+    release_files(VERSION)
+    old, new = RENAMED_ENV
+    rules = {"rules": [{"service": "decode", "when": {new: "64"}, "fault": "hang"}], "aliases": {old: new}}
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config), rules=rules)
+    common = s.sim.root / "conf" / "common.env"
+    common.write_text(f"export {new}=16\n")
+    env = s.sim.env_file("decode")
+    env.write_text(f". {common}\n" + env.read_text())
+    plant(s.sim, [("decode", old, "64")])
+    s.baseline()
+    plant(s.sim, [("decode", old, None), ("decode", new, "64"), ("prefill", "NCCL_DEBUG", "INFO")])
+    before = tree_fingerprint(s.sim)
+    with s.deployment() as dep:
+        diff = dep.diff(against="good")
+    assert {f"decode:{old}", f"decode:{new}"} <= {d.id for d in diff.deltas}, diff.notes
+    assert not any("no change in meaning" in n for n in diff.notes), diff.notes
+    r = s.bisect(probe="e2e")
+    assert r.verdict.kind == "culprit", r.verdict
+    assert f"decode:{new}" in r.culprit_deltas and "prefill:NCCL_DEBUG" not in r.culprit_deltas, r.culprit_deltas
+    assert r.state_left == "original" and tree_fingerprint(s.sim) == before

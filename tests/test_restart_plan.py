@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from envbisect.errors import PlaybookError
 from envbisect.inputs.playbook import parse_playbook
 from envbisect.trials.restart_plan import RestartPlan, Running, may_restart_alone, plan_restart
 
@@ -13,11 +16,11 @@ SERVICE_OF = {"prefill:A": "prefill", "decode:B": "decode", "router:C": "router"
               "git:node1:/srv/src": None}
 
 
-def playbook(restart: dict | None = None, **service_keys: dict):
+def playbook(restart: dict | None = None, names=ALL, **service_keys: dict):
     services = {n: {"host": "h", "env_file": f"/srv/{n}.env", "start": "true", "stop": "true",
-                    "health": "http://127.0.0.1:1/health", **service_keys.get(n, {})} for n in ALL}
+                    "health": "http://127.0.0.1:1/health", **service_keys.get(n, {})} for n in names}
     return parse_playbook({"hosts": {"h": {"ssh": "local"}}, "services": services,
-                           "restart": {"order": [["prefill", "decode"], "router"], **(restart or {})}},
+                           "restart": {"order": [["prefill", "decode"], *names[2:]], **(restart or {})}},
                           Path("/x/envbisect.toml"))
 
 
@@ -69,11 +72,13 @@ def test_always_all_and_a_callers_reason_win():
 
 
 def test_restart_alone_is_the_playbooks_to_give_or_take():
-    pb = playbook(router={"restart_alone": False}, decode={"restart_alone": True})
-    assert [may_restart_alone(pb, n) for n in ALL] == [False, True, False]
-    assert plan_restart(pb, PASSED.config | {"router:C"}, SERVICE_OF, PASSED).services == ALL
-    plan = plan_restart(pb, {"prefill:A"}, SERVICE_OF, PASSED)
-    assert plan.services == ("decode",) and not plan.full
+    names = ALL + ("cache",)
+    pb = playbook(names=names, router={"restart_alone": False}, cache={"restart_alone": True})
+    assert [may_restart_alone(pb, n) for n in names] == [False, False, False, True]
+    of = SERVICE_OF | {"cache:E": "cache"}
+    assert plan_restart(pb, PASSED.config | {"router:C"}, of, PASSED).services == names
+    plan = plan_restart(pb, {"prefill:A", "decode:B", "cache:E"}, of, PASSED)
+    assert plan.services == ("cache",) and not plan.full
     assert [may_restart_alone(playbook(), n) for n in ALL] == [False, False, True]  # by default: the router
 
 
@@ -96,3 +101,16 @@ def test_every_reason_a_plan_gives_survives_the_masker_unchanged():
     assert len({p.why for p in plans}) == len(plans)
     for p in plans:
         assert masker.redact_text(p.why) == p.why
+
+
+@pytest.mark.parametrize("name, keys", [
+    ("decode", {}), ("prefill", {}), ("Decode-0", {}),
+    ("engine-a", {"start": "python -m sglang.launch_server --disaggregation-mode prefill"}),
+])
+def test_restart_alone_on_an_engine_of_a_pd_pair_is_refused_at_load(name, keys):
+    names = ("prefill", "decode", "router") if name in ALL else ("prefill", "decode", name)
+    with pytest.raises(PlaybookError) as e:
+        playbook(names=names, **{name: {"restart_alone": True, **keys}})
+    assert f"services.{name}.restart_alone" in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert "prefill and decode restart together" in str(e.value)
+    playbook(names=names, **{name: {"restart_alone": False, **keys}})  # false says what is true anyway

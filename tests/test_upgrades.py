@@ -91,3 +91,19 @@ def test_the_playbook_engine_table(tmp_path):
                      ({"switch": "X", "versions": {"1": ""}}, "engine.versions.1: must be a non-empty string")):
         with pytest.raises(PlaybookError, match=re.escape(why)):
             parse_playbook({**base, "engine": bad}, tmp_path / "p.toml")
+
+
+def test_a_changed_default_set_by_another_spelling_or_elsewhere_is_not_pinned():
+    """Pinning the old default in the env file would override what the service really runs with: an
+    alias of the knob in the file (the engine reads SGL_X as SGLANG_X), or the knob set by a sourced
+    file or the start environment. The baseline trial would then not run the baseline."""
+    old, new = regs()
+    u = Upgrade("n1", "decode", "sglang", "0.5.18", "0.5.23")
+    versions = {"0.5.18": "/opt/venvs/0.5.18", "0.5.23": "/opt/venvs/0.5.23"}
+    knob = "decode:pkg:sglang[SGLANG_ENABLE_FAILED_SESSION_PROBE]"
+    by_alias = upgrade_deltas(u, "/srv/decode.env", {"SGL_ENABLE_FAILED_SESSION_PROBE": "1"}, "E", versions, old, new)
+    assert knob not in {d.id for d in by_alias} and "decode:pkg:sglang" in {d.id for d in by_alias}
+    elsewhere = upgrade_deltas(u, "/srv/decode.env", {}, "E", versions, old, new,
+                               set_elsewhere={"SGLANG_ENABLE_FAILED_SESSION_PROBE"})
+    assert knob not in {d.id for d in elsewhere}
+    assert "decode:pkg:sglang[SGLANG_HACK_FLASHMLA_BACKEND]" in {d.id for d in elsewhere}

@@ -315,15 +315,25 @@ def _services(path: Path, table: Mapping[str, Any], hosts: Mapping[str, Host]) -
         health = r.get("health", str, required=True)
         if not health.startswith(("http://", "https://")):
             raise PlaybookError(path, r.key("health"), f"must be an http(s) URL, got {health!r}")
+        start, alone = r.get("start", str, required=True), r.get("restart_alone", bool, None)
+        if alone and _pd_engine(sname, start):
+            raise PlaybookError(path, r.key("restart_alone"), "must not be true on an engine of a PD pair: prefill "
+                                "and decode restart together (a pair restarted apart hangs while both report ready)")
         services[sname] = Service(
-            sname, host, env_file, r.get("start", str, required=True), r.get("stop", str, required=True), health,
+            sname, host, env_file, start, r.get("stop", str, required=True), health,
             pid_file=r.get("pid_file", str, None), log=r.get("log", str, None), metrics=r.get("metrics", str, None),
-            insecure=r.get("insecure", bool, False), restart_alone=r.get("restart_alone", bool, None),
+            insecure=r.get("insecure", bool, False), restart_alone=alone,
         )
         r.finish()
     if not services:
         raise PlaybookError(path, "services", "at least one service is required")
     return services
+
+
+def _pd_engine(name: str, start: str) -> bool:
+    """Is the service an engine of a prefill/decode pair: its name says prefill or decode (as the
+    drafted playbooks name them), or its start command passes ``--disaggregation-mode``?"""
+    return any(role in name.lower() for role in ("prefill", "decode")) or "--disaggregation-mode" in start
 
 
 def _restart(rr: TableReader, services: Mapping[str, Service]) -> Restart:

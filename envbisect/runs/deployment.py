@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -245,8 +246,8 @@ class Deployment:
                 values = parse_env(f.content.decode("utf-8", "surrogateescape")).values() if f and f.content else {}
             except EnvFileError:
                 values = {}
-            ds = upgrade_deltas(u, path, values, switch, versions, regs.get(u.old or ""), regs.get(u.new or "")) \
-                if switch else ()
+            ds = upgrade_deltas(u, path, values, switch, versions, regs.get(u.old or ""), regs.get(u.new or ""),
+                                set_elsewhere(hs, u.service, path)) if switch else ()
             switched = any(d.key == switch and d.service == u.service for d in result.deltas)
             added += [d for d in ds if not (switched and d.key == switch)]
             if not ds and not switched:
@@ -268,7 +269,24 @@ class Deployment:
             registries[h] = reg
             if note:
                 notes.append(note)
-        return with_knobs(result, registries, notes, self.playbook.arg_keys)
+        # a rename is judged by the release each side runs: the baseline's as the store keeps it
+        versions = {p.packages.get("sglang") for snap in (result.baseline, current) if snap is not None
+                    for hs in snap.hosts.values() for p in hs.processes.values() if p.packages}
+        releases = {v: load_registry(self.store.root, v) for v in versions if v}
+        return with_knobs(result, registries, notes, self.playbook.arg_keys, releases)
+
+
+def set_elsewhere(hs: Any, service: str, env_path: str) -> set[str]:
+    """The names a service's environment gets besides its env file's own lines: its process's start
+    environment and every assignment written in a file the env file sources (any `NAME=` in its text:
+    a name too many only keeps a default from being pinned)."""
+    proc = hs.processes.get(service)
+    names = set((proc.start_environ() if proc is not None else None) or ())
+    for entry in hs.sourced.get(env_path, ()):
+        f = hs.files.get(entry.path or "")
+        if f is not None and f.content:
+            names |= set(re.findall(r"(?<![\w$])([A-Za-z_]\w*)=", f.content.decode("utf-8", "surrogateescape")))
+    return names
 
 
 def capture_environment(playbook, transports) -> dict[str, Any]:  # noqa: ANN001

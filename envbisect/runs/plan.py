@@ -89,7 +89,45 @@ def make_units(deltas: Sequence[Delta], link: Iterable[str],
             if key and len(services) > 1 and key not in keys:
                 keys.add(key)
                 notes.append(f"{key} changed the same way in {', '.join(sorted(services))}: tested as one linked unit")
+        renamed = _renamed_knobs(deltas, keys)
+        notes += [n for n, _s in renamed.values()]
+        units = linked_units(deltas, link_keys=keys)
+        notes += _with_upgrade(units, {k: s for k, (_n, s) in renamed.items()})
+        return units, notes
     return linked_units(deltas, link_keys=keys), notes
+
+
+def _with_upgrade(units: dict[str, tuple[str, ...]], renamed: Mapping[str, str]) -> list[str]:
+    """A renamed knob that stayed a change in a service whose engine was upgraded (and is switched back
+    by a delta, ``SERVICE:pkg:sglang``) is tested with the upgrade: the baseline's release may not read
+    the new spelling, so the old release with the new spelling is a configuration nobody ran."""
+    notes = []
+    for knob, service in renamed.items():
+        upgrade = f"{service}:pkg:sglang"
+        home = next((u for u, ids in units.items() if upgrade in ids), None)
+        uid = f"linked:{knob}"
+        if home is None or uid not in units or home == uid:
+            continue
+        units[home] = units[home] + units.pop(uid)
+        notes.append(f"{service}: {knob} renamed across the upgrade: tested with {upgrade}")
+    return notes
+
+
+def _renamed_knobs(deltas: Sequence[Delta], keys: set[str]) -> dict[str, tuple[str, str]]:
+    """A knob whose one spelling was removed and another added in the same place, and which stayed
+    deltas (state/rename_proof.py: not provably the same): one setting, so one unit; apart, a trial
+    would run with both spellings or neither, which nobody deployed. Adds the knob to `keys`; returns
+    knob -> (the note, its service)."""
+    place = lambda d: (d.host, d.service, d.path, d.knob)  # noqa: E731
+    removed = {place(d): d for d in deltas if d.kind == "env" and d.flag is None and d.knob and d.change == "removed"}
+    out = {}
+    for d in deltas:
+        r = removed.get(place(d)) if d.kind == "env" and d.flag is None and d.change == "added" else None
+        if r is not None and d.knob and r.key != d.key and d.knob not in keys:
+            keys.add(d.knob)
+            out[d.knob] = (f"{d.service or d.host}: {r.key} → {d.key}, one knob ({d.knob}): tested as one linked unit",
+                           d.service or d.host)
+    return out
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,12 @@ and each env delta or flag tied to the knob the installed engine reads (`with_kn
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from envbisect.inputs.argstring import ArgStringError, diff_args, is_arg_key, parse_args, split_words
 from envbisect.inputs.envfile import EnvFileError, meaning_refs, word_meaning
 from envbisect.state.delta import Delta, Diff, knob_value
+from envbisect.state.rename_proof import why_not_same
 
 if TYPE_CHECKING:
     from envbisect.state.knobs import KnobRegistry
@@ -92,12 +93,13 @@ def _engine_line(d: Delta) -> bool:
 
 
 def with_knobs(diff: Diff, registries: Mapping[str, "KnobRegistry | None"], notes: Iterable[str] = (),
-               arg_keys: Iterable[str] = ()) -> Diff:
+               arg_keys: Iterable[str] = (), releases: Mapping[str, "KnobRegistry | None"] | None = None) -> Diff:
     """The diff with each env delta and flag (of an argument string or a start command line, whose "not
     read" mark needs the line to be the engine's own) tied to the knob the host's installed engine reads
     (`registries`: host -> its registry, None where it could not be read): linked by that knob
     whatever its spelling, "back to the default D" when removed, and "not read by the installed
-    sglang V" when the engine does not know a name of its own namespace."""
+    sglang V" when the engine does not know a name of its own namespace. A rename is judged with the
+    registry of the release each side runs (`releases`: version -> registry; rename_proof.py)."""
     out = []
     extra = frozenset(arg_keys)
     for d in diff.deltas:
@@ -122,7 +124,8 @@ def with_knobs(diff: Diff, registries: Mapping[str, "KnobRegistry | None"], note
             detail += (f"removed: back to the default {default}" if default is not None
                        else "removed: back to no value (the engine documents no default)",)
         out.append(replace(d, knob=k.name, detail=detail))
-    kept, renames = same_knob_renames(out)
+    known = releases or {}
+    kept, renames = same_knob_renames(out, lambda d, a: why_not_same(diff, d, a, registries[d.host], known))
     return replace(diff, deltas=kept, notes=diff.notes + tuple(notes) + renames)
 
 
@@ -143,12 +146,14 @@ def _shown(d: Delta) -> str:
     return d.new if d.new is not None else ""
 
 
-def same_knob_renames(deltas: Iterable[Delta]) -> tuple[tuple[Delta, ...], tuple[str, ...]]:
+def same_knob_renames(deltas: Iterable[Delta], why_not: Callable[[Delta, Delta], str | None] = lambda d, a: None,
+                      ) -> tuple[tuple[Delta, ...], tuple[str, ...]]:
     """A spelling removed and another spelling of the same knob added in the same place (an env file,
     an argument string, a start command line) with the same value as the engine reads it: a rename
     with no change in meaning (``SGLANG_OLD=32`` at noon, ``SGLANG_NEW=32`` now; ``--tp-size 2`` then
     ``--tensor-parallel-size 2``), which no trial can tell apart: both deltas leave the diff, and a
-    note says so."""
+    note says so. Unless `why_not` (removed, added) says why the pair may still change what the engine
+    runs with: then both stay deltas, tied to the knob, and the note says why."""
     deltas = tuple(deltas)
     place = lambda d: (d.kind, d.host, d.service, d.path, d.key if d.flag is not None else None)  # noqa: E731
     added = {(place(d), d.knob): d for d in deltas if d.knob is not None and d.change == "added"}
@@ -161,9 +166,13 @@ def same_knob_renames(deltas: Iterable[Delta]) -> tuple[tuple[Delta, ...], tuple
         value = knob_value(_old_side(d))
         if value is None or value != knob_value(a):
             continue
-        gone |= {d.id, a.id}
         old, new = d.flag or d.key, a.flag or a.key
         where = f"{d.service}" if d.service else d.host
-        notes.append(f"{where}: {old} became {new} in {d.path}, the same knob ({d.knob}) with the same value "
-                     f"{_shown(a)}: no change in meaning, not tested ({d.id} + {a.id})")
+        said = f"{where}: {old} became {new} in {d.path}, the same knob ({d.knob}) with the same value {_shown(a)}"
+        why = why_not(d, a)
+        if why is not None:
+            notes.append(f"{said}, but {why}: tested as a change ({d.id} + {a.id})")
+            continue
+        gone |= {d.id, a.id}
+        notes.append(f"{said}: no change in meaning, not tested ({d.id} + {a.id})")
     return tuple(d for d in deltas if d.id not in gone), tuple(notes)

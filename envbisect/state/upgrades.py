@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 from envbisect.inputs.argstring import ArgStringError, is_arg_key, parse_args, split_words
 from envbisect.inputs.envfile import EnvFileError, parse_env
 from envbisect.state.delta import Delta, DeltaKind
-from envbisect.state.knobs import SglangRegistry
+from envbisect.state.knobs import Knob, SglangRegistry
 from envbisect.state.snapshot import Snapshot
 
 # the note's words that mark an upgrade as a change the baseline trial could not put back
@@ -170,11 +170,13 @@ def with_effects(upgrades: Iterable[Upgrade], registries: Mapping[str, SglangReg
 
 def upgrade_deltas(u: Upgrade, path: str, file_values: Mapping[str, str], switch: str,
                    versions: Mapping[str, str], old: SglangRegistry | None,
-                   new: SglangRegistry | None) -> tuple[Delta, ...]:
+                   new: SglangRegistry | None, set_elsewhere: Iterable[str] = ()) -> tuple[Delta, ...]:
     """The deltas a trial can switch an sglang upgrade of one service by (see the module's head): the
     switch variable of its env file (`path`, whose assignments now are `file_values`) back at the old
-    release's value, and each env default the upgrade changed that the file does not set, pinned at the
-    old value. Empty when the playbook names no value for either release."""
+    release's value, and each env default the upgrade changed that nothing sets by any spelling (the
+    file, or `set_elsewhere`: names a sourced file or the start environment sets), pinned at the old
+    value: pinned over a value set elsewhere, the trial would not run the baseline. Empty when the
+    playbook names no value for either release."""
     if u.package != "sglang" or u.old not in versions or u.new not in versions:
         return ()
     source = f"upgrade:{u.old}"
@@ -188,7 +190,8 @@ def upgrade_deltas(u: Upgrade, path: str, file_values: Mapping[str, str], switch
     if old is not None and new is not None:
         for k in sorted(set(old.envs) & set(new.envs)):
             a, b = old.envs[k], new.envs[k]
-            if a is None or a == b or k in file_values:
+            spellings = {k, *old.aliases(Knob(k, a)), *new.aliases(Knob(k, b))}
+            if a is None or a == b or spellings & (set(file_values) | set(set_elsewhere)):
                 continue
             out.append(Delta(f"{u.id}[{k}]", DeltaKind.ENV, u.host, u.service, path, k, "removed", a, None, source,
                              detail=(f"a default sglang {u.new} changed ({a} → {_shown(b)}): the old one pinned "
