@@ -100,6 +100,18 @@ def test_the_fix_check_rules_out_an_intermittent_culprit_behind_a_deterministic_
     assert named >= 19, named
 
 
+def test_an_intermittent_culprit_behind_a_deterministic_one_never_gets_an_innocent_partner():
+    # issue 39 section 3, the bench family `behind`: the deterministic culprit teaches "deterministic",
+    # the 30% culprit passes 3 runs by luck, and a pair of it and an innocent (or of two innocents,
+    # guilty only through the 30% culprit's failures) was named. Random positions among 8 deltas.
+    us = units(8)
+    for seed in range(100):
+        det, flaky = random.Random(3900 + seed).sample(us, 2)
+        world = World(faults=(({det}, "hang"), ({flaky}, "hang")), detection={flaky: 0.3})
+        v, _inc = play_incident(world, us, seed=seed)
+        assert set(v.culprits) <= {det, flaky}, (seed, det, flaky, v.kind, v.culprits)
+
+
 def test_the_fix_request_is_sized_for_a_thirty_percent_failure_rate_at_the_verdicts_confidence():
     s = POLICIES["confirm"].search(units(5))
     j = s.evidence

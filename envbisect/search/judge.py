@@ -408,6 +408,37 @@ class Judge:
         floor = math.ceil(math.log(doubt) / math.log(1.0 - FIX_RATE))
         return min(self.rules.max_probes, max(self.rules.base_probes, floor))
 
+    def solo_doubt(self, term: int) -> int | None:
+        """A member of pair ``term`` whose passes without its partner do not rule out a fault of
+        its own showing in `FIX_RATE` of the runs at tau (None: every member's do, or ``term`` is
+        no pair). Asked once current without the pair failed the same way: another culprit is in
+        current then, and the intermittency learnt from current's failures may be that culprit's,
+        so a few passes of a member do not clear it (issue 39: a 30% culprit passing 3 runs read
+        as innocent, and an innocent partner named with it)."""
+        if term.bit_count() < 2:
+            return None
+        need = self.fix_floor(self.rules.tau)
+        for u in bits(term):
+            solo = self.up(1 << u)
+            if solo in self.other or solo & term == term:
+                continue  # it cannot run without its partner: nothing to learn alone
+            passes = sum(ev.passes for m, ev in self.configs.items()
+                         if (m >> u) & 1 and (m & term) != term and not ev.failed)
+            alone = self.configs.get(solo)
+            if passes < need and not (alone is not None and alone.passes >= self.rules.retest_cap):
+                return u
+        return None
+
+    def solo_request(self, u: int, term: int, post: Belief) -> TrialRequest:
+        """Unit ``u`` of pair ``term`` alone (-1: the pair together, alone), with the runs
+        `solo_doubt` asks for: current without the pair still fails the same way."""
+        what = f"does {self.units[u]} break the stack alone" if u >= 0 else \
+            f"do {' + '.join(self.names(term))} break the stack together, alone"
+        req = self.request(self.up(1 << u if u >= 0 else term),
+                           f"confirm: {what}? Current without {' + '.join(self.names(term))} still fails",
+                           post, TrialKind.CONFIRM)
+        return dataclasses.replace(req, probes=max(req.probes, self.fix_floor(self.rules.tau)))
+
     def probes(self, mask: int, post: Belief) -> int:
         """Fewest runs (>= base_probes) after which a pass leaves P(config bad) <= tau. After a
         culprit was accepted, a configuration without it asks about a further culprit whose rate the
