@@ -103,9 +103,10 @@ def test_the_fix_check_rules_out_an_intermittent_culprit_behind_a_deterministic_
 def test_an_intermittent_culprit_behind_a_deterministic_one_never_gets_an_innocent_partner():
     # issue 39 section 3, the bench family `behind`: the deterministic culprit teaches "deterministic",
     # the 30% culprit passes 3 runs by luck, and a pair of it and an innocent (or of two innocents,
-    # guilty only through the 30% culprit's failures) was named. Random positions among 8 deltas.
+    # guilty only through the 30% culprit's failures) was named; or a single innocent, accepted on a
+    # pass of the 30% culprit that failed later. Random positions among 8 deltas.
     us = units(8)
-    for seed in range(100):
+    for seed in range(1000):
         det, flaky = random.Random(3900 + seed).sample(us, 2)
         world = World(faults=(({det}, "hang"), ({flaky}, "hang")), detection={flaky: 0.3})
         v, _inc = play_incident(world, us, seed=seed)

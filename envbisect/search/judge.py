@@ -157,6 +157,28 @@ class Judge:
         return dataclasses.replace(self, terms=self.terms + (term,), term_conf=self.term_conf + (min(1.0, conf),),
                                    order=tuple(u for u in self.order if not (term >> u) & 1))
 
+    def void_term(self) -> int | None:
+        """An accepted culprit (one unit) whose proof is gone, or None. A unit is accepted on "G
+        passed and G + x failed" (or x alone failed) and a failed fix check; a pass of G read with
+        the intermittency learnt from current may be the luck of another, intermittent, culprit in
+        G, and when G fails later nothing is left to blame x for (issue 39: behind a deterministic
+        culprit, a 30% one in G got the unit after it named)."""
+        for t in self.terms:
+            if t.bit_count() != 1 or self.failed(self.up(t)):
+                continue
+            passed = [m for m, ev in self.configs.items() if not ev.failed and ev.passes and not m & t]
+            if not any(ev.failed and m & t and any(m & ~self.up(p | t) == 0 for p in passed)
+                       for m, ev in self.configs.items()):
+                return t
+        return None
+
+    def without_term(self, term: int) -> "Judge":
+        """Accepted ``term`` dropped (`void_term`): its units are suspects again, last in the order."""
+        i = self.terms.index(term)
+        return dataclasses.replace(self, terms=self.terms[:i] + self.terms[i + 1:],
+                                   term_conf=self.term_conf[:i] + self.term_conf[i + 1:],
+                                   order=self.order + tuple(u for u in bits(term) if u not in self.order))
+
     def with_need(self, e: int, partners: int) -> "Judge":
         """Unit ``e`` needs ``partners``: they move before it in the bisection order, so no prefix
         holds e without them."""
@@ -411,10 +433,10 @@ class Judge:
     def solo_doubt(self, term: int) -> int | None:
         """A member of pair ``term`` whose passes without its partner do not rule out a fault of
         its own showing in `FIX_RATE` of the runs at tau (None: every member's do, or ``term`` is
-        no pair). Asked once current without the pair failed the same way: another culprit is in
-        current then, and the intermittency learnt from current's failures may be that culprit's,
-        so a few passes of a member do not clear it (issue 39: a 30% culprit passing 3 runs read
-        as innocent, and an innocent partner named with it)."""
+        no pair). Asked when another culprit is in current (the pair's fix failed the same way, or
+        the pair is a later frame's): the intermittency learnt from current's failures may be that
+        culprit's, so a few passes of a member do not clear it (issue 39: a 30% culprit passing 3
+        runs read as innocent, and an innocent partner named with it)."""
         if term.bit_count() < 2:
             return None
         need = self.fix_floor(self.rules.tau)
@@ -429,14 +451,12 @@ class Judge:
                 return u
         return None
 
-    def solo_request(self, u: int, term: int, post: Belief) -> TrialRequest:
+    def solo_request(self, u: int, term: int, post: Belief, why: str) -> TrialRequest:
         """Unit ``u`` of pair ``term`` alone (-1: the pair together, alone), with the runs
-        `solo_doubt` asks for: current without the pair still fails the same way."""
+        `solo_doubt` asks for; ``why``: what makes the intermittency learnt so far no guide."""
         what = f"does {self.units[u]} break the stack alone" if u >= 0 else \
             f"do {' + '.join(self.names(term))} break the stack together, alone"
-        req = self.request(self.up(1 << u if u >= 0 else term),
-                           f"confirm: {what}? Current without {' + '.join(self.names(term))} still fails",
-                           post, TrialKind.CONFIRM)
+        req = self.request(self.up(1 << u if u >= 0 else term), f"confirm: {what}? {why}", post, TrialKind.CONFIRM)
         return dataclasses.replace(req, probes=max(req.probes, self.fix_floor(self.rules.tau)))
 
     def probes(self, mask: int, post: Belief) -> int:

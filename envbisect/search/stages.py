@@ -45,7 +45,7 @@ class EvidenceReader(Protocol):
                 suspects_left: int | None = None) -> TrialRequest: ...
     def fix_request(self, mask: int, purpose: str, post: Belief) -> TrialRequest: ...
     def solo_doubt(self, term: int) -> int | None: ...
-    def solo_request(self, u: int, term: int, post: Belief) -> TrialRequest: ...
+    def solo_request(self, u: int, term: int, post: Belief, why: str) -> TrialRequest: ...
     def confirm(self, post: Belief, term: int, need_surprise: bool = False) -> TrialRequest | None: ...
 
 
@@ -256,15 +256,16 @@ class CheckTerm(_Stage):
         vf = ev.fix_mask(self.term)
         if ev.status(vf, post) == "fail":
             u = ev.solo_doubt(self.term)
+            why = f"Current without {' + '.join(ev.units[x] for x in bits(self.term))} still fails"
             if u is not None:
-                return ev.solo_request(u, self.term, post)
+                return ev.solo_request(u, self.term, post, why)
             if self.term.bit_count() > 1 and not ev.failed(ev.up(self.term)):
                 # another culprit is in current: the failures that made the pair look guilty may be
                 # its own, so the pair is seen failing alone before it is accepted
                 together = ev.up(self.term)
                 if ev.status(together, post) == "pass":
                     return FindUnit()
-                return ev.solo_request(-1, self.term, post)
+                return ev.solo_request(-1, self.term, post, why)
             return NewFrame(self.term, vf)
         return ev.confirm(post, self.term, need_surprise=True)
 

@@ -287,6 +287,11 @@ class Search:
     def _structured(self) -> TrialRequest | Verdict:
         """The structured search, stopped by the posterior."""
         for _ in range(4 * self._judge.n + 16):
+            void = self._judge.void_term()
+            if void is not None:  # a culprit accepted on a pass that failed since: a suspect again
+                self._judge = self._judge.without_term(void)
+                self._stage = FindUnit()
+                continue
             moved = self._stage.after_failure(self._judge)
             if moved is not None:
                 self._apply(moved)
