@@ -120,6 +120,15 @@ def test_the_fix_request_is_sized_for_a_thirty_percent_failure_rate_at_the_verdi
     assert req.probes >= 9  # 0.7 ** 9 = 0.04 <= 1 - 0.95
 
 
+def test_the_fix_request_rules_out_a_thirty_percent_culprit_as_surely_as_any_pass_built_on():
+    # the bench family `behind`: at 9 runs, 0.7^9 = 4% of the runs with the 30% culprit left behind
+    # the deterministic one passed the fix check and named the deterministic culprit alone
+    s = POLICIES["confirm"].search(units(5))
+    j = s.evidence
+    req = j.fix_request(0b11110, "fix", j.belief())
+    assert 0.7 ** req.probes <= j.rules.tau, (req.probes, j.rules.tau)
+
+
 @pytest.mark.parametrize("policy", ["confirm", "thorough"])
 def test_the_verdicts_invariant_over_random_masked_worlds(policy):
     """The culprits named are exactly a set whose removal from current was observed to pass; every

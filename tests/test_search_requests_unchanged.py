@@ -17,7 +17,9 @@ from envbisect.search import POLICIES, Verdict
 # a 50% culprit): the same restarts and verdict, its fix check asked as one (10 and 13 runs, not 9);
 # then an accepted culprit whose proof failed since is a suspect again (Judge.void_term): 1 run (fast,
 # a 50% culprit, n=16) names u2 alone instead of u2 and the innocent u3, one restart fewer
-EXPECTED = "f4382aa6b3eb68a38f5e4b92250a30daa8b71e2415f65adbb68a3848a56ff728"
+# then the fix check rules out 30% at the per-pass doubt tau (17 runs at 95%, was 9): 1524 of the 1800
+# runs change only in the fix check's probe count, none in its requests, restarts or verdict
+EXPECTED = "d478addf5612e10c7285bcf1914db06d0422ae8ba8bb684a023bbcc472d55560"
 
 
 def _cases(count: int = 600):

@@ -508,11 +508,12 @@ class Judge:
         """The fix (current minus the culprits) must pass believably on its own, whatever the
         culprits taught about intermittency: a deterministic culprit says nothing about how often a
         second one fails. So it runs at least as many probes as rule out a fault that shows in
-        `FIX_RATE` of the runs at the verdict's confidence (0.7^9 < 0.05: 9 runs at 95%), and as
+        `FIX_RATE` of the runs as surely as any pass built on, at tau (0.7^17 < 0.0025: 17 runs at
+        95%; the verdict's own doubt, 9 runs, left 4% of such culprits unnamed), and as
         many as a pass of a config at even odds of being bad needs, given the intermittency learnt
         so far. Probe runs are cheap next to restarts."""
         req = self.request(mask, purpose, post, TrialKind.CONFIRM)
-        runs = min(self.rules.max_probes, max(req.probes, self.pass_runs(post), self.fix_floor()))
+        runs = min(self.rules.max_probes, max(req.probes, self.pass_runs(post), self.fix_floor(self.rules.tau)))
         return dataclasses.replace(req, probes=runs) if runs != req.probes else req
 
     def bisect(self, post: Belief, length: int, cfg: Callable[[int], int], label: str,
