@@ -113,6 +113,21 @@ def test_an_intermittent_culprit_behind_a_deterministic_one_never_gets_an_innoce
         assert set(v.culprits) <= {det, flaky}, (seed, det, flaky, v.kind, v.culprits)
 
 
+def test_an_intermittent_culprit_behind_a_deterministic_one_is_named_with_it():
+    # the bench family `behind`: after a pair found on a lucky pass failed its checks, the frame of one
+    # more culprit read current's failures as "not the config" and retested the baseline until it gave
+    # up; and a culprit seen failing alone kept the low confidence of that frame: inconclusive
+    us = units(8)
+    unnamed = []
+    for seed in range(1000):
+        det, flaky = random.Random(3900 + seed).sample(us, 2)
+        world = World(faults=(({det}, "hang"), ({flaky}, "hang")), detection={flaky: 0.3})
+        v, _inc = play_incident(world, us, seed=seed)
+        if set(v.culprits) != {det, flaky}:
+            unnamed.append(seed)
+    assert len(unnamed) <= 25, (len(unnamed), unnamed[:20])
+
+
 def test_the_fix_request_is_sized_for_a_thirty_percent_failure_rate_at_the_verdicts_confidence():
     s = POLICIES["confirm"].search(units(5))
     j = s.evidence

@@ -154,23 +154,34 @@ class Judge:
         # The frame cannot express "this term plus another culprit", so how sure the search is of
         # ``term`` is judged on the evidence from before the failed fix check.
         conf = self.belief(exclude=fix).p_has_term(term)
+        if self.failed(self.up(term)):
+            # seen failing alone: its guilt is observed (a good config never fails), whatever a frame
+            # of one more culprit makes of the failures of the others (issue 39: behind a 30% one)
+            conf = 1.0
         return dataclasses.replace(self, terms=self.terms + (term,), term_conf=self.term_conf + (min(1.0, conf),),
                                    order=tuple(u for u in self.order if not (term >> u) & 1))
 
     def void_term(self) -> int | None:
-        """An accepted culprit (one unit) whose proof is gone, or None. A unit is accepted on "G
-        passed and G + x failed" (or x alone failed) and a failed fix check; a pass of G read with
-        the intermittency learnt from current may be the luck of another, intermittent, culprit in
-        G, and when G fails later nothing is left to blame x for (issue 39: behind a deterministic
-        culprit, a 30% one in G got the unit after it named)."""
-        for t in self.terms:
-            if t.bit_count() != 1 or self.failed(self.up(t)):
+        """An accepted culprit whose proof is gone (`lost_proof`), or None."""
+        return next((t for t in self.terms if self.lost_proof(t)), None)
+
+    def lost_proof(self, term: int) -> bool:
+        """Whether ``term`` was found on a pass that failed since, and nothing else proves it.
+        A unit x of a term is found on "P passed, P + x failed" (P without x), or the term failed
+        alone; a pass of P read with the intermittency learnt from current may be the luck of
+        another, intermittent, culprit in P, and when P fails later nothing is left to blame x for
+        (issue 39: behind a deterministic culprit, a 30% one in P got the unit after it named)."""
+        if self.failed(self.up(term)):
+            return False
+        fails = [m for m, ev in self.configs.items() if ev.failed and m & term == term]
+        for u in bits(term):
+            def proves(p: int) -> bool:
+                return not (p >> u) & 1 and any(f & ~self.up(p | (1 << u)) == 0 for f in fails)  # noqa: B023
+            if any(proves(p) for p, ev in self.configs.items() if not ev.failed and ev.passes):
                 continue
-            passed = [m for m, ev in self.configs.items() if not ev.failed and ev.passes and not m & t]
-            if not any(ev.failed and m & t and any(m & ~self.up(p | t) == 0 for p in passed)
-                       for m, ev in self.configs.items()):
-                return t
-        return None
+            if any(proves(p) for p, ev in self.configs.items() if ev.failed and ev.passed_trials):
+                return True
+        return False
 
     def without_term(self, term: int) -> "Judge":
         """Accepted ``term`` dropped (`void_term`): its units are suspects again, last in the order."""
