@@ -116,7 +116,9 @@ def test_an_intermittent_culprit_behind_a_deterministic_one_never_gets_an_innoce
 def test_an_intermittent_culprit_behind_a_deterministic_one_is_named_with_it():
     # the bench family `behind`: after a pair found on a lucky pass failed its checks, the frame of one
     # more culprit read current's failures as "not the config" and retested the baseline until it gave
-    # up; and a culprit seen failing alone kept the low confidence of that frame: inconclusive
+    # up; and a culprit seen failing alone kept the low confidence of that frame: inconclusive. And a
+    # bisection trial of current without the last unit, holding the 30% culprit, passed its 3 runs
+    # and served as the deterministic culprit's fix check
     us = units(8)
     unnamed = []
     for seed in range(1000):
@@ -125,7 +127,7 @@ def test_an_intermittent_culprit_behind_a_deterministic_one_is_named_with_it():
         v, _inc = play_incident(world, us, seed=seed)
         if set(v.culprits) != {det, flaky}:
             unnamed.append(seed)
-    assert len(unnamed) <= 25, (len(unnamed), unnamed[:20])
+    assert len(unnamed) <= 10, (len(unnamed), unnamed[:20])
 
 
 def test_the_fix_request_is_sized_for_a_thirty_percent_failure_rate_at_the_verdicts_confidence():

@@ -19,7 +19,9 @@ from envbisect.search import POLICIES, Verdict
 # a 50% culprit, n=16) names u2 alone instead of u2 and the innocent u3, one restart fewer
 # then the fix check rules out 30% at the per-pass doubt tau (17 runs at 95%, was 9): 1524 of the 1800
 # runs change only in the fix check's probe count, none in its requests, restarts or verdict
-EXPECTED = "d478addf5612e10c7285bcf1914db06d0422ae8ba8bb684a023bbcc472d55560"
+# then, under require_fix, a trial of current without one unit (that unit's fix check, should it be the
+# culprit) runs those 17 too: 492 runs change only in probe counts, none in requests or culprits
+EXPECTED = "240ab7ca45c19583721540e642bb883e38051804c960d1780f69b50381db4c0c"
 
 
 def _cases(count: int = 600):

@@ -473,10 +473,19 @@ class Judge:
     def probes(self, mask: int, post: Belief) -> int:
         """Fewest runs (>= base_probes) after which a pass leaves P(config bad) <= tau. After a
         culprit was accepted, a configuration without it asks about a further culprit whose rate the
-        first one taught nothing about: at least the runs that rule out `FIX_RATE` at tau."""
+        first one taught nothing about: at least the runs that rule out `FIX_RATE` at tau. So does
+        current without one unit, under ``require_fix``: its pass is the fix check of that unit when
+        it is the culprit, and a fix check rules out a second culprit whatever the first taught."""
         if self.terms and not mask & self.accepted():  # a pass built on: as sure as any (tau)
             return max(self._probes(mask, post), self.fix_floor(self.rules.tau))
+        if self.rules.require_fix and self.fix_of_one(mask):
+            return max(self._probes(mask, post), self.fix_floor(self.rules.tau))
         return self._probes(mask, post)
+
+    def fix_of_one(self, mask: int) -> bool:
+        """Whether ``mask`` is the fix of one unit: current without it and every culprit found."""
+        rest = self.all & ~self.accepted() & ~mask
+        return rest.bit_count() == 1 and self.fix_mask(rest) == mask
 
     def _probes(self, mask: int, post: Belief) -> int:
         pb = post.p_bad(mask)
