@@ -10,11 +10,18 @@ from search_oracle import answer
 
 from envbisect.search import POLICIES, Verdict
 
-# computed with the fix check sized to rule out a fault that shows in 30% of runs (judge.FIX_RATE) at
-# the verdict's confidence, and a later frame's trials at tau (Judge.probes: fix_floor(tau)); with
-# fix_floor() there instead it is 327e1a159794...a4c4a4, and with FIX_RATE at 0.99 (no floor)
-# f8ce89c8d368...ccb150, the hash from before "another failure" existed, so nothing else changed here
-EXPECTED = "ec666b3ba689ee274519270eb28d44bd61429fd5eccc075ab8d71f14ffeb9cac"
+# computed with the fix check and the later frames' trials sized to rule out a fault that shows in
+# 30% of runs (judge.FIX_RATE; a later frame's at tau: 327e1a159794...a4c4a4 with fix_floor() there); with FIX_RATE at 0.99 (no floor) it is f8ce89c8d368...ccb150, the hash
+# of 8246623..cc23e47 (before "another failure" existed), so nothing else changed here; then a pair
+# member that fails alone is a term at once (stages.CheckTerm), which changes 2 of the 1800 runs (thorough,
+# a 50% culprit): the same restarts and verdict, its fix check asked as one (10 and 13 runs, not 9);
+# then an accepted culprit whose proof failed since is a suspect again (Judge.void_term): 1 run (fast,
+# a 50% culprit, n=16) names u2 alone instead of u2 and the innocent u3, one restart fewer
+# then the fix check rules out 30% at the per-pass doubt tau (17 runs at 95%, was 9): 1524 of the 1800
+# runs change only in the fix check's probe count, none in its requests, restarts or verdict
+# then, under require_fix, a trial of current without one unit (that unit's fix check, should it be the
+# culprit) runs those 17 too: 492 runs change only in probe counts, none in requests or culprits
+EXPECTED = "240ab7ca45c19583721540e642bb883e38051804c960d1780f69b50381db4c0c"
 
 
 def _cases(count: int = 600):

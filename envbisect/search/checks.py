@@ -55,6 +55,10 @@ def solo_pass_check(j: Judge, post: Belief, top: HypClass) -> TrialRequest | Non
     if top.kind != PAIR:
         return None
     term = post.term(top)
+    if j.terms:  # a later frame's pair: the intermittency learnt is the culprits' found before
+        u = j.solo_doubt(term)
+        if u is not None:
+            return j.solo_request(u, term, post, f"{', '.join(j.names(j.accepted()))} broke the stack too")
     qd, runs = _solo_runs(j, post)
     for u in bits(term):
         name = j.units[u]

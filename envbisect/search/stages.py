@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence, Union
 
-from envbisect.search.belief import Belief
+from envbisect.search.belief import Belief, bits
 from envbisect.search.types import TrialKind, TrialRequest
 
 
@@ -44,6 +44,8 @@ class EvidenceReader(Protocol):
     def request(self, mask: int, purpose: str, post: Belief, kind: TrialKind,
                 suspects_left: int | None = None) -> TrialRequest: ...
     def fix_request(self, mask: int, purpose: str, post: Belief) -> TrialRequest: ...
+    def solo_doubt(self, term: int) -> int | None: ...
+    def solo_request(self, u: int, term: int, post: Belief, why: str) -> TrialRequest: ...
     def confirm(self, post: Belief, term: int, need_surprise: bool = False) -> TrialRequest | None: ...
 
 
@@ -253,12 +255,30 @@ class CheckTerm(_Stage):
     def step(self, ev: EvidenceReader, post: Belief) -> "Move | TrialRequest | None":
         vf = ev.fix_mask(self.term)
         if ev.status(vf, post) == "fail":
+            u = ev.solo_doubt(self.term)
+            why = f"Current without {' + '.join(ev.units[x] for x in bits(self.term))} still fails"
+            if u is not None:
+                return ev.solo_request(u, self.term, post, why)
+            if self.term.bit_count() > 1 and not ev.failed(ev.up(self.term)):
+                # another culprit is in current: the failures that made the pair look guilty may be
+                # its own, so the pair is seen failing alone before it is accepted
+                together = ev.up(self.term)
+                if ev.status(together, post) == "pass":
+                    return FindUnit()
+                return ev.solo_request(-1, self.term, post, why)
             return NewFrame(self.term, vf)
         return ev.confirm(post, self.term, need_surprise=True)
 
     def after_failure(self, ev: EvidenceReader) -> "Move | None":
+        """A member of a pair that failed alone is the term; the fix failing opens a new frame,
+        once no member of a pair is left in doubt (`Judge.solo_doubt`)."""
         vf = ev.fix_mask(self.term)
-        return NewFrame(self.term, vf) if ev.failed(vf) else None
+        if self.term.bit_count() > 1:
+            for u in bits(self.term):
+                if ev.failed(ev.up(1 << u)):
+                    return CheckTerm(1 << u)
+        settled = ev.solo_doubt(self.term) is None and (self.term.bit_count() < 2 or ev.failed(ev.up(self.term)))
+        return NewFrame(self.term, vf) if ev.failed(vf) and settled else None
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ import dataclasses
 from typing import Mapping, Sequence
 
 from envbisect.search import checks, dependency, explain
+from envbisect.search.belief import NONE
 from envbisect.search.judge import Judge, Rules
-from envbisect.search.stages import (CheckAlone, Exhausted, FindUnit, Fold, Move, NewFrame, Split, SplitTwin, Stage,
-                                     is_move)
+from envbisect.search.stages import (CheckAlone, CheckTerm, Exhausted, FindUnit, Fold, Move, NewFrame, Split,
+                                     SplitTwin, Stage, is_move)
 from envbisect.search.types import Hypothesis, Observation, Prior, TrialKind, TrialRequest, Verdict
 
 
@@ -287,6 +288,14 @@ class Search:
     def _structured(self) -> TrialRequest | Verdict:
         """The structured search, stopped by the posterior."""
         for _ in range(4 * self._judge.n + 16):
+            void = self._judge.void_term()
+            if void is not None:  # a culprit accepted on a pass that failed since: a suspect again
+                self._judge = self._judge.without_term(void)
+                self._stage = FindUnit()
+                continue
+            if isinstance(self._stage, CheckTerm) and self._judge.lost_proof(self._stage.term):
+                self._stage = FindUnit()  # the term found rests on a pass that failed since
+                continue
             moved = self._stage.after_failure(self._judge)
             if moved is not None:
                 self._apply(moved)
@@ -316,9 +325,13 @@ class Search:
                 self._apply(moved)
                 continue
             p_top, top, conf = j.assess(post)
-            if conf >= self.confidence:
-                return self._conclude(post, top, conf)
             step = self._stage.step(j, post)
+            # "not the config" after the baseline passed its premise is a frame that cannot hold what
+            # it saw (two culprits, one of them intermittent, before the first is accepted): while
+            # the structured search still has a question, it is asked first
+            if conf >= self.confidence and not (top.kind == NONE and isinstance(step, TrialRequest)
+                                                and 0 in j.configs and not j.failed(0)):
+                return self._conclude(post, top, conf)
             if is_move(step):
                 self._apply(step)  # type: ignore[arg-type]
                 continue
