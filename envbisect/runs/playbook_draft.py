@@ -24,7 +24,6 @@ for each thing it could not infer.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import time
@@ -38,6 +37,7 @@ from envbisect.errors import RemoteError, UsageError
 from envbisect.hosts.agent_calls import run_agent
 from envbisect.hosts.transport import Transport
 from envbisect.runs.discover_answer import checked
+from envbisect.state.store import write_file
 
 MATCHERS: tuple[dict[str, Any], ...] = (
     {"name": "sglang.launch_server", "kind": "server",
@@ -591,15 +591,8 @@ def summary(services: Iterable[Service], repos: Sequence[Mapping[str, Any]]) -> 
 def write_draft(path: Path, text: str, *, force: bool) -> None:
     if path.exists() and not force:
         raise UsageError(f"{path} exists: give --force to replace it, or --out FILE (--out - prints the draft)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file(path, text.encode(), 0o644)
     except OSError as e:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
         raise UsageError(f"{path}: cannot write the draft: {e.strerror or e}") from None
