@@ -75,3 +75,27 @@ def test_a_structured_files_secret_printed_by_the_service_is_masked_everywhere(b
         data = (bundled.run_dir / name).read_bytes() if (bundled.run_dir / name).exists() else b""
         assert YAML_PW.encode() not in data and ENV_PW[7:].encode() not in data, name
     assert "password rejected" in bundled.members["trials.jsonl"].decode()  # the log line is there, masked
+
+
+def test_a_learned_secret_cut_by_a_line_break_or_a_space_is_masked_in_both_pieces():
+    from envbisect.inputs.masking import SecretMasker
+
+    m = SecretMasker(key=b"k" * 32)
+    m.learn_values([ENV_PW])
+    for text in (f"dump: {ENV_PW[:7]}\n{ENV_PW[7:]}\nnext", f"dump: {ENV_PW[:3]} {ENV_PW[3:]} next",
+                 f"a line ending {ENV_PW[:8]}", f"{ENV_PW[-8:]} begins a line\nand more"):
+        out = m.redact_text(text)
+        assert not any(p in out for p in (ENV_PW[:3], ENV_PW[-3:])), out
+    assert m.redact_text("dump: Hb5 and more") == "dump: Hb5 and more"  # a short piece alone is not a secret
+
+
+def test_every_secret_keyed_string_of_a_structured_file_and_of_its_text_is_learned():
+    from envbisect.inputs.masking import SecretMasker
+    from envbisect.state.structured import file_pairs
+
+    m = SecretMasker(key=b"k" * 32)
+    m.learn_env(file_pairs("/w/app.yaml", b"db:\n  password: Yq3mRv8LtP2wXs6\nauth:\n  token: |\n    Mz8kQ2vR7tLp4Wn\n"
+                                          b"name: plainservice\n"))
+    m.learn_text("[db]\npassword = Kx7mQ2vR9tLp4Wz\n")
+    out = m.redact_text("printed: Yq3mRv8LtP2wXs6 Mz8kQ2vR7tLp4Wn Kx7mQ2vR9tLp4Wz plainservice")
+    assert "Yq3m" not in out and "Mz8k" not in out and "Kx7m" not in out and "plainservice" in out, out

@@ -41,6 +41,8 @@ from collections import Counter
 from fnmatch import fnmatchcase
 from typing import Any, Iterable, Mapping
 
+from envbisect.inputs.known_values import across_whitespace, cut_at_the_edges
+
 __all__ = ["MASK", "SecretMasker", "mask_hash", "printable", "encodable", "strip_escapes"]
 
 MASK = "••••"
@@ -165,29 +167,6 @@ def _hint(value: str) -> str:
         if m:
             return m.group("hint") or m.groupdict().get("hint2") or ""
     return ""
-
-
-_MIN_PARTIAL = 8  # a known value cut to fewer characters than this at an edge is not looked for
-
-
-def _cut_at_the_edges(text: str, value: str) -> Iterable[tuple[int, int]]:
-    """Where ``text`` begins with the end of ``value`` or ends with its beginning (8+ characters):
-    a known secret cut by truncation (``log_tail[-2000:]``, a probe's last 160 characters)."""
-    if len(value) <= _MIN_PARTIAL or len(text) < _MIN_PARTIAL:
-        return
-    head, tail = text[:_MIN_PARTIAL], text[-_MIN_PARTIAL:]
-    i = value.find(head, 1)
-    while i != -1:
-        if text.startswith(value[i:]):
-            yield 0, len(value) - i
-            break
-        i = value.find(head, i + 1)
-    j = value.find(tail)
-    while j != -1 and j + _MIN_PARTIAL < len(value):
-        if text.endswith(value[:j + _MIN_PARTIAL]):
-            yield len(text) - j - _MIN_PARTIAL, len(text)
-            break
-        j = value.find(tail, j + 1)
 
 
 _PROCESS_KEY = os.urandom(32)  # the key of a masker given none: its hashes mean something in this process only
@@ -415,6 +394,12 @@ class SecretMasker:
         rule cannot see them, e.g. cut by a truncated log tail."""
         self.learn_values(v for k, val in items for v in self.secret_parts(k, val))
 
+    def learn_text(self, text: str) -> None:
+        """Learn every value ``redact_text`` masks in ``text`` by its shape or its key (a watched
+        file's ``password: X``, ``"token": "X"``, ``--api-key X``): found again wherever it is printed."""
+        if text:
+            self.learn_values(text[s:e] for s, e, _ in self._spans(text, known=False))
+
     def secret_parts(self, name: str, value: str | None) -> list[str]:
         """What of ``value`` (of variable ``name``) is secret: the whole value of a secret-named
         variable or of a token-shaped one, else the parts redact_text would mask (tokens, URL
@@ -548,7 +533,9 @@ class SecretMasker:
             while i != -1:
                 spans.append((i, i + len(v), False))
                 i = text.find(v, i + len(v))
-            spans.extend((s, e, False) for s, e in _cut_at_the_edges(text, v))
+            spans.extend((s, e, False) for s, e in cut_at_the_edges(text, v))
+        if known and self._extra_values and any(c.isspace() for c in text):
+            spans.extend((s, e, False) for s, e in across_whitespace(text, self._extra_values))
         for rx in (_URL_CRED_RE, _USER_PW_FLAG_RE, _NETRC_RE, _MYSQL_PW_RE):
             for m in rx.finditer(text):
                 spans.append((*m.span("pw"), False))
