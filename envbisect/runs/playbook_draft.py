@@ -384,9 +384,15 @@ def interpret(doc: Mapping[str, Any], *, under: str | None = None, extra_match: 
     counts: dict[str, int] = {}
     for s in services:
         counts[s.role] = counts.get(s.role, 0) + 1
-    for s in services:  # two prefills: prefill-30000, prefill-30001
+    taken: set[str] = set()
+    for s in services:  # two prefills: prefill-30000, prefill-30001; two on one port: server-30000-2
         if counts[s.role] > 1:
             s.name = f"{s.role}-{s.http[1]}" if s.http else f"{s.role}-{s.pid}"
+        base, n = s.name, 1
+        while s.name in taken:
+            n += 1
+            s.name = f"{base}-{n}"
+        taken.add(s.name)
     repos: list[dict[str, Any]] = []
     for p in procs:
         for r in p.get("repos") or []:
