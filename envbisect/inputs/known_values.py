@@ -3,6 +3,7 @@ truncation (a log tail, a probe's last characters), or cut in pieces by a line b
 wrapped log line, a probe excerpt that joins lines with a space)."""
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, Sequence
 
@@ -34,24 +35,41 @@ def across_whitespace(text: str, values: Sequence[str]) -> Iterable[tuple[int, i
     a probe's excerpt that joins lines with a space): each piece of a value found whole once the
     whitespace is taken out, however short; and a line that begins with the end of a value or ends
     with its beginning (8+ characters), when the rest of it is not next to it (the lines printed apart)."""
-    kept = [i for i, c in enumerate(text) if not c.isspace()]
-    joined = "".join(text[i] for i in kept)
-    for v in values:
-        if any(c.isspace() for c in v):
-            continue
-        j = joined.find(v)
-        while j != -1:
-            s, e = kept[j], kept[j + len(v) - 1] + 1
-            if e - s > len(v):  # it spans whitespace: each piece masked where it is
-                pos = s
-                for m in re.finditer(r"\s+", text[s:e]):
-                    yield pos, s + m.start()
-                    pos = s + m.end()
-                yield pos, e
-            j = joined.find(v, j + 1)
+    joined = _SPACE.sub("", text)
+    split = [v for v in values if v in joined and joined.count(v) > text.count(v) and not _SPACE.search(v)]
+    if split:
+        kept = [i for i, c in enumerate(text) if not c.isspace()]
+        for v in split:
+            j = joined.find(v)
+            while j != -1:
+                s, e = kept[j], kept[j + len(v) - 1] + 1
+                if e - s > len(v):  # it spans whitespace: each piece masked where it is
+                    pos = s
+                    for m in _SPACE.finditer(text, s, e):
+                        yield pos, m.start()
+                        pos = m.end()
+                    yield pos, e
+                j = joined.find(v, j + 1)
+    pieces = _pieces(tuple(values))
     start = 0
-    for line in text.split("\n"):
-        for v in values:
+    for raw in text.split("\n"):
+        line = raw.rstrip("\r")
+        near = pieces.get(line[:MIN_PARTIAL], ()) + pieces.get(line[-MIN_PARTIAL:], ())
+        for v in dict.fromkeys(near):
             for a, b in cut_at_the_edges(line, v):
                 yield start + a, start + b
-        start += len(line) + 1
+        start += len(raw) + 1
+
+
+_SPACE = re.compile(r"\s+")
+
+
+@functools.lru_cache(maxsize=8)
+def _pieces(values: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Every MIN_PARTIAL-character piece of the values -> the values it is in: a line's edge is
+    looked up, not searched for in every value."""
+    out: dict[str, tuple[str, ...]] = {}
+    for v in values:
+        for i in range(len(v) - MIN_PARTIAL + 1):
+            out[v[i:i + MIN_PARTIAL]] = out.get(v[i:i + MIN_PARTIAL], ()) + (v,)
+    return out
