@@ -77,7 +77,11 @@ def test_one_flag_named_alone_and_revert_keeps_the_others(scenario, sshd):
     assert out.returncode == 0, out.stderr
     with tarfile.open(tgz) as tar:
         md = next(tar.extractfile(m).read().decode() for m in tar.getmembers() if m.name.endswith("report.md"))
-    assert f"culprit **{GUILTY}**: `--attention-backend flashinfer` → `--attention-backend triton`" in md, md[:3000]
+    from markdown_it import MarkdownIt  # as a viewer shows it (the brackets of the id are escaped in the source)
+
+    html = MarkdownIt("commonmark").enable("table").render(md)
+    assert (f"culprit <strong>{GUILTY}</strong>: <code>--attention-backend flashinfer</code> → "
+            "<code>--attention-backend triton</code>") in html, md[:3000]
 
     out = s.cli("revert", "--verdict", "--json", timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -235,6 +235,22 @@ def test_a_process_whose_pid_is_not_a_number_is_left_out_with_a_note(stacks):  #
             raise AssertionError(f"a process with pid {value!r} was drafted")
 
 
+def test_two_servers_reported_on_one_port_get_two_service_names_and_a_draft_that_parses(stacks):  # noqa: F811
+    """The red-team's dup.py: a host reports the same server twice (another pid, same folder and
+    --port). Each gets its own service table (a suffix), never one declared twice (a TOMLDecodeError,
+    init's exit 70)."""
+    root = str(stacks[0]["root"])
+    doc = scanned_under(root)
+    twin = {**doc["processes"][0], "pid": doc["processes"][0]["pid"] + 100000}
+    services, _, _ = disc.interpret({**doc, "processes": [*doc["processes"], twin, dict(twin, pid=twin["pid"] + 1)]},
+                                    under=root)
+    names = [s.name for s in services]
+    assert len(names) == len(set(names)) == len(doc["processes"]) + 2, names
+    text = drafted({**doc, "processes": [*doc["processes"], twin]}, root)
+    got = tomllib.loads(text)["services"]
+    assert len(got) == len(doc["processes"]) + 1, sorted(got)
+
+
 HOSTILE_PYTHON = """#!{python}
 # A compromised host's python (the red-team's /tmp/rt-sec/hostpy): runs envbisect's agent, but
 # answers discovery with the document in {answer}.

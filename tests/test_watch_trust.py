@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import socket
 import subprocess
 import threading
@@ -61,6 +62,20 @@ def test_authorized_compares_the_whole_secret():
     for bad in (None, "", f"Bearer {SECRET[:-1]}", f"Bearer {SECRET}x", f"Token {SECRET}", "Basic !!",
                 "Basic " + base64.b64encode(b"user-without-password").decode()):
         assert not authorized(bad, SECRET), bad
+
+
+def test_a_secret_file_owned_by_another_user_is_refused_as_ssh_does(tmp_path):
+    """Red-team 2 LOW-3: a 0600 secret file owned by another user (who can rewrite it and so decide
+    who may make the watch act) was accepted. Only the watch's own user or root may own it."""
+    assert os.geteuid() == 0, "the suite runs as root here: making a file another user owns needs chown"
+    f = tmp_path / "secret"
+    f.write_text(SECRET + "\n")
+    f.chmod(0o600)
+    os.chown(f, 65534, 65534)
+    with pytest.raises(UsageError, match="owned by uid 65534"):
+        load_secret(str(f), "pb", {})
+    os.chown(f, 0, 0)
+    assert load_secret(str(f), "pb", {}) == SECRET
 
 
 def test_the_secret_comes_from_a_file_or_the_environment_and_is_long_enough(tmp_path):

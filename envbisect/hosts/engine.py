@@ -17,6 +17,7 @@ from envbisect.errors import EnvbisectError
 from envbisect.hosts.transport import Transport
 from envbisect.state.knobs import SGLANG_FIELD_DIR, SGLANG_FILES, SglangRegistry, UnknownLayout, \
     no_env_registry_note, parse_sglang_files
+from envbisect.state.store import write_file
 
 FIND_SGLANG = r'''
 import importlib.util, json, os, sys
@@ -106,7 +107,7 @@ def _keep(store_root: Path, reg: SglangRegistry) -> None:
     try:
         p = _cache_path(store_root, reg.version)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps({"reader": READER, "registry": asdict(reg)}, sort_keys=True))
+        write_file(p, json.dumps({"reader": READER, "registry": asdict(reg)}, sort_keys=True).encode(), 0o600)
     except OSError:
         pass  # the cache only saves a transfer next time
 

@@ -41,6 +41,8 @@ from collections import Counter
 from fnmatch import fnmatchcase
 from typing import Any, Iterable, Mapping
 
+from envbisect.inputs.known_values import across_whitespace, cut_at_the_edges
+
 __all__ = ["MASK", "SecretMasker", "mask_hash", "printable", "encodable", "strip_escapes"]
 
 MASK = "••••"
@@ -55,6 +57,7 @@ _SECRET_WORDS = frozenset(
     {
         "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE",
         "CREDENTIALS", "CREDENTIAL", "CREDS", "CRED", "AUTH", "AUTHORIZATION", "APIKEY", "PAT", "DSN", "COOKIE",
+        "JWT", "BEARER", "SIGNATURE",
     }
 )
 # One word that ends in a credential word (PGPASSWORD, SECRETKEY, APITOKEN): the word rules above see
@@ -75,7 +78,18 @@ _TOKEN_QUANTITY = frozenset(
 # AUTH_MODE are knobs.
 # TOKEN and COOKIE likewise (HF_TOKEN, SESSION_COOKIE): SGLANG_KV_CANARY_ENABLE_TOKEN_ORACLE,
 # SGLANG_SYNC_TOKEN_IDS_ACROSS_TP and COOKIE_DOMAIN are knobs.
-_LAST_WORD_ONLY = frozenset({"PASS", "AUTH", "TOKEN", "COOKIE"})
+# JWT, BEARER and SIGNATURE likewise (SERVICE_JWT, X_AMZ_SIGNATURE; not JWT_ISSUER, SIGNATURE_ALGORITHM).
+_LAST_WORD_ONLY = frozenset({"PASS", "AUTH", "TOKEN", "COOKIE", "JWT", "BEARER", "SIGNATURE"})
+# ... or followed by one last word that says it is the secret itself: AUTH_TOKEN_VALUE, API_TOKEN_STRING.
+_THE_SECRET_ITSELF = frozenset({"VALUE", "VAL", "STRING", "STR", "DATA", "RAW", "B64", "BASE64", "HEX", "TEXT"})
+# Two words that spell one secret word (X_PASS_WORD, DB_PASS_PHRASE), or name a string that holds a
+# password as a DSN does (AZURE_STORAGE_CONNECTION_STRING).
+_SECRET_PAIRS = frozenset({("PASS", "WORD"), ("PASS", "PHRASE"), ("PASS", "WD"), ("CONNECTION", "STRING"),
+                           ("CONN", "STR"), ("CONN", "STRING")})
+# Names secret only where they are: a flag (`--key V`, `--key=V`) and a URL's query (`?key=V`, an
+# Azure SAS's `&sig=V`).
+_FLAG_SECRETS = frozenset({"KEY"})
+_QUERY_SECRETS = frozenset({"KEY", "SIG"})
 # A secret word followed by one of these names something about the secret, not the secret itself:
 # HF_TOKEN_CACHE, POSTGRES_PASSWORD_FILE, SECRET_NAME, TOKEN_URL.
 _ABOUT_A_SECRET = frozenset(
@@ -167,29 +181,6 @@ def _hint(value: str) -> str:
     return ""
 
 
-_MIN_PARTIAL = 8  # a known value cut to fewer characters than this at an edge is not looked for
-
-
-def _cut_at_the_edges(text: str, value: str) -> Iterable[tuple[int, int]]:
-    """Where ``text`` begins with the end of ``value`` or ends with its beginning (8+ characters):
-    a known secret cut by truncation (``log_tail[-2000:]``, a probe's last 160 characters)."""
-    if len(value) <= _MIN_PARTIAL or len(text) < _MIN_PARTIAL:
-        return
-    head, tail = text[:_MIN_PARTIAL], text[-_MIN_PARTIAL:]
-    i = value.find(head, 1)
-    while i != -1:
-        if text.startswith(value[i:]):
-            yield 0, len(value) - i
-            break
-        i = value.find(head, i + 1)
-    j = value.find(tail)
-    while j != -1 and j + _MIN_PARTIAL < len(value):
-        if text.endswith(value[:j + _MIN_PARTIAL]):
-            yield len(text) - j - _MIN_PARTIAL, len(text)
-            break
-        j = value.find(tail, j + 1)
-
-
 _PROCESS_KEY = os.urandom(32)  # the key of a masker given none: its hashes mean something in this process only
 
 
@@ -253,7 +244,7 @@ _KV_FORMS: tuple[tuple[re.Pattern[str], re.Pattern[str], str], ...] = (
     ),
     # NAME=VALUE, export NAME="VALUE", --name=VALUE, name = value (ini)
     (
-        re.compile(rf"(?<![A-Za-z0-9_.]){_NAME}[ \t]*=(?!=[ \t])[ \t]*"),
+        re.compile(rf"(?<![A-Za-z0-9_.]){_NAME}[ \t]*=(?!=[ \t]|>)[ \t]*"),
         re.compile(rf"{_DQ}|{_SQ}|(?P<bare>[^\s\"']+)|[\"'](?P<rest>[^\r\n]+)"),
         "assign",
     ),
@@ -274,6 +265,14 @@ _KV_FORMS: tuple[tuple[re.Pattern[str], re.Pattern[str], str], ...] = (
         re.compile(rf"{_DQ}|{_SQ}|(?P<bare>[^\s\"'\-][^\s\"']*)"),
         "flag",
     ),
+    # NAME => VALUE, NAME -> VALUE (Perl, Ruby, PHP, log arrows)
+    (
+        re.compile(rf"(?<![A-Za-z0-9_.\-]){_NAME}[ \t]*[=-]>[ \t]*"),
+        re.compile(rf"{_DQ}|{_SQ}|(?P<bare>[^\s\"',;)]+)"),
+        "arrow",
+    ),
+    # <NAME>VALUE</NAME> (XML)
+    (re.compile(rf"<{_NAME}>"), re.compile(r"(?P<bare>[^<\r\n]+)"), "xml"),
 )
 
 # An HTTP credential after its scheme ("Authorization: Basic <cred>"): the credential is one word, so
@@ -309,6 +308,10 @@ _USER_PW_FLAG_RE = re.compile(
 # mysql/mysqldump/mysqladmin/mariadb -pPASSWORD (the password glued to -p; `-p NAME` is a database)
 _MYSQL_PW_RE = re.compile(
     r"(?<![A-Za-z0-9_/-])(?:mysql\w*|mariadb\w*)\b[^\n;|&]*?[ \t]-p[\"']?(?P<pw>[^\s\"']+)"
+)
+# sshpass -p PASSWORD (or -pPASSWORD), redis-cli -a PASSWORD
+_CMD_PW_RE = re.compile(
+    r"(?<![A-Za-z0-9_/-])(?:sshpass\b[^\n;|&]*?[ \t]-p[ \t]*|redis-cli\b[^\n;|&]*?[ \t]-a[ \t]+)[\"']?(?P<pw>[^\s\"']+)"
 )
 # .netrc: machine HOST [login U] [account A] password PASSWORD (on one line or several)
 # -- also inside a quoted or escaped shell value (NETRC="machine h login u password p", as an env file's
@@ -347,6 +350,7 @@ _PATH_RE = re.compile(r"~?/\S*")
 TRIVIAL_VALUES = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off", "unset", "empty"})
 NUMBER_RE = re.compile(r"[+-]?\d+(?:\.\d+)?")
 VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+KEY_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")  # a JSON/YAML key or header name (X-Api-Key, db.password)
 
 _JSON_LITERALS = frozenset({"null", "true", "false"})
 
@@ -415,6 +419,12 @@ class SecretMasker:
         rule cannot see them, e.g. cut by a truncated log tail."""
         self.learn_values(v for k, val in items for v in self.secret_parts(k, val))
 
+    def learn_text(self, text: str) -> None:
+        """Learn every value ``redact_text`` masks in ``text`` by its shape or its key (a watched
+        file's ``password: X``, ``"token": "X"``, ``--api-key X``): found again wherever it is printed."""
+        if text:
+            self.learn_values(text[s:e] for s, e, _ in self._spans(text, known=False))
+
     def secret_parts(self, name: str, value: str | None) -> list[str]:
         """What of ``value`` (of variable ``name``) is secret: the whole value of a secret-named
         variable or of a token-shaped one, else the parts redact_text would mask (tokens, URL
@@ -456,8 +466,12 @@ class SecretMasker:
             nxt = words[i + 1:i + 2]
             if w == "TOKEN" and _TOKEN_QUANTITY.intersection(words[max(0, i - 1):i] + nxt):
                 continue  # MAX_TOKEN_LEN: a count of tokens
-            if (w in _LAST_WORD_ONLY and nxt) or _ABOUT_A_SECRET.intersection(nxt):
+            if w in _LAST_WORD_ONLY and nxt and not (len(words) == i + 2 and nxt[0] in _THE_SECRET_ITSELF):
                 continue
+            if _ABOUT_A_SECRET.intersection(nxt):
+                continue
+            return True
+        if _SECRET_PAIRS.intersection(zip(words, words[1:])):
             return True
         if "PWD" in words and len(words) > 1 or len(words) > 1 and words[-1] == "PW":
             return True  # MYSQL_PWD, ADMIN_PW
@@ -548,8 +562,10 @@ class SecretMasker:
             while i != -1:
                 spans.append((i, i + len(v), False))
                 i = text.find(v, i + len(v))
-            spans.extend((s, e, False) for s, e in _cut_at_the_edges(text, v))
-        for rx in (_URL_CRED_RE, _USER_PW_FLAG_RE, _NETRC_RE, _MYSQL_PW_RE):
+            spans.extend((s, e, False) for s, e in cut_at_the_edges(text, v))
+        if known and self._extra_values and any(c.isspace() for c in text):
+            spans.extend((s, e, False) for s, e in across_whitespace(text, self._extra_values))
+        for rx in (_URL_CRED_RE, _USER_PW_FLAG_RE, _NETRC_RE, _MYSQL_PW_RE, _CMD_PW_RE):
             for m in rx.finditer(text):
                 spans.append((*m.span("pw"), False))
         for m in _URL_TOKEN_USER_RE.finditer(text):
@@ -561,7 +577,7 @@ class SecretMasker:
                 m = name_re.search(text, pos)
                 if m is None:
                     break
-                if not self.is_secret_name(m.group("name")):
+                if not self._secret_here(text, m, kind):
                     if kind == "assign" and _ENV_NAME_RE.fullmatch(m.group("name")):
                         v = value_re.match(text, m.end())
                         if v is not None:
@@ -595,6 +611,17 @@ class SecretMasker:
                     spans.append((s, e, False))
         return spans
 
+    def _secret_here(self, text: str, m: re.Match[str], kind: str) -> bool:
+        """Whether the name of a NAME/VALUE form is a secret's, there: a secret name anywhere, and
+        `key` as a flag or `key`/`sig` in a URL's query."""
+        name = m.group("name")
+        if self.is_secret_name(name):
+            return True
+        before = text[m.start() - 1] if m.start() else ""
+        if kind == "flag" or (kind == "assign" and before == "-"):
+            return name.upper() in _FLAG_SECRETS
+        return kind == "assign" and before in ("?", "&") and name.upper() in _QUERY_SECRETS
+
     def redact_obj(self, o: Any, key: str | None = None) -> Any:
         """A JSON-like value with every string (dict keys too) redacted; a string under a
         secret-named key (``"HF_TOKEN": "…"``, as in a process environment) is masked whole.  Only
@@ -606,7 +633,7 @@ class SecretMasker:
                 return self.mask_value(key, self.redact_text(o))
             return self.redact_text(o)
         if isinstance(o, Mapping):
-            return {self.redact_text(str(k)): self.redact_obj(v, str(k) if VAR_NAME_RE.fullmatch(str(k)) else None)
+            return {self.redact_text(str(k)): self.redact_obj(v, str(k) if KEY_NAME_RE.fullmatch(str(k)) else None)
                     for k, v in o.items()}
         if isinstance(o, (list, tuple)):
             return [self.redact_obj(v, key) for v in o]

@@ -39,6 +39,7 @@ from typing import Any, Collection, Mapping
 from envbisect.state import rundir
 from envbisect.errors import UsageError
 from envbisect.inputs.masking import SecretMasker, encodable
+from envbisect.report.markdown import md_text
 from envbisect.state.rundir import Runs
 from envbisect.state.store import Store, write_private
 from envbisect.report import (Redactor, build_story, journal_summary, load_run, load_snapshot_doc, make_redactor,
@@ -209,7 +210,9 @@ def _leaks(members: Mapping[str, bytes], rd: Redactor) -> list[str]:
     values = [v for v in rd.raw_values if len(v) >= 8]
     for name, data in members.items():
         for v in values:
-            if any(b in data or b in _utf8(name) for b in {_utf8(v), v.encode("utf-8", "surrogateescape")}):
+            # report.md holds a value as Markdown text: a `*` or `<` in a secret is backslash-escaped there
+            forms = {_utf8(v), v.encode("utf-8", "surrogateescape"), _utf8(md_text(v))}
+            if any(b in data or b in _utf8(name) for b in forms):
                 found.append(name)
                 break
     return found

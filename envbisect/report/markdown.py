@@ -19,14 +19,46 @@ def render_markdown(run: RunRecord | Story) -> str:
 
 def _cell(s: str) -> str:
     """Text safe inside a Markdown table cell."""
-    return s.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ").replace("`", "'")
+    return md_text(s)
+
+
+# Backslash-escaped wherever they are: HTML and autolinks (`<`, `>`, `&`), links and images (`[`, `]`),
+# emphasis and strikethrough (`*`, `~`), code spans (backtick), table cells (`|`), and the backslash.
+_ALWAYS = re.compile(r"[\\`*~\[\]<>&|]")
+# `_` emphasises only where it is not between two letters or digits (CommonMark's flanking rule).
+_LONE_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+# A bare URL that GFM viewers turn into a link: its `://` or `www.` escaped, so it stays text.
+_BARE_URL = re.compile(r"(?<=[A-Za-z]):(?=//)|(?<=\b[wW]{3})\.")
+# What makes a block when it starts a line: a heading, list item, quote, setext underline, or fence.
+_LINE_START = re.compile(r"^( {0,3})([#+=>-]|\d{1,9}(?=[.)]))")
+
+
+def md_text(s: str) -> str:
+    """A string from a host (or from the story) as Markdown text that renders as exactly itself: no
+    HTML, image, link, emphasis, code span or table cell of its own, on one line."""
+    s = s.replace("\r", " ").replace("\n", " ")
+    s = _ALWAYS.sub(lambda m: "\\" + m.group(0), s)
+    s = _LONE_UNDERSCORE.sub(r"\\_", s)
+    return _BARE_URL.sub(lambda m: "\\" + m.group(0), s)
+
+
+def _line(s: str) -> str:
+    """A line of Markdown whose start cannot open a block: a leading `#`, `-`, `+`, `=`, `>` or
+    `1.`/`1)` is escaped."""
+    m = _LINE_START.match(s)
+    if not m:
+        return s
+    mark = m.group(2)
+    if mark.isdigit():
+        return s[:m.end()] + "\\" + s[m.end():]
+    return s[:m.start(2)] + "\\" + s[m.start(2):]
 
 
 def _inline(t: Text, cell: bool = False) -> str:
     out = []
     for p in t:
         if isinstance(p, str):
-            out.append(_cell(p) if cell else _one_line(p))
+            out.append(md_text(p))
         elif isinstance(p, Strong):
             out.append("**" + _inline(p.text, cell) + "**")
         elif isinstance(p, Code):
@@ -76,16 +108,16 @@ def _fence(body: str) -> str:
 
 def _block(b: Block) -> str:
     if isinstance(b, Heading):
-        return "#" * b.level + " " + _inline(b.text)
+        return "#" * b.level + " " + _line(_inline(b.text))
     if isinstance(b, Paragraph):
-        return "\n".join(_inline(line) for line in b.lines)
+        return "\n".join(_line(_inline(line)) for line in b.lines)
     if isinstance(b, BulletList):
-        return "\n".join("- " + _inline(i) for i in b.items)
+        return "\n".join("- " + _line(_inline(i)) for i in b.items)
     if isinstance(b, Table):
         lines = ["| " + " | ".join(_cell(c) for c in b.columns) + " |", "|" + "|".join("---" for _ in b.columns) + "|"]
         return "\n".join(lines + ["| " + " | ".join(_inline(c, cell=True) for c in r) + " |" for r in b.rows])
     if isinstance(b, Log):  # Markdown cannot fold: a folded log is left out (the story names its file)
-        return "" if b.folded else _inline(b.label) + "\n" + _fence(b.text)
+        return "" if b.folded else _line(_inline(b.label)) + "\n" + _fence(b.text)
     if isinstance(b, Figure):
         if isinstance(b.chart, SamplesChart):
             return _fence(_text_samples(b.chart))

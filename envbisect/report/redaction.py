@@ -8,8 +8,8 @@ from typing import Any, Iterable, Mapping
 
 from envbisect.state import rundir
 from envbisect.errors import UsageError
-from envbisect.inputs.masking import SecretMasker
-from envbisect.report.common import ANSI_RE, MIN_RAW_SECRET, NUMBER_RE, TRIVIAL_VALUES, VAR_NAME_RE
+from envbisect.inputs.masking import KEY_NAME_RE, SecretMasker
+from envbisect.report.common import ANSI_RE, MIN_RAW_SECRET, NUMBER_RE, TRIVIAL_VALUES
 from envbisect.state.store import Store
 
 # ------------------------------------------------------------------------------------- redaction
@@ -56,7 +56,7 @@ class Redactor:
                 return self.masker.mask_value(key, self.text(o))
             return self.text(o)
         if isinstance(o, Mapping):
-            return {self.text(str(k)): self.obj(v, str(k) if VAR_NAME_RE.fullmatch(str(k)) else None)
+            return {self.text(str(k)): self.obj(v, str(k) if KEY_NAME_RE.fullmatch(str(k)) else None)
                     for k, v in o.items()}
         if isinstance(o, (list, tuple)):
             return [self.obj(v, key) for v in o]

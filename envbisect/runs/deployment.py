@@ -22,13 +22,13 @@ from envbisect.inputs.envfile import EnvFileError, parse_env
 from envbisect.state.delta import Delta
 from envbisect.state.upgrades import Upgrade, find_upgrades, settings_of, upgrade_deltas, with_effects
 from envbisect.state.sourced import keep_sourced, sourced_notes
-from envbisect.state.structured import key_secrets
+from envbisect.state.structured import file_pairs, key_secrets
 from envbisect.errors import RemoteError, UsageError
 from envbisect.hosts.inventory import bind_inventory
 from envbisect.inputs.masking import SecretMasker
 from envbisect.inputs.playbook import Playbook, load_playbook
 from envbisect.hosts.collector import collect_host, for_each_host, take_snapshot
-from envbisect.state.snapshot import Snapshot, without_fallback
+from envbisect.state.snapshot import HostState, Snapshot, without_fallback
 from envbisect.state.store import Store
 from envbisect.inputs.playbook import Probe
 from envbisect.inputs.timespec import TimeSpecError, host_now, is_last_good, parse_time
@@ -121,9 +121,23 @@ class Deployment:
                                                   .values().items())
                         except ValueError:  # EnvFileError too: an unparsable file teaches nothing
                             pass
+                self._learn_watched(h)
                 for p in h.processes.values():
                     self.masker.learn_env((p.environ or {}).items())
                     self.masker.learn_env((p.file_eval or {}).items())
+
+    def _learn_watched(self, h: HostState) -> None:
+        """Every file the snapshot holds the content of (watched files, configs): the values masked
+        by their key or shape in its text, and in a structured file every string under a secret key."""
+        for path, f in h.files.items():
+            if not f.content or f.content in self._taught:
+                continue
+            if len(self._taught) > 4096:
+                self._taught.clear()
+            self._taught.add(f.content)
+            text = f.content.decode("utf-8", "surrogateescape")
+            self.masker.learn_text(text)
+            self.masker.learn_env(file_pairs(path, f.content))
 
     def snapshot(self, label: str | None = None, *, save: bool = True, probe: Probe | None = None) -> Snapshot:
         """Record every host; with `probe`, also probe the stack as it runs (no edit, no restart) and

@@ -24,7 +24,6 @@ for each thing it could not infer.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import time
@@ -38,6 +37,7 @@ from envbisect.errors import RemoteError, UsageError
 from envbisect.hosts.agent_calls import run_agent
 from envbisect.hosts.transport import Transport
 from envbisect.runs.discover_answer import checked
+from envbisect.state.store import write_file
 
 MATCHERS: tuple[dict[str, Any], ...] = (
     {"name": "sglang.launch_server", "kind": "server",
@@ -384,9 +384,15 @@ def interpret(doc: Mapping[str, Any], *, under: str | None = None, extra_match: 
     counts: dict[str, int] = {}
     for s in services:
         counts[s.role] = counts.get(s.role, 0) + 1
-    for s in services:  # two prefills: prefill-30000, prefill-30001
+    taken: set[str] = set()
+    for s in services:  # two prefills: prefill-30000, prefill-30001; two on one port: server-30000-2
         if counts[s.role] > 1:
             s.name = f"{s.role}-{s.http[1]}" if s.http else f"{s.role}-{s.pid}"
+        base, n = s.name, 1
+        while s.name in taken:
+            n += 1
+            s.name = f"{base}-{n}"
+        taken.add(s.name)
     repos: list[dict[str, Any]] = []
     for p in procs:
         for r in p.get("repos") or []:
@@ -591,15 +597,8 @@ def summary(services: Iterable[Service], repos: Sequence[Mapping[str, Any]]) -> 
 def write_draft(path: Path, text: str, *, force: bool) -> None:
     if path.exists() and not force:
         raise UsageError(f"{path} exists: give --force to replace it, or --out FILE (--out - prints the draft)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_file(path, text.encode(), 0o644)
     except OSError as e:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
         raise UsageError(f"{path}: cannot write the draft: {e.strerror or e}") from None

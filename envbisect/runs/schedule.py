@@ -25,7 +25,7 @@ from envbisect import __version__
 from envbisect.errors import UsageError
 from envbisect.inputs.playbook import load_playbook
 from envbisect.state.prune import parse_duration
-from envbisect.state.store import private_dir
+from envbisect.state.store import private_dir, write_file
 
 CRONTAB_ENV = "ENVBISECT_CRONTAB"
 MAX_EVERY_S = 365 * 86400  # a snapshot less often than yearly is a typo (99999999999999d made a 19-digit timer)
@@ -220,14 +220,11 @@ def _install_systemd(sch: Schedule) -> Installed:
     for path, text in sch.files.items():
         p = Path(path)
         try:
-            if p.is_file() and p.read_text() == text:
+            if p.is_file() and not p.is_symlink() and p.read_text() == text:
                 unchanged.append(path)
                 continue
             p.parent.mkdir(parents=True, exist_ok=True)
-            tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-            tmp.write_text(text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, p)
+            write_file(p, text.encode(), 0o644)
         except OSError as e:
             raise UsageError(f"{path}: cannot write the unit: {e.strerror or e}") from None
         changed.append(path)

@@ -115,18 +115,22 @@ def parse_listen(spec: str, *, allow_remote: bool) -> tuple[str, int]:
 # --- who may make the watch act ------------------------------------------------------------------
 
 def load_secret(secret_file: str | None, where: str, environ: dict[str, str] | None = None) -> str:
-    """The webhook's shared secret: the playbook's `[watch] secret_file` (its content, one line; a
-    file group or others can read is refused), or ENVBISECT_WATCH_SECRET (the watch takes it out of
-    its environment: see `take_secret_env`). UsageError (one line) when neither holds one of
-    MIN_SECRET characters."""
+    """The webhook's shared secret: the playbook's `[watch] secret_file` (its content, one line;
+    refused when group or others can read it, or another user than this one or root owns it), or
+    ENVBISECT_WATCH_SECRET (the watch takes it out of its environment: see `take_secret_env`).
+    UsageError (one line) when neither holds one of MIN_SECRET characters."""
     environ = os.environ if environ is None else environ  # type: ignore[assignment]
     if secret_file:
         try:
             with open(secret_file, "rb") as f:
-                mode = os.fstat(f.fileno()).st_mode & 0o777
+                st = os.fstat(f.fileno())
+                mode = st.st_mode & 0o777
                 if mode & 0o077:  # as ssh refuses a private key others can read
                     raise UsageError(f"{where}: [watch] secret_file {secret_file} is readable by group or others "
                                      f"(mode 0{mode:o}): chmod 600 it") from None
+                if st.st_uid not in (os.geteuid(), 0):  # its owner could rewrite it: as ssh refuses
+                    raise UsageError(f"{where}: [watch] secret_file {secret_file} is owned by uid {st.st_uid}, "
+                                     f"not by this user (uid {os.geteuid()}) or root: chown it") from None
                 text = f.read().decode("utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise UsageError(f"{where}: [watch] secret_file {secret_file}: {getattr(e, 'strerror', None) or e}") \

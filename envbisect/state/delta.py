@@ -180,6 +180,8 @@ class Delta:
             old, new = masker.mask_value(k, old), masker.mask_value(k, new)
         elif self.kind == "flag":  # the flag's text on the line, masked as an argument string's flag is
             old, new = masker.mask_value(self.flag or "", old), masker.mask_value(self.flag or "", new)
+        elif self.kind == "file":  # a whole file's side is its content's sha256: keyed, as it goes out to people
+            old, new = (None if v is None else masker.content_digest(v) for v in (old, new))
         return {"id": self.id, "kind": self.kind.value, "host": self.host, "service": self.service, "path": self.path,
                 "key": self.key, "change": self.change, "old": old, "new": new,
                 "baseline_source": self.baseline_source, "detail": [masker.redact_text(d) for d in self.detail],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import functools
 import hashlib
@@ -62,9 +63,18 @@ def private_dir(path: Path) -> None:
 
 def write_private(path: Path, data: bytes) -> None:
     private_dir(path.parent)
+    write_file(path, data, 0o600)
+
+
+def write_file(path: Path, data: bytes, mode: int) -> None:
+    """Atomically (re)place `path` with `data`: the temp file is one mkstemp creates (O_EXCL, so a
+    symlink planted at a guessable name is never followed), and a destination that is a symlink is
+    refused, never written through nor silently replaced."""
+    if path.is_symlink():
+        raise OSError(errno.ELOOP, "it is a symlink; not writing through it", str(path))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
-        os.fchmod(fd, 0o600)
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

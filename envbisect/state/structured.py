@@ -101,6 +101,30 @@ def key_secrets(deltas: Iterable[Any]) -> list[tuple[str, str]]:
     return out
 
 
+def file_pairs(path: str, data: bytes | None) -> list[tuple[str, str]]:
+    """(the key, the string value) of every string leaf of a structured file (YAML, JSON, TOML by
+    its extension): what a secret masker learns from a watched file, so a secret under a secret key
+    (`db.password`) is masked wherever it turns up, changed or not. [] when it does not parse."""
+    fmt = format_of(path)
+    if fmt is None or not data:
+        return []
+    try:
+        doc = plain(_load(fmt, data))
+    except (_Bad, RecursionError):
+        return []
+    out: list[tuple[str, str]] = []
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        key, v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((str(k), x) for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((key, x) for x in v)
+        elif isinstance(v, str):  # a block scalar's value ends in a line break that a print drops
+            out.extend((key, x) for x in {v, v.strip()} if x)
+    return out
+
+
 def value_at(fmt: str, data: bytes | None, text: str) -> tuple[bool, str | None]:
     """(parsed, the value at key path `text` as compact JSON text, None when absent) of a file's
     bytes; (False, None) when the file does not parse (or is absent)."""
