@@ -3,6 +3,7 @@ the search given trials that fail differently (an oracle with pairs that need ea
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -220,8 +221,7 @@ def test_a_background_trial_is_a_pass_to_the_search():
 
 def _dead(n, line, service="decode", reason=None, tail_before="fault decision: no rule matches\n") -> Trial:
     t = trial(n, outcome=Outcome.START_FAILURE, reason=reason or f"{service} died while starting")
-    from dataclasses import replace as _replace
-    return _replace(t, log_tail=f"{tail_before}{line}\n\n")
+    return replace(t, log_tail=f"{tail_before}{line}\n\n")
 
 
 def test_two_start_failures_of_one_service_with_different_last_lines_are_different_faults():
@@ -249,8 +249,9 @@ def test_two_start_failures_of_one_service_with_different_last_lines_are_differe
 def test_a_start_command_exit_is_fingerprinted_by_its_stderr_line_without_a_log():
     r1 = ("decode: start command failed: engine pid 311 exited: no SGLANG_X_PATH (a start failure of this "
           "configuration: the same command started decode in trial 2 of this run, and trial 3 failed the same way)")
-    r2 = ("decode: start command failed: engine pid 4477 exited: aiter kernels unavailable (a start failure of "
-          "this configuration: the same command started decode in trial 2 of this run, and trial 5 failed the same way)")
+    r2 = ("decode: start command failed: engine pid 4477 exited: aiter kernels unavailable (a start failure "
+          "of this configuration: the same command started decode in trial 2 of this run, and trial 5 failed "
+          "the same way)")
     one = of_trial(trial(1, outcome=Outcome.START_FAILURE, reason=r1))
     assert one.service == "decode" and "SGLANG_X_PATH" in one.first_line and "trial 2" not in one.first_line
     assert shows(one, trial(2, outcome=Outcome.START_FAILURE, reason=r2)) is False
