@@ -3,6 +3,7 @@ the search given trials that fail differently (an oracle with pairs that need ea
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -216,3 +217,42 @@ def test_a_background_trial_is_a_pass_to_the_search():
 
     o = observation(dataclasses.replace(t, symptom="background"))
     assert not o.failed and o.passes == 3 and not o.other
+
+
+def _dead(n, line, service="decode", reason=None, tail_before="fault decision: no rule matches\n") -> Trial:
+    t = trial(n, outcome=Outcome.START_FAILURE, reason=reason or f"{service} died while starting")
+    return replace(t, log_tail=f"{tail_before}{line}\n\n")
+
+
+def test_two_start_failures_of_one_service_with_different_last_lines_are_different_faults():
+    # red-team scen_c: a guilty crash and an innocent cross-service pair both kill decode at start
+    aiter = of_trial(_dead(1, "[2026-12-08 00:29:53.555] FATAL: aiter kernels unavailable on this GPU "
+                              "(crash fault, rule #2); exiting with status 1"))
+    assert aiter.kind == "start-failure" and aiter.service == "decode" and "aiter" in aiter.first_line
+    pair = _dead(3, "[2026-12-08 00:29:56.743] FATAL: prefill enables X; decode has no SGLANG_X_PATH "
+                    "(crash fault, rule #3); exiting with status 1")
+    assert shows(aiter, pair) is False
+    assert "aiter" in aiter.describe()
+    # the same fault again, other timestamps, pids, ports and tmp paths: the same fingerprint
+    again = _dead(5, "[2026-12-08 00:31:02.001] FATAL: aiter kernels unavailable on this GPU "
+                     "(crash fault, rule #2); exiting with status 1")
+    assert shows(aiter, again) is True
+    a = of_trial(_dead(6, "pid 4121 port 30001 lock /tmp/sgl-ab12/x.lock 0xdeadbeef: bind failed"))
+    assert shows(a, _dead(7, "pid 977 port 30417 lock /tmp/sgl-zz9q/y.lock 0x1234abcd: bind failed")) is True
+    # a fingerprint kept from a start without a log (or an older record) still compares by service
+    bare = of_trial(trial(8, outcome=Outcome.START_FAILURE, reason="decode died while starting"))
+    assert shows(bare, pair) is True and shows(aiter, trial(9, outcome=Outcome.START_FAILURE,
+                                                                reason="decode died while starting")) is True
+    assert Fingerprint.from_json(aiter.to_json()) == aiter
+
+
+def test_a_start_command_exit_is_fingerprinted_by_its_stderr_line_without_a_log():
+    r1 = ("decode: start command failed: engine pid 311 exited: no SGLANG_X_PATH (a start failure of this "
+          "configuration: the same command started decode in trial 2 of this run, and trial 3 failed the same way)")
+    r2 = ("decode: start command failed: engine pid 4477 exited: aiter kernels unavailable (a start failure "
+          "of this configuration: the same command started decode in trial 2 of this run, and trial 5 failed "
+          "the same way)")
+    one = of_trial(trial(1, outcome=Outcome.START_FAILURE, reason=r1))
+    assert one.service == "decode" and "SGLANG_X_PATH" in one.first_line and "trial 2" not in one.first_line
+    assert shows(one, trial(2, outcome=Outcome.START_FAILURE, reason=r2)) is False
+    assert shows(one, trial(3, outcome=Outcome.START_FAILURE, reason=r1.replace("311", "9"))) is True

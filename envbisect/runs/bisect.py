@@ -30,7 +30,7 @@ from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_
 from envbisect.runs.commit_line import read_lines, search_line, undo_on_host
 from envbisect.runs.corrected_evidence import check_correctable, feed, recorded_refine
 from envbisect.runs.deployment import Deployment, capture_environment
-from envbisect.runs.drift import drift_hints, with_drift
+from envbisect.runs.drift import verdict_drift
 from envbisect.runs.plan import (ApartTest, BisectOptions, check_original_is_current, culprit_deltas, dry_run_plan,
                                  git_culprit, guard_configs, guard_verdict, judge_apart, linked_to_refine, make_units,
                                  observation, parse_policy, remaining_restarts, running_stack_unverified, seen_ids,
@@ -541,16 +541,14 @@ class BisectRun:
         if verdict.kind == VerdictKind.NOT_CONFIG:  # on the configuration it speaks about: _leave put current back
             self.on_event("step", {"message": "checking the request path layer by layer"})
             path_report = check_path(self.playbook, self.dep.transports, s.probe)
-        drift_hint: tuple[str, ...] = ()
         if verdict.kind == VerdictKind.NOT_REPRODUCED and not any(not t.free for t in self.trials):
             notes.append(f"the running stack passes the probe as it runs (trial 1, no restart): nothing to find "
                          f"with probe {s.probe.name!r}; nothing was changed or restarted")
         elif verdict.kind == VerdictKind.NOT_REPRODUCED:
             notes.append("after a full ordered co-restart the current configuration passes; the hosts were left at "
                          "it, co-restarted - which is itself the fix for a stack restarted piecemeal")
-            recorded = s.diff.to_json(self.dep.masker) if s.diff else s.diff_doc or {}
-            drift_hint = tuple(drift_hints(recorded))
-            verdict = with_drift(verdict, recorded, list(drift_hint))
+        recorded = s.diff.to_json(self.dep.masker) if s.diff else s.diff_doc or {}
+        verdict, drift_hint = verdict_drift(verdict, recorded, any(not t.free for t in self.trials))
         watch = self.watch
         result = BisectResult(self.run_id, verdict, tuple(self.trials), state_left, s.units, path_report,
                               drift_hint, final, tuple(notes), found.refined, found.guard, self.corrections,

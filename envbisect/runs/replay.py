@@ -34,7 +34,7 @@ from envbisect.inputs.masking import SecretMasker, printable
 from envbisect.outcome import Leave, Outcome, VerdictKind
 from envbisect.runs.baseline_proof import not_reproduced, proof_from_record, unresolved_causes
 from envbisect.runs.symptom import dependency_records, fault_records, incident_for, stack_state_text
-from envbisect.runs.drift import drift_hints
+from envbisect.runs.drift import verdict_drift
 from envbisect.runs.plan import judge_apart, linked_to_refine, observation
 from envbisect.runs.result import VERDICT_EXIT, BisectResult, GuardResult
 from envbisect.runs.corrected_evidence import NOT_SEARCHED, check_correctable, feed, perf_reference, recorded_refine
@@ -401,7 +401,7 @@ def replay_evidence(ev: RunEvidence, corrections: Corrections, *, base_probes: i
     verdict = unresolved_causes(verdict, evidence)
     if verdict.kind == VerdictKind.NOT_CONFIG:
         notes.append("the layered check of the request path was not repeated (it needs the hosts)")
-    drift = tuple(drift_hints(ev.doc.get("diff") or {})) if verdict.kind == VerdictKind.NOT_REPRODUCED else ()
+    verdict, drift = verdict_drift(verdict, ev.doc.get("diff") or {}, any(not t.free for t in ev.trials))
     final = next((t for t in reversed(ev.trials) if t.kind is TrialKind.FINAL), None)
     result = BisectResult(ev.run_id, verdict, ev.trials, state_left, units, None, drift, final, tuple(notes),
                           refined, guard, corrections, ev.doc.get("symptom"),

@@ -22,11 +22,11 @@ the search records. Pure: no I/O, no clock, no randomness.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Hashable, Sequence
 
 from envbisect.search.belief import Belief
 from envbisect.search.judge import Judge
-from envbisect.search.types import Dependency, TrialKind, TrialRequest
+from envbisect.search.types import Dependency, Observation, TrialKind, TrialRequest
 
 
 @dataclass(frozen=True)
@@ -230,8 +230,51 @@ def describe(s: Judge) -> tuple[Dependency, ...]:
     return tuple(out)
 
 
+def shown(history: Sequence[tuple[Observation, Hashable | None]], dep: Dependency, culprits: set[str]) -> bool:
+    """Whether a trial shows ``dep``: one with the needy delta and its partners, and without every
+    culprit, that passed; or, where the needy delta without them does not start, one with them that
+    started (failed only later, whatever it held). A trial that failed with the symptom shows nothing
+    else about it: the symptom masks another failure (a 500 behind a hang)."""
+    need = {dep.needy, *dep.partners}
+    apart = [sign for o, sign in history if o.failed and sign is not None and dep.needy in o.config
+             and not set(dep.partners) <= o.config]
+    at_start = bool(apart) and all(_at_start(sign) for sign in apart)
+    for o, sign in history:
+        if o.unresolved or o.free or not need <= o.config:
+            continue
+        if not o.failed and not o.config & culprits:
+            return True
+        # a start failure apart: a trial with both that failed only after the start got past it
+        if at_start and o.failed and sign is not None and not _at_start(sign):
+            return True
+    return False
+
+
+def _at_start(sign: Hashable | None) -> bool:
+    return getattr(sign, "kind", sign) in ("start", "start-failure")
+
+
+def checked(history: Sequence[tuple[Observation, Hashable | None]], deps: Sequence[Dependency],
+            culprits: Sequence[str]) -> tuple[Dependency, ...]:
+    """The verdict's dependencies, each shown by a trial (`shown`). One with a culprit on either side
+    is dropped: nothing without the culprits can hold it, and the culprit's own fault explains the
+    failure. Another is kept as inferred, saying that no trial showed it."""
+    named = set(culprits)
+    out = []
+    for d in deps:
+        if shown(history, d, named):
+            out.append(d)
+        elif d.needy not in named and not named & set(d.partners):
+            who = " + ".join(d.partners)
+            out.append(Dependency(d.needy, d.partners, f"{d.needy} needs {who} (inferred from the trials that "
+                                  "failed differently from the symptom; no trial with both, and without the "
+                                  "culprits, passed)", False, ()))
+    return tuple(out)
+
+
 def _said(trial: int) -> str:
     return f"trial {trial}" if trial else "the baseline"
 
 
-__all__ = ["step", "describe", "unexplained", "clean", "passed", "Need", "Skip", "GiveUp", "GIVE_UP"]
+__all__ = ["step", "describe", "shown", "checked", "unexplained", "clean", "passed", "Need", "Skip", "GiveUp",
+           "GIVE_UP"]

@@ -138,8 +138,7 @@ def explain(j: Judge, post: Belief, terms: list[int]) -> str:
         if len(names) == 1:
             x = names[0]
             if alone and solo != t:
-                facts.append(f"{x} alone (with {', '.join(j.names(solo & ~t))}, which it needs) "
-                             f"failed{cite(j, solo)}")
+                facts.append(f"{x} with only {', '.join(j.names(solo & ~t))} beside it failed{cite(j, solo)}")
             elif alone:
                 facts.append(f"{x} alone failed{cite(j, t)}")
             else:

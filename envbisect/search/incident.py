@@ -27,7 +27,7 @@ import operator
 from typing import Callable, Hashable, Mapping, Sequence
 
 from envbisect.outcome import VerdictKind
-from envbisect.search import explain
+from envbisect.search import dependency, explain
 from envbisect.search.strategy import Search
 from envbisect.search.types import Fault, Observation, TrialKind, TrialRequest, Verdict
 
@@ -238,6 +238,11 @@ class Incident:
         self._maybe_next_problem()  # the trials run so far may settle the new problem too
 
     def _verdict(self, last: Verdict) -> Verdict:
+        v = self._verdict_of(last)
+        deps = dependency.checked(self.history, v.dependencies, v.culprits)
+        return v if deps == v.dependencies else dataclasses.replace(v, dependencies=deps)
+
+    def _verdict_of(self, last: Verdict) -> Verdict:
         if not self.faults:
             if self.symptom is None and self.stack_state is None:
                 return last

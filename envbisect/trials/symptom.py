@@ -7,7 +7,7 @@ delta that needs a partner; counted as the symptom it can name the innocent half
 
 A fingerprint says how a trial failed:
 
-- ``start-failure`` of which service (the co-restart stopped there);
+- ``start-failure`` of which service (the co-restart stopped there), with its last words;
 - ``hang`` (no answer within the probe's timeout), ``reset`` (the connection broke), ``refused``
   (no connection), ``error`` (another transport error);
 - ``status``: the HTTP status and the first line of the error body; ``body`` (the answer did not
@@ -17,7 +17,9 @@ A fingerprint says how a trial failed:
 The layer, where along the probe it failed ("request", "round 3 of 6 on one reused connection"),
 and the first body line (with what legitimately varies, numbers, ids and timings, masked by
 `masked`) are kept for people. Two fingerprints are the same symptom when their kind matches and,
-for a start failure, the service; for a status, the status; for a command, the exit status. The
+for a start failure, the service and what the start said last (its start command's stderr line, its
+log's last line, masked: one service dies at start from a guilty key and from an innocent pair, and
+only its last words tell them apart); for a status, the status; for a command, the exit status. The
 first line is not judged on: behind one status, two independent culprits give different lines
 (which engine answers first decides), and calling the second culprit "another failure" would
 exonerate it. A trial shows the symptom when one of its failed probe runs does. Pure: it reads
@@ -34,8 +36,14 @@ from envbisect.trials.probe_request import ProbeRun, RequestRecord
 from envbisect.trials.runner import Trial
 
 _START = re.compile(r"^(\S+?):? (?:died while starting|not healthy after|start command failed)")
-# what varies between two runs of one fault: uuids and hex ids, numbers (timings, ports, counts)
-_VARIES = (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I),
+# a start command's stderr line in its trial's reason, before what trials/start_evidence.py adds
+_STDERR = re.compile(r"^\S+: start command failed: (.*?)(?: \((?:a start failure of this configuration|the same "
+                     r"command started|the first start of|trial \d+, the same configuration)\b.*)?$", re.S)
+# what varies between two runs of one fault: scratch paths, uuids and hex ids, numbers (timings,
+# ports, pids, counts)
+_VARIES = (re.compile(r"(?<![\w.])/(?:var/)?tmp/\S*"),
+           re.compile(r"\b0x[0-9a-f]+\b", re.I),
+           re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I),
            re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{6,}\b", re.I),
            re.compile(r"\d+(?:\.\d+)?"))
 
@@ -65,7 +73,10 @@ class Fingerprint:
         if self.kind != other.kind:
             return False
         if self.kind == "start-failure":
-            return self.service == other.service
+            # one service dies at start from two faults (a guilty key, an innocent pair): its last
+            # words tell them apart; a start that left no line (or an older record) compares by service
+            return self.service == other.service and (not self.first_line or not other.first_line
+                                                      or self.same_line(other))
         if self.kind in ("status", "exit"):
             return self.status == other.status
         return True
@@ -77,7 +88,7 @@ class Fingerprint:
 
     def describe(self) -> str:
         if self.kind == "start-failure":
-            return f"{self.service} does not start"
+            return f"{self.service} does not start" + (f": {self.first_line[:80]!r}" if self.first_line else "")
         what = {"hang": "hang, no answer", "reset": "connection reset", "refused": "connection refused",
                 "error": "transport error", "body": "answer does not match", "latency": "over the latency budget",
                 "exit": f"exit status {self.status}", "unknown": "a failure nothing describes"}.get(self.kind)
@@ -145,7 +156,8 @@ def of_trial(trial: Trial) -> Fingerprint | None:
     if trial.outcome is Outcome.START_FAILURE:
         m = _START.match(trial.reason or "")
         service = m.group(1) if m else None
-        return Fingerprint("start-failure", service=service, layer=f"start of {service or 'a service'}")
+        return Fingerprint("start-failure", service=service, first_line=_last_words(trial),
+                           layer=f"start of {service or 'a service'}")
     if trial.outcome is not Outcome.FAIL:
         return None
     for run in trial.probe_runs:
@@ -153,6 +165,19 @@ def of_trial(trial: Trial) -> Fingerprint | None:
         if fp is not None:
             return fp
     return None
+
+
+def _last_words(trial: Trial) -> str:
+    """What a failed start said last: its start command's stderr line (a command that reports the
+    failure itself) and its log's last line, as seen."""
+    words = []
+    m = _STDERR.match(trial.reason or "")
+    if m and m.group(1).strip():
+        words.append(m.group(1).strip())
+    tail = [ln.strip() for ln in (trial.log_tail or "").splitlines() if ln.strip()]
+    if tail:
+        words.append(tail[-1])
+    return " | ".join(words)[:240]
 
 
 def shows(symptom: Fingerprint, trial: Trial) -> bool | None:
