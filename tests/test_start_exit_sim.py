@@ -135,6 +135,9 @@ def test_my_edit_and_now_decode_will_not_start_names_the_edit(scenario, sshd):  
     assert first_base["outcome"] == "pass", trials
     assert all(t["outcome"] == "unresolved" for t in doc["trials"] if t["n"] < first_base["n"]), trials
     assert tree_fingerprint(s.sim) == before
+    # the final restore starts every service that ran before, although decode fails before the router
+    assert {"prefill", "router"} <= set(s.sim.running_pids()), s.sim.running_pids()
+    assert "each service: prefill: running" in p.stderr and "router: " in p.stderr, p.stderr[-1500:]
 
 
 def test_leave_fixed_keeps_the_pair_together_when_its_partner_is_the_culprit(scenario, sshd):
