@@ -71,3 +71,35 @@ def test_a_commit_whose_revert_conflicts_is_not_named_the_range_is(scenario, ssh
     assert r.commit.failed == shas[2] and r.commit.passed == shas[1], r.commit.to_json()
     assert "does not undo cleanly" in r.commit.text and shas[2][:12] in r.commit.text, r.commit.text
     assert r.state_left == "original" and tree_fingerprint(s.sim) == before
+
+
+def test_a_refused_commit_leaves_the_range_from_the_last_commit_seen_passing(scenario, sshd):
+    """Six commits: c2 returns HTTP 500 (the symptom), c4 hangs (masked by the 500), c3 crashes decode
+    at start until c6. c2 is refused (HEAD without it hangs); the range runs from c1, seen passing,
+    to HEAD, never from c2, which was seen failing."""
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config))
+    src = s.sim.src_dir
+    rules = json.loads(s.sim.rules_path.read_text())
+    rules["rules"] += [
+        {"service": "decode", "when_file": {"path": str(src / "kv_fast.txt"), "contains": None}, "fault": "5xx"},
+        {"service": "decode", "when_file": {"path": str(src / "sched.txt"), "contains": None}, "fault": "hang"},
+        {"service": "decode", "fault": "crash", "message": "notes3 without notes6",
+         "when_file": [{"path": str(src / "notes3.txt"), "contains": None},
+                       {"path": str(src / "notes6.txt"), "exists": False}]}]
+    s.sim.set_rules(rules)
+    s.baseline()
+    shas = []
+    for i, f in enumerate(("notes1.txt", "kv_fast.txt", "notes3.txt", "sched.txt", "notes5.txt", "notes6.txt"), 1):
+        (src / f).write_text(f"c{i}\n")
+        _git(src, "add", "-A")
+        _git(src, "commit", "-qm", f"pull commit {i}")
+        shas.append(_git(src, "rev-parse", "HEAD").strip())
+    plant(s.sim, INNOCENT[:2])
+    before = tree_fingerprint(s.sim)
+    r = s.bisect(probe="e2e")
+    assert r.commit is not None and r.commit.commit is None, (r.commit, r.notes)
+    doc = r.commit.to_json()
+    assert doc["last_passing"] == shas[0] and doc["revert_to"] == shas[0], doc
+    assert doc["first_failing"] == shas[5] and doc["unconfirmed"] == shas[1], doc
+    assert "failed another way" in r.commit.text and "hang" in r.commit.text, r.commit.text
+    assert r.state_left == "original" and tree_fingerprint(s.sim) == before

@@ -362,6 +362,9 @@ def test_max_trials_inconclusive_with_suspects() -> None:
 
 
 def test_unresolved_retried_once_then_gives_up() -> None:
+    """A trial unresolved twice ends the search, once the premises had their chance: current
+    unresolved runs the baseline next (does anything start in this run?); the baseline unresolved
+    too ends it, and the explanation says both were run."""
     units = names(8)
     s = Search(units)
     r = s.next()
@@ -370,8 +373,36 @@ def test_unresolved_retried_once_then_gives_up() -> None:
     assert isinstance(r2, TrialRequest) and r2.config == r.config and r2.purpose.startswith("retry")
     assert s.trials == 1
     s.observe(Observation.of(r2.config, Outcome.UNRESOLVED))
+    b = s.next()
+    assert isinstance(b, TrialRequest) and b.config == frozenset() and "baseline" in b.purpose
+    s.observe(Observation(b.config, unresolved=True))
+    b2 = s.next()
+    assert isinstance(b2, TrialRequest) and b2.config == frozenset() and b2.purpose.startswith("retry")
+    s.observe(Observation(b2.config, unresolved=True))
     v = s.next()
     assert isinstance(v, Verdict) and v.kind == "inconclusive" and "unresolved" in v.explanation
+    assert "never gave an answer" not in v.explanation
+    assert "current (trials 1, 2) and the baseline (trials 3, 4) were unresolved" in v.explanation
+
+
+def test_current_unresolved_runs_the_baseline_then_current_again() -> None:
+    """The operator's edit and now a service will not start: current's start is unresolved (no
+    evidence yet that the start command works), so the baseline runs next; once it passes, current is
+    tried again and its failure is evidence: the search goes on and names the culprit."""
+    units = names(8)
+    s = Search(units)
+    cur = frozenset(units)
+    for _ in range(2):
+        r = s.next()
+        assert isinstance(r, TrialRequest) and r.config == cur
+        s.observe(Observation(r.config, unresolved=True))
+    b = s.next()
+    assert isinstance(b, TrialRequest) and b.config == frozenset()
+    s.observe(Observation(b.config, passes=b.probes))
+    again = s.next()
+    assert isinstance(again, TrialRequest) and again.config == cur, again
+    v = run(s, single("u5"))
+    assert v.kind == "culprit" and v.culprits == ("u5",), v
 
 
 def test_unresolved_costs_budget_but_no_evidence() -> None:

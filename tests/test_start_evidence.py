@@ -79,3 +79,18 @@ def test_other_restart_failures_are_not_judged_here():
     assert ev.saw(2, BASE, died) is None
     assert ev.started == {"prefill": 2}  # the service that died did not start
     assert ev.saw(3, BASE, RestartResult(False, "infra", None, "lost the ssh connection")) is None
+
+
+def test_current_retried_after_the_baseline_started_it_is_a_start_failure():
+    """The operator's edit and now decode will not start: current's first two starts are the first
+    of decode in the run (unresolved); the baseline then starts decode with the same command, and
+    current's next start failing the same way as its earlier one is its start failure."""
+    ev = StartEvidence(ORDER)
+    current = ("decode:SGLANG_ATTENTION_BACKEND", "prefill:NCCL_DEBUG")
+    for n in (1, 2):
+        outcome, why = ev.saw(n, current, exit_of(pid=800 + n))
+        assert outcome is Outcome.UNRESOLVED and "first start of decode" in why, why
+    assert ev.saw(3, BASE, OK) is None
+    outcome, why = ev.saw(4, current, exit_of(pid=804))
+    assert outcome is Outcome.START_FAILURE, why
+    assert "trial 3" in why and "trial 2" in why, why

@@ -107,6 +107,39 @@ def test_when_the_first_start_of_the_run_is_the_failing_one_the_verdict_says_why
     assert doc["state_left"] == "original" and tree_fingerprint(s.sim) == before
 
 
+def test_my_edit_and_now_decode_will_not_start_names_the_edit(scenario, sshd):  # noqa: F811
+    """The most common incident, with a start command that exits non-zero: the operator's restart
+    after the guilty edit already failed (decode is down, the router started by hand). Current's
+    first starts are the first of decode in the run (unresolved), so the baseline runs next; it
+    starts decode with the same command, current's next start is evidence, and the edit is named."""
+    rules = copy.deepcopy(DEFAULT_RULES)
+    rules["rules"] += [{"service": "decode", "when": {"SGLANG_ATTENTION_BACKEND": "flashmla"}, "fault": "crash",
+                        "message": "flashmla kernel not built for sm120"}]
+    s = scenario(ssh=sshd.alias, ssh_config=str(sshd.ssh_config), rules=rules, start_mode="checked")
+    s.baseline()
+    plant(s.sim, [INNOCENT[0], ("decode", "SGLANG_ATTENTION_BACKEND", "flashmla"), INNOCENT[2], INNOCENT[3]],
+          restart=False)
+    s.sim.age_files()
+    with pytest.raises(RuntimeError):
+        s.sim.co_restart()  # the operator's restart: decode exits at start
+    s.sim.start("router", wait=False)
+    assert "decode" not in s.sim.running_pids()
+    before = tree_fingerprint(s.sim)
+    p = s.cli("bisect", "--against", "good", "--probe", "e2e", "--json")
+    doc = json.loads(p.stdout)
+    trials = [(t["n"], t["purpose"], t["outcome"], t["cause"], t["reason"][:120]) for t in doc["trials"]]
+    assert p.returncode == 0, (doc["explanation"], trials)
+    assert doc["verdict"] == "culprit" and doc["culprits"] == ["decode:SGLANG_ATTENTION_BACKEND"], (
+        doc["explanation"], trials)
+    first_base = next(t for t in doc["trials"] if t["config"] == [])
+    assert first_base["outcome"] == "pass", trials
+    assert all(t["outcome"] == "unresolved" for t in doc["trials"] if t["n"] < first_base["n"]), trials
+    assert tree_fingerprint(s.sim) == before
+    # the final restore starts every service that ran before, although decode fails before the router
+    assert {"prefill", "router"} <= set(s.sim.running_pids()), s.sim.running_pids()
+    assert "each service: prefill: running" in p.stderr and "router: " in p.stderr, p.stderr[-1500:]
+
+
 def test_leave_fixed_keeps_the_pair_together_when_its_partner_is_the_culprit(scenario, sshd):
     """Checked start mode: the draft path itself makes decode hang (the culprit), and EAGLE needs
     it to start. `--leave fixed` takes the culprit out and EAGLE with it, and the stack it leaves

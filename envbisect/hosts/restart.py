@@ -268,7 +268,8 @@ def _replace(fact: ServiceRestart, **kw: Any) -> ServiceRestart:
 def co_restart(playbook: Playbook, transports: Mapping[str, Transport], *,
                on_step: Callable[[str], None] | None = None, guard: Guard | None = None,
                expect_env: Mapping[str, Mapping[str, str | None]] | None = None,
-               keep_survivors: Collection[int] = (), only: Collection[str] | None = None) -> RestartResult:
+               keep_survivors: Collection[int] = (), only: Collection[str] | None = None,
+               best_effort: bool = False) -> RestartResult:
     """Stop every service (reverse order, group by group), wait for their processes to be gone, then
     start each start group at once, wait until all its services are healthy and prove each is a new
     process (module docstring) before the next group starts. `only`: restart just these services
@@ -281,7 +282,10 @@ def co_restart(playbook: Playbook, transports: Mapping[str, Transport], *,
     process that outlives its stop is one of them, the other services are started anyway and it is
     left running. Only for putting the original back: the files are then what that old process
     already runs, so the stack ends as it was found; a trial never does this (it would probe a
-    process of another configuration). The result is still a failure, naming the survivor."""
+    process of another configuration). The result is still a failure, naming the survivor.
+    `best_effort`: a group that fails to start does not stop the later groups (putting the original
+    back starts every service it can; a trial stops at the first failure); the result is the first
+    failure, and `service_states` says each service's state."""
     t0 = time.monotonic()
     step = on_step or (lambda _msg: None)
     order = tuple(n for n in playbook.restart.order if only is None or n in only)
@@ -306,15 +310,29 @@ def co_restart(playbook: Playbook, transports: Mapping[str, Transport], *,
         if left:
             return failed(_survivors(playbook, transports, groups, left, keep_survivors, facts, durations,
                                      guard, step))
+        first_bad: RestartResult | None = None
         for group in groups:
             bad = _start_group(playbook, transports, group, facts, durations, guard, step,
                                (before, expect_env or {}))
-            if bad is not None:
+            if bad is not None and not best_effort:
                 return failed(bad)
+            first_bad = first_bad or bad
+        if first_bad is not None:
+            return failed(first_bad)
     except RemoteError as e:
         return failed(RestartResult(False, "infra", None, str(e)))
     return RestartResult(True, durations=durations, total_s=time.monotonic() - t0,
                          services=tuple(facts[n] for n in order))
+
+
+def service_states(rs: RestartResult) -> str:
+    """Each service's state after a co-restart, in restart order: "a: running (pid 12); bad: not up
+    (why)"; a service whose start ran but never became healthy may be running, unhealthy."""
+    def one(f: ServiceRestart) -> str:
+        if f.new_pid is not None:
+            return f"{f.service}: running (pid {f.new_pid})"
+        return f"{f.service}: not up ({f.problem})" if f.problem else f"{f.service}: not started"
+    return "; ".join(one(f) for f in rs.services)
 
 
 def _survivors(playbook: Playbook, transports: Mapping[str, Transport], groups: tuple[tuple[str, ...], ...],

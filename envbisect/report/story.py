@@ -322,6 +322,12 @@ def _commit(doc: Any) -> list[Block]:
     by = f"trials {', '.join(map(str, trials))}" if trials else "no trial needed"
     out: list[Block] = [Heading(3, text("Guilty commit"))]
     if not isinstance(c, dict):
+        if doc.get("unconfirmed"):
+            out.append(_p(f"{s(doc.get('delta'))}: no commit is named: {short(doc.get('unconfirmed'), 'git')} is the "
+                          f"first commit seen failing with the symptom, unconfirmed ({s(doc.get('why'))}); the range "
+                          f"is {short(doc.get('last_passing'), 'git')} (last seen passing) to "
+                          f"{short(doc.get('first_failing'), 'git')}, of {len(line)} commits ({by})."))
+            return out
         out.append(_p(f"{s(doc.get('delta'))}: not narrowed to one commit (a trial was unresolved): the first "
                       f"failing commit is after {short(doc.get('last_passing'), 'git')} and at or before "
                       f"{short(doc.get('first_failing'), 'git')}, of {len(line)} commits ({by})."))

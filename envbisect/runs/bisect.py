@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from envbisect.errors import EnvbisectError, LockLost, ProbeBroken, RemoteError, StoreError, UsageError
 from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal
-from envbisect.hosts.restart import co_restart
+from envbisect.hosts.restart import co_restart, service_states
 from envbisect.inputs.playbook import Probe
 from envbisect.outcome import Cause, Leave, Outcome, VerdictKind
 from envbisect.runs.baseline_proof import (BaselineProof, baseline_trial, build_proof, not_reproduced, restart_facts,
@@ -668,11 +668,12 @@ class BisectRun:
         if restart:
             rs = co_restart(self.playbook, self.dep.transports,
                             on_step=lambda m: self.on_event("step", {"message": m}), guard=editor.guard,
-                            keep_survivors=self._pids_before_the_run())
+                            keep_survivors=self._pids_before_the_run(), best_effort=True)
         editor.finish()
         editor.unlock()
         if rs is not None and not rs.ok:
-            self.on_event("warning", {"message": f"restored files, but the co-restart failed: {rs.message}"})
+            self.on_event("warning", {"message": f"restored files, but the co-restart failed: {rs.message}; "
+                                                 f"each service: {service_states(rs)}"})
         return Leave.ORIGINAL
 
     def _pids_before_the_run(self) -> frozenset[int]:

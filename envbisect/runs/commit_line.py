@@ -77,25 +77,49 @@ def search_line(g: Delta, lines: Lines, trials: Sequence[Trial], trial_at: StepT
     """The commit of the HEAD move `g` that is first to fail, observed and confirmed alone (or the
     range it was narrowed to, and why)."""
     found = _search(g, lines, trials, trial_at, notes)
-    tries = 0
+    if found is None:
+        return None
+    first, whys = found, list[str]()  # the first search's ends: its passing end was observed passing
     while confirm is not None and found is not None and found.commit is not None:
         c = found.commit
         t, why = confirm(c)
         if t is not None and t.outcome is Outcome.PASS:
             return replace(found, confirmed_by=t.n)
         if t is not None:
-            why = (f"{c.sha[:12]} is not named: the deployed HEAD without it did not pass (trial {t.n}: "
-                   f"{t.reason})")
+            why = f"{c.sha[:12]} is not named: {_refusal(t)}"
         notes.append(f"{g.id}: {why}")
-        tries += 1
+        whys.append(why)
         later = _after(lines, c)
-        if t is None or not later or tries >= CONFIRM_TRIES:
+        if t is None and len(whys) == 1:  # not built: the line stays narrowed to the commit, with why
             return replace(found, commit=None, why=why)
-        again = _search(g, Lines(later, later), trials, trial_at, notes, premised=True, start=c.merged_by or c.sha)
-        if again is None:
-            return replace(found, commit=None, why=why)
+        again = (None if t is None or not later or len(whys) >= CONFIRM_TRIES else
+                 _search(g, Lines(later, later), trials, trial_at, notes, premised=True, start=c.merged_by or c.sha))
+        if again is None or again.commit is None:
+            used = found.trials + (again.trials if again is not None else ())
+            return _refused(first, g, used, "; ".join(whys))
         found = replace(again, line=found.line, trials=found.trials + again.trials)
     return found
+
+
+def _refusal(t: Trial) -> str:
+    """What the confirmation (the deployed HEAD without the commit) saw, when it did not pass."""
+    if t.outcome is Outcome.UNRESOLVED:
+        return f"the deployed HEAD without it was unresolved (trial {t.n}: {t.reason})"
+    if t.symptom == "other":
+        return (f"the deployed HEAD without it failed another way (trial {t.n}: {t.reason}): a second problem "
+                "in the later commits")
+    return (f"the deployed HEAD without it still failed with the symptom (trial {t.n}: {t.reason}): a later "
+            "commit gives it too")
+
+
+def _refused(first: CommitVerdict, g: Delta, used: tuple[int, ...], why: str) -> CommitVerdict:
+    """The line as a range after its first failing commit was refused by its confirmation: from the
+    last commit observed passing to HEAD; the refused commit stays first failing with the symptom,
+    unconfirmed."""
+    refused = first.commit.sha if first.commit is not None else ""
+    head = g.new or (first.line[-1].sha if first.line else first.failed)
+    return replace(first, commit=None, failed=head, trials=used, revert_to=first.revert_to or first.passed, why=why,
+                   unconfirmed=refused)
 
 
 def _after(lines: Lines, c: LineCommit) -> tuple[LineCommit, ...]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from envbisect.hosts.journal import HostEditor, describe_conflict, find_journal, journal_dir
-from envbisect.hosts.restart import co_restart
+from envbisect.hosts.restart import co_restart, service_states
 from envbisect.runs.deployment import Deployment
 from envbisect.runs.signals import shield_signals
 from envbisect.state.store import private_dir
@@ -77,14 +77,15 @@ def restore_deployment(dep: Deployment, *, run_id: str | None = None, break_lock
             for c in conflicts:
                 ev("warning", {"message": describe_conflict(c)})
             rs = co_restart(dep.playbook, dep.transports, on_step=lambda m: ev("step", {"message": m}),
-                            guard=editor.guard)
+                            guard=editor.guard, best_effort=True)
             editor.finish()
     except BaseException:
         editor.stop_heartbeat()  # the lock stays until the hosts are consistent; restore again
         raise
     editor.unlock()
     return RestoreResult(True, journal.run_id, files=files, repos=repos, co_restart_ok=rs.ok,
-                         co_restart=rs.message or "ok", conflicts=tuple(conflicts))
+                         co_restart=(f"{rs.message}; each service: {service_states(rs)}" if not rs.ok else "ok"),
+                         conflicts=tuple(conflicts))
 
 
 __all__ = ["RestoreResult", "restore_deployment"]

@@ -105,17 +105,23 @@ class CommitVerdict:
     revert_to: str = ""
     confirmed_by: int | None = None  # the trial of the deployed HEAD without the named commit, which passed
     why: str = ""  # why no commit is named although the line was narrowed to one (its confirmation)
+    # the commit first seen failing with the symptom whose confirmation refused it ("" when none was):
+    # then `passed`..`failed` runs from the last commit seen passing to the deployed HEAD
+    unconfirmed: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"delta": self.delta, "commit": self.commit.to_json() if self.commit else None,
                 "last_passing": self.passed, "first_failing": self.failed, "trials": list(self.trials),
                 "revert_to": self.revert_to or self.passed, "line": [c.to_json() for c in self.line],
-                "confirmed_by": self.confirmed_by, "why": self.why}
+                "confirmed_by": self.confirmed_by, "why": self.why, "unconfirmed": self.unconfirmed or None}
 
     @property
     def text(self) -> str:
         if self.commit is None:
             why = self.why or ("a trial was unresolved, or a commit between failed differently from the symptom")
+            if self.unconfirmed:
+                why = (f"{self.unconfirmed[:12]} is the first commit seen failing with the symptom, unconfirmed: "
+                       + why.removeprefix(f"{self.unconfirmed[:12]} is not named: "))
             return (f"{self.delta}: the line of {len(self.line)} commits was narrowed to {self.passed[:12]}.."
                     f"{self.failed[:12]} ({why}); no single commit is named")
         confirmed = (f"; confirmed alone: the deployed HEAD without it passed (trial {self.confirmed_by})"

@@ -57,7 +57,9 @@ def not_config(j: Judge) -> Verdict:
                    text + " So the deltas are not the cause: look outside the config "
                           "(clients, proxies, network, hardware, data).")
 
-def final(j: Judge, reason: str, confident: bool = True) -> Verdict:
+def final(j: Judge, reason: str, confident: bool = True, ran: str = "") -> Verdict:
+    """`ran`: what of the premises was run and stayed unresolved, said instead of "never gave an
+    answer" when the baseline was run."""
     post = j.belief()
     # a verdict stands on both premises: with the baseline never resolved (its restart failed,
     # say), "current fails" alone names whichever delta the prior favours
@@ -82,8 +84,8 @@ def final(j: Judge, reason: str, confident: bool = True) -> Verdict:
     }[reason]
     lead, conf, sus = "", 0.0, ()
     if not premised:
-        lead = ("; the baseline (no deltas) never gave an answer, so no delta is blamed and the config is "
-                "not cleared")
+        lead = (f"; {ran or 'the baseline (no deltas) never gave an answer'}, so no delta is blamed and the "
+                "config is not cleared")
     elif post.z > 0:
         p_top, top, conf = j.assess(post)
         sus = suspects(j, post)

@@ -244,7 +244,8 @@ class Search:
                 break
             streak += 1
         if streak > self.retries:
-            return explain.final(self._judge, "infrastructure")
+            return self._premise_unresolved(last.config) or explain.final(
+                self._judge, "infrastructure", ran=self._unresolved_premises())
         if streak < 1:
             return None
         if self.max_trials is not None and self.trials >= self.max_trials:
@@ -253,6 +254,33 @@ class Search:
         if last.kind is not TrialKind.RETRY:
             purpose = "retry (last trial unresolved): " + purpose
         return TrialRequest(last.config, last.probes, purpose, kind=TrialKind.RETRY)
+
+    def _premise_unresolved(self, config: frozenset[str]) -> TrialRequest | None:
+        """Current unresolved when retried (its start command exited non-zero, say, and nothing yet
+        shows the command works): the baseline runs next, as it shows whether the same start commands
+        work in this run; once it has, current is tried again and its failure is evidence."""
+        j = self._judge
+        if j.n == 0 or config != frozenset(j.names(j.all)) or any(o.config == frozenset() for o in self._obs):
+            return None
+        if self.max_trials is not None and self.trials >= self.max_trials:
+            return None
+        return TrialRequest(frozenset(), self.premise_probes, "premise: baseline must pass (current stayed "
+                            "unresolved: does the same start command work in this run?)",
+                            kind=TrialKind.PREMISE_BASELINE)
+
+    def _unresolved_premises(self) -> str:
+        """What was run of the premises and stayed unresolved, for the explanation ("" when the
+        baseline gave an answer)."""
+        j = self._judge
+        if j.configs.get(0) is not None:
+            return ""
+        cur, base = frozenset(j.names(j.all)), frozenset()
+        seen = {c: [str(o.trial if o.trial is not None else i) for i, o in enumerate(self._obs, 1)
+                    if o.config == c and o.unresolved] for c in (cur, base)}
+        parts = [f"{what} (trials {', '.join(seen[c])})" for what, c in (("current", cur), ("the baseline", base))
+                 if seen[c]]
+        return " and ".join(parts) + " were unresolved" if len(parts) > 1 else (
+            parts[0] + " was unresolved" if parts else "")
 
     def _premises(self) -> TrialRequest | Verdict | None:
         """Current must fail and the baseline must pass before anything is bisected."""

@@ -9,8 +9,10 @@ which says nothing about the configuration. The run's own evidence tells them ap
 
 - the same command started this service earlier in this run, for another configuration (the
   baseline at least): the command works;
-- and a retry of the same configuration failed the same way (the same service, the same stderr
-  line once the numbers that vary between runs, pids and times, are masked): it is this configuration.
+- and the latest earlier trial of the same configuration failed the same way (the same service, the
+  same stderr line once the numbers that vary between runs, pids and times, are masked): it is this
+  configuration. Other configurations may run in between: current's first starts fail before
+  anything shows the command works, the baseline then starts it, and current's next start counts.
 
 Only then is the exit a start failure of the configuration. Otherwise it stays infrastructure
 trouble (unresolved, no evidence), and its reason says which evidence was missing: the first start
@@ -45,7 +47,8 @@ class StartEvidence:
     def __init__(self, order: Sequence[str]):
         self.order = tuple(order)
         self.started: dict[str, int] = {}  # service -> the first trial whose co-restart started it
-        self.last_exit: _Exit | None = None  # the previous trial, when its start command exited non-zero
+        # configuration -> its latest trial, when that trial's start command exited non-zero
+        self.last_exit: dict[tuple[str, ...], _Exit] = {}
 
     def saw(self, n: int, config: tuple[str, ...], rs: RestartResult) -> tuple[Outcome, str] | None:
         """Learn from trial `n`'s co-restart; for a start command that exited non-zero, how the
@@ -53,11 +56,11 @@ class StartEvidence:
         ran = self.order if rs.ok else tuple(s for s in rs.durations if s != rs.service)
         for s in ran:
             self.started.setdefault(s, n)
-        prev, self.last_exit = self.last_exit, None
+        prev = self.last_exit.pop(config, None)
         if rs.ok or rs.failure != "start-exit" or rs.service is None:
             return None
         this = _Exit(n, config, rs.service, rs.message)
-        self.last_exit = this
+        self.last_exit[config] = this
         return self._judge(this, prev)
 
     def _judge(self, this: _Exit, prev: _Exit | None) -> tuple[Outcome, str]:
