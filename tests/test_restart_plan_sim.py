@@ -74,4 +74,4 @@ def test_groups_and_plans_cut_restart_time_with_the_same_verdict(scenario, sshd,
     # the report says, per trial, what restarted and why
     md = render_markdown(load_run(grp_s.store / "runs" / grp.run_id))
     assert "restarted router only — only router changed" in md
-    assert "restarted every service (prefill, decode, router) — the previous probe did not pass" in md
+    assert "restarted every service (prefill, decode, router) — the previous probe failed" in md

@@ -18,7 +18,7 @@ import json
 
 import pytest
 
-from envbisect.report.markdown import render_markdown
+from envbisect.report.markdown import md_text, render_markdown
 from envbisect.report.record import load_run
 from envbisect.sim.stack import DEFAULT_RULES
 from test_bisect_sim import INNOCENT, plant, scenario, tree_fingerprint  # noqa: F401 - fixture
@@ -76,7 +76,7 @@ def test_a_start_command_that_exits_non_zero_names_only_the_culprit_and_the_pair
     assert deps[0]["observed"] and "fails to start without it" in deps[0]["text"], deps
     assert doc["state_left"] == "original" and tree_fingerprint(s.sim) == before
     md = render_markdown(load_run(s.store / "runs" / doc["run"]))
-    assert "`decode:SGLANG_SPECULATIVE_ALGORITHM` needs `decode:SGLANG_SPECULATIVE_DRAFT_MODEL_PATH`" in md
+    assert md_text("`decode:SGLANG_SPECULATIVE_ALGORITHM` needs `decode:SGLANG_SPECULATIVE_DRAFT_MODEL_PATH`") in md
 
 
 @pytest.mark.parametrize("mode", ["detached", "checked"])
