@@ -74,6 +74,20 @@ rc=0
 workers="${ENVBISECT_TEST_WORKERS:-5}"
 xdist=(-n "$workers" --dist load --no-loadscope-reorder --maxschedchunk 1)
 [ "$workers" = "0" ] && xdist=()
+# The whole suite (no arguments): the tests that judge speed (marker "alone", tests/conftest.py) run
+# after the others, one at a time, so that no other test's load is in their measurements. With
+# arguments, one run as asked.
+if [ "$#" -eq 0 ]; then
+    .venv/bin/python -m pytest -q -p no:cacheprovider "${xdist[@]}" -m "not alone" || rc=$?
+    rc_alone=0
+    .venv/bin/python -m pytest -q -p no:cacheprovider -m alone || rc_alone=$?
+    if [ "$rc" -eq 5 ] || [ "$rc_alone" -eq 5 ]; then
+        echo "test.sh: pytest collected no tests in one of its runs (exit code 5) -- treating as failure" >&2
+        exit 1
+    fi
+    [ "$rc" -ne 0 ] && exit "$rc"
+    exit "$rc_alone"
+fi
 .venv/bin/python -m pytest -q -p no:cacheprovider "${xdist[@]}" "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then
     echo "test.sh: pytest collected no tests (exit code 5) -- treating as failure" >&2

@@ -345,8 +345,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if fixture and where not in SHARED_MODULE_FIXTURES:
             raise pytest.UsageError(f"{where} shares the module fixture {fixture!r} across sim/sshd tests: "
                                     "name it in SHARED_MODULE_FIXTURES (tests/conftest.py)")
+        if where in ALONE_FILES:
+            item.add_marker("alone")
         estimate[item.nodeid] = seconds.get(item.nodeid, max(_GROUP_SECONDS[g] for g in groups))
     items.sort(key=lambda it: -estimate[it.nodeid])
+
+
+# Files whose tests judge speed (tokens/s, latency, a metrics page) on the simulated deployment: beside
+# four other workers on two cores their measurements carry the others' load, and a 20% slowdown can read
+# as an interaction with an innocent change. scripts/test.sh runs them after the rest, one at a time.
+ALONE_FILES = ("tests/test_prom_probes_sim.py", "tests/test_perf_sim.py")
 
 
 _running_unit: list[str] = []  # the unit test running now, and what it started
